@@ -1,0 +1,96 @@
+"""Every trick in the adversarial suite gets the verdict it deserves; the honest kernels pass."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from tools.executor import ExecutorConfig, LocalExecutor
+from tools.results import EvalJob, TaskSpec
+
+FIXTURES = Path(__file__).parent / "fixtures"
+HAS_GPU = torch.cuda.is_available()
+SECRET = "sk-test-not-for-candidates-1234"
+
+# candidate, task, expected verdict, a fragment the reason must contain
+CASES = [
+    ("honest.py", "task_softmax.py", "correct", "Correct on every trial"),
+    ("honest_identity.py", "task_identity.py", "correct", "Correct"),
+    ("linear_relu_declared_mm.py", "task_linear_relu.py", "correct", "Correct"),
+    ("no_kernel.py", "task_softmax.py", "rejected", "never launched a Triton kernel"),
+    ("decoy_kernel.py", "task_softmax.py", "rejected", "it ran aten._softmax"),
+    ("decomposed_fallback.py", "task_softmax.py", "rejected", "in PyTorch outside any Triton kernel"),
+    ("undeclarable_op.py", "task_softmax.py", "rejected", "only vendor GEMM and convolution"),
+    ("matmul_declared_mm.py", "task_matmul.py", "rejected", "every op of the task ran in PyTorch"),
+    ("zeros_output.py", "task_softmax.py", "incorrect", "relative error 1.00e+00"),
+    ("constant_output.py", "task_softmax.py", "incorrect", "differs from the reference"),
+    ("unwritten_rows.py", "task_softmax.py", "incorrect", "NaN or Inf"),
+    ("nan_output.py", "task_softmax.py", "incorrect", "NaN or Inf"),
+    ("slightly_off.py", "task_softmax.py", "incorrect", "differs from the reference"),
+    ("cached_output.py", "task_softmax.py", "rejected", "never launched a Triton kernel"),  # on its 2nd call
+    ("mutates_input.py", "task_softmax.py", "rejected", "modified its input 0"),
+    ("alias_identity.py", "task_identity.py", "rejected", "shares memory with an input"),
+    ("monkeypatch.py", "task_softmax.py", "rejected", "monkeypatch"),
+    ("tf32_switch.py", "task_softmax.py", "rejected", "monkeypatch"),
+    ("side_stream.py", "task_softmax.py", "rejected", "side-stream"),
+    ("evaluator_access.py", "task_softmax.py", "rejected", "evaluator-access"),
+    ("frame_peek.py", "task_softmax.py", "rejected", "introspection"),
+    ("hang.py", "task_softmax.py", "timeout", "did not finish within"),
+    ("segfault.py", "task_softmax.py", "crash", "SIGSEGV"),
+    ("raises.py", "task_softmax.py", "crash", "index out of range in the wrapper"),
+    # Triton reports a kernel that does not compile at its first launch: a compile error on a GPU, an
+    # InterpreterError (the same NameError) in the interpreter.
+    ("compile_error.py", "task_softmax.py", *(("error", "did not compile") if HAS_GPU else ("crash", "NameError"))),
+    ("syntax_error.py", "task_softmax.py", "error", "SyntaxError"),
+    ("no_modelnew.py", "task_softmax.py", "error", "no class ModelNew"),
+    ("reads_secret.py", "task_softmax.py", "crash", "key=None"),
+]
+
+
+@pytest.fixture(scope="module")
+def results(monkeypatch_module):
+    monkeypatch_module.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch_module.setenv("MY_SERVICE_TOKEN", SECRET)
+    jobs = []
+    for candidate, task, verdict, _ in CASES:
+        jobs.append(EvalJob(TaskSpec(str(FIXTURES / task)), (FIXTURES / "candidates" / candidate).read_text(),
+                            timeout_s=25 if candidate == "hang.py" else 180, trials=3,
+                            profile=verdict == "correct"))
+    with LocalExecutor(ExecutorConfig(workers_per_device=2)) as ex:
+        return dict(zip([c[0] for c in CASES], ex.map(jobs)))
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+@pytest.mark.parametrize("candidate,task,verdict,fragment", CASES, ids=[c[0] for c in CASES])
+def test_verdict(results, candidate, task, verdict, fragment):
+    r = results[candidate]
+    assert (r.verdict, fragment in r.reason) == (verdict, True), r.reason
+
+
+def test_secret_never_reaches_the_candidate(results):
+    r = results["reads_secret.py"]
+    assert SECRET not in r.reason
+    assert "home=/tmp/kw-eval-" in r.reason  # a scratch home, not the user's
+
+
+def test_declared_gemm_is_reported(results):
+    assert results["linear_relu_declared_mm.py"].torch_ops == ["aten.mm"]
+    assert results["honest.py"].torch_ops == []
+
+
+def test_correct_result_carries_interpreter_timing_and_compile_metadata(results):
+    r = results["honest.py"]
+    assert r.interpreted and r.timing.interpreted and r.timing.ms > 0
+    assert r.timing.speedup_vs_eager is None and r.timing.floor_ms is None  # never a speedup on a CPU
+    assert r.rel_err < 1e-6
+    (kernel,) = r.compile.kernels
+    assert kernel.name == "softmax_kernel" and kernel.num_warps == 4
+    if "compiled for sm_90" in r.compile.source:
+        assert kernel.registers > 0 and kernel.spills == 0
+    else:
+        assert r.compile.source.startswith("not available")

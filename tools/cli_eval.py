@@ -1,0 +1,84 @@
+"""`kernelwright eval TASK CANDIDATE`: one candidate, one verdict. Exit 0 correct, 1 not, 2 bad input."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from tools.results import EvalJob, EvalResult, TaskSpec
+from tools.task import TaskError, check_spec
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("eval", help="verify and time one candidate kernel against a task",
+                              description="Verify a candidate (a file defining ModelNew) against a task (a "
+                                          "KernelBench-format file) in a sandboxed worker, then time it.")
+    p.add_argument("task", help="task file: class Model, get_inputs(), get_init_inputs()")
+    p.add_argument("candidate", help="candidate file: class ModelNew launching @triton.jit kernels")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="hard limit (default 300)")
+    p.add_argument("--trials", type=int, default=4, help="verification trials with fresh inputs (default 4)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", choices=["float32", "float16", "bfloat16", "float64"], help="cast inputs and weights")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--small", action="store_true", default=None, help="use the task's SMALL_SHAPES")
+    size.add_argument("--full", dest="small", action="store_false", help="use the task's own shapes, also on a CPU")
+    p.add_argument("--no-profile", action="store_true", help="verify only")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tools.evaluate import evaluate
+    spec = TaskSpec(path=args.task, name=Path(args.task).stem, dtype=args.dtype, small=args.small)
+    try:
+        check_spec(spec)
+        candidate = Path(args.candidate).read_text()
+    except TaskError as e:
+        return _usage_error(str(e))
+    except (OSError, UnicodeDecodeError) as e:
+        return _usage_error(f"Cannot read candidate {args.candidate}: {e.strerror if isinstance(e, OSError) else e}.")
+    if args.timeout <= 0 or args.trials < 1:
+        return _usage_error("--timeout and --trials must be positive.")
+    result = evaluate(EvalJob(spec, candidate, timeout_s=args.timeout, trials=args.trials, seed=args.seed,
+                              profile=not args.no_profile))
+    print(json.dumps(result.to_json(), indent=1) if args.json else summary(result))
+    if result.task_error:
+        return EXIT_USAGE
+    return EXIT_OK if result.correct else EXIT_FAILED
+
+
+def summary(r: EvalResult) -> str:
+    lines = [f"{r.verdict.upper()}: {r.reason}", f"device: {r.device}"]
+    t = r.timing
+    if t and t.interpreted:
+        lines.append(f"interpreter time {t.ms:.3f} ms (Triton interpreter on a CPU: not a GPU figure, "
+                     f"no speedup is reported)")
+    elif t:
+        lines.append(f"candidate {t.ms:.4f} ms (spread {t.spread_pct:.1f}%)  eager {t.eager_ms:.4f} ms  "
+                     f"torch.compile {_ms(t.compile_ms)}  floor {_ms(t.floor_ms)}")
+        lines.append(f"speedup vs eager {_x(t.speedup_vs_eager)}  vs torch.compile {_x(t.speedup_vs_compile)}  "
+                     f"floor/candidate {t.floor_fraction or 0:.2f}")
+    if r.torch_ops:
+        lines.append(f"kept in PyTorch (declared): {', '.join(r.torch_ops)}")
+    if r.compile:
+        for k in r.compile.kernels:
+            lines.append(f"kernel {k.name}: registers {k.registers}, spills {k.spills}, shared {k.shared_bytes} B, "
+                         f"num_warps {k.num_warps}, num_stages {k.num_stages}")
+        lines.append(f"compile metadata: {r.compile.source}")
+    return "\n".join(lines)
+
+
+def _ms(v: float | None) -> str:
+    return f"{v:.4f} ms" if v is not None else "n/a"
+
+
+def _x(v: float | None) -> str:
+    return f"{v:.2f}x" if v is not None else "n/a"
+
+
+def _usage_error(message: str) -> int:
+    import sys
+    print(f"kernelwright: {message}", file=sys.stderr)
+    return EXIT_USAGE

@@ -1,0 +1,56 @@
+"""The local executor: one worker slot per visible GPU (one on a CPU). Each job runs in a fresh sandboxed
+worker process on its slot's GPU, so a broken CUDA context never outlives its candidate. A cluster
+backend implements the same two methods (agent/interfaces.py: Executor)."""
+from __future__ import annotations
+
+import queue
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from tools.evaluate import evaluate
+from tools.results import EvalJob, EvalResult
+
+
+@dataclass
+class ExecutorConfig:
+    gpus: list[int] | None = None  # GPU indices to use; None: every visible GPU, or the CPU if none
+    workers_per_device: int = 1  # more than one only where the device has room (a CPU's cores)
+
+
+def visible_gpus() -> list[int]:
+    import torch
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+
+
+class LocalExecutor:
+    def __init__(self, config: ExecutorConfig | None = None):
+        self.config = config or ExecutorConfig()
+        gpus = self.config.gpus if self.config.gpus is not None else visible_gpus()
+        slots = [g for g in gpus for _ in range(self.config.workers_per_device)] or [None] * self.config.workers_per_device
+        self.slots: queue.Queue = queue.Queue()
+        for slot in slots:
+            self.slots.put(slot)
+        self.size = len(slots)
+        self.pool = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="kw-eval")
+
+    def submit(self, job: EvalJob) -> Future[EvalResult]:
+        return self.pool.submit(self._run, job)
+
+    def _run(self, job: EvalJob) -> EvalResult:
+        slot = self.slots.get()
+        try:
+            return evaluate(job, gpu=slot)
+        finally:
+            self.slots.put(slot)
+
+    def map(self, jobs: list[EvalJob]) -> list[EvalResult]:
+        return [f.result() for f in [self.submit(j) for j in jobs]]
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> "LocalExecutor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,93 @@
+"""Runtime recorders installed in the worker before candidate code loads: which Triton kernels it
+launches (and on which stream), and which ATen ops it runs outside them, poisoning every fresh allocation
+so that an output element the kernel never writes cannot pass."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tools.rules import ALLOWED_OPS, op_base
+
+ALLOCATING_OPS = frozenset("empty empty_like empty_strided new_empty new_empty_strided".split())
+
+
+@dataclass
+class Launch:
+    name: str
+    jit_fn: object  # the JITFunction or InterpretedFunction
+    args: tuple
+    kwargs: dict
+    kernel: object | None  # the CompiledKernel on a GPU, None in the interpreter
+    foreign_stream: bool
+
+
+@dataclass
+class LaunchRecorder:
+    """Wraps Triton's launch entry points for the life of the worker."""
+
+    launches: list[Launch] = field(default_factory=list)
+    depth: int = 0  # > 0 while inside a Triton launch
+
+    def install(self) -> None:
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
+        for cls in (JITFunction, InterpretedFunction):
+            cls.run = self._wrap(cls.run)
+
+    def _wrap(self, run):
+        recorder = self
+
+        def recorded_run(fn, *args, grid, warmup, **kwargs):
+            if warmup:
+                return run(fn, *args, grid=grid, warmup=warmup, **kwargs)
+            foreign = _foreign_stream()
+            recorder.depth += 1
+            try:
+                kernel = run(fn, *args, grid=grid, warmup=warmup, **kwargs)
+            finally:
+                recorder.depth -= 1
+            name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", "kernel")
+            recorder.launches.append(Launch(name, fn, args, kwargs, kernel if hasattr(kernel, "metadata") else None,
+                                            foreign))
+            return kernel
+
+        return recorded_run
+
+
+def _foreign_stream() -> bool:
+    if not torch.cuda.is_available():
+        return False
+    return torch.cuda.current_stream() != torch.cuda.default_stream()
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records the ATen ops run outside Triton launches; poisons allocations with NaN (or INT_POISON)."""
+
+    def __init__(self, launches: LaunchRecorder, poison: bool = True):
+        super().__init__()
+        self.launches = launches
+        self.poison = poison
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.launches.depth > 0:
+            return out  # the Triton interpreter's own tensor handling
+        name = str(func.overloadpacket)
+        self.ops.append(name)
+        if self.poison and op_base(name) in ALLOCATING_OPS and isinstance(out, torch.Tensor):
+            out.fill_(_poison(out.dtype))
+        return out
+
+    def compute_ops(self) -> list[str]:
+        """The distinct ops that are arithmetic rather than allocation, views or layout."""
+        return sorted({n for n in self.ops if op_base(n) not in ALLOWED_OPS})
+
+
+def _poison(dtype: torch.dtype):
+    """NaN for floats; for integers the largest value, never a sensible index or count."""
+    if dtype.is_floating_point or dtype.is_complex:
+        return float("nan")
+    return True if dtype == torch.bool else torch.iinfo(dtype).max

@@ -1,0 +1,79 @@
+"""The profile stage of the worker: the candidate's time, the eager and torch.compile baselines measured
+in the same run (or reused from earlier in this run), the speed-of-light floor, and the checks that a
+fast time is a true one."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from tools.profile import count_work, device_ceilings, floor_ms, matmul_key, time_call
+from tools.rules import RUNTIME_REASONS
+from tools.results import Baselines, EvalJob, Timing
+from tools.verify import Checked, Failed, Setup, compare, make_inputs, verify
+
+SUSPICIOUS_BELOW = 0.95  # a time under this fraction of the floor is re-verified and flagged
+
+
+def measure(setup: Setup, job: EvalJob, checked: Checked) -> tuple[Timing, Baselines, bool]:
+    on_gpu = setup.device.type == "cuda"
+    device_name = torch.cuda.get_device_name() if on_gpu else "cpu"
+    inputs = make_inputs(setup, job.seed * 1000 + 999)
+    candidate = time_call(_no_grad(setup.candidate, inputs), setup.device)
+    check_not_stale(setup, inputs, job.seed)
+
+    baselines = job.baselines if job.baselines and job.baselines.device == device_name else None
+    if baselines is None:
+        eager = time_call(_no_grad(setup.reference, inputs), setup.device).median_ms
+        baselines = Baselines(eager, _compiled_ms(setup, inputs) if on_gpu else None, device_name)
+
+    flops, nbytes = count_work(setup.reference, inputs)
+    floor = None
+    if on_gpu:
+        ceilings = device_ceilings(Path(os.environ.get("KERNELWRIGHT_CACHE", Path.home() / ".cache/kernelwright")))
+        floor = floor_ms(flops, nbytes, ceilings, matmul_key(setup.dtype or torch.float32, job.task.tf32))
+    suspicious = floor is not None and candidate.median_ms < SUSPICIOUS_BELOW * floor
+    if suspicious:
+        verify(setup, job.seed + 7919, job.trials + 2)  # raises Failed if the fast result is not right
+
+    ms = candidate.median_ms
+    timing = Timing(
+        ms=ms, eager_ms=baselines.eager_ms, compile_ms=baselines.compile_ms, floor_ms=floor,
+        speedup_vs_eager=baselines.eager_ms / ms if on_gpu else None,
+        speedup_vs_compile=baselines.compile_ms / ms if on_gpu and baselines.compile_ms else None,
+        floor_fraction=floor / ms if floor else None, spread_pct=candidate.spread_pct, interpreted=not on_gpu,
+        flops=flops, bytes=nbytes)
+    return timing, baselines, suspicious
+
+
+def check_not_stale(setup: Setup, inputs: list, seed: int) -> None:
+    """New values written into the same input tensors must give the new answer: no reused results."""
+    fresh = make_inputs(setup, seed * 1000 + 998, 2.0)
+    with torch.no_grad():
+        for x, y in zip(inputs, fresh):
+            if isinstance(x, torch.Tensor):
+                x.copy_(y)
+        out = setup.candidate(*inputs)
+        expected = setup.reference(*inputs)
+    try:
+        compare(out, expected, setup.tolerance, Checked())
+    except Failed:
+        raise Failed("rejected", RUNTIME_REASONS["stale-output"]) from None
+
+
+def _compiled_ms(setup: Setup, inputs: list) -> float | None:
+    try:
+        compiled = torch.compile(setup.reference)
+        with torch.no_grad():
+            compiled(*inputs)
+        return time_call(_no_grad(compiled, inputs), setup.device).median_ms
+    except Exception:  # a reference torch.compile cannot handle has no compile baseline; eager still stands
+        return None
+
+
+def _no_grad(model, inputs):
+    def call():
+        with torch.no_grad():
+            return model(*inputs)
+    return call

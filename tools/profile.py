@@ -1,0 +1,131 @@
+"""Timing, in one place: `time_call` is the only entry point that times anything. Plus the FLOP and byte
+counts of a task, the device's measured ceilings (cached per device), and the speed-of-light floor."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+L2_FLUSH_BYTES = 256 << 20  # several times the H200's 60 MB L2
+TARGET_MS = 400.0  # time spent on the repetitions of one measurement
+
+
+@dataclass
+class Measured:
+    median_ms: float
+    spread_pct: float  # (p80 - p20) / median
+    reps: int
+
+
+def time_call(fn, device: torch.device, target_ms: float = TARGET_MS, max_reps: int = 1000) -> Measured:
+    """Median time of fn(). On a GPU: CUDA events around each call, L2 flushed before each, all streams
+    synchronized; on a CPU: wall time (the Triton interpreter's, never a GPU figure)."""
+    if device.type == "cuda":
+        return _time_cuda(fn, target_ms, max_reps)
+    return _time_cpu(fn, target_ms)
+
+
+def _time_cuda(fn, target_ms: float, max_reps: int) -> Measured:
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(3):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    estimate = max(start.elapsed_time(end) / 3, 1e-3)
+    reps = int(min(max_reps, max(10, target_ms / estimate)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends):
+        flush.zero_()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return _summarize([s.elapsed_time(e) for s, e in zip(starts, ends)])
+
+
+def _time_cpu(fn, target_ms: float) -> Measured:
+    fn()
+    times = []
+    budget_end = time.perf_counter() + target_ms / 1e3
+    while len(times) < 3 or (time.perf_counter() < budget_end and len(times) < 50):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return _summarize(times)
+
+
+def _summarize(times: list[float]) -> Measured:
+    times = sorted(times)
+    median = statistics.median(times)
+    p20, p80 = times[int(0.2 * (len(times) - 1))], times[int(0.8 * (len(times) - 1))]
+    return Measured(median, 100.0 * (p80 - p20) / median if median > 0 else 0.0, len(times))
+
+
+def count_work(model: torch.nn.Module, inputs: list) -> tuple[float, float]:
+    """(FLOPs of the reference, minimum bytes: inputs and parameters read once, outputs written once)."""
+    from torch.utils.flop_counter import FlopCounterMode
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        out = model(*inputs)
+    seen, total = set(), 0
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)] + list(model.parameters()) + list(model.buffers())
+    for t in tensors + [y for y in tree_flatten(out)[0] if isinstance(y, torch.Tensor)]:
+        key = (t.untyped_storage().data_ptr(), t.storage_offset())
+        if key not in seen:
+            seen.add(key)
+            total += t.numel() * t.element_size()
+    return float(counter.get_total_flops()), float(total)
+
+
+def floor_ms(flops: float, nbytes: float, ceilings: dict, matmul_key: str) -> float:
+    return max(flops / ceilings[matmul_key], nbytes / ceilings["copy_bytes_per_s"]) * 1e3
+
+
+def matmul_key(dtype: torch.dtype, tf32: bool) -> str:
+    if dtype in (torch.float16, torch.bfloat16):
+        return "matmul_half_flops"
+    return "matmul_tf32_flops" if tf32 else "matmul_fp32_flops"
+
+
+def device_ceilings(cache_dir: Path) -> dict:
+    """Copy bandwidth (bytes read + written per second) and matmul rates, measured once per device."""
+    name = torch.cuda.get_device_name()
+    path = cache_dir / "ceilings.json"
+    cached = json.loads(path.read_text()) if path.exists() else {}
+    key = f"{name} | torch {torch.__version__}"
+    if key not in cached:
+        cached[key] = _measure_ceilings()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cached, indent=1))
+        tmp.replace(path)
+    return cached[key]
+
+
+def _measure_ceilings() -> dict:
+    n = 1 << 28  # 1 GiB of fp32
+    src, dst = torch.randn(n, device="cuda"), torch.empty(n, device="cuda")
+    copy = time_call(lambda: dst.copy_(src), torch.device("cuda")).median_ms
+    del src, dst
+    rates = {"copy_bytes_per_s": 2 * 4 * n / (copy * 1e-3)}
+    m = 8192
+    for key, dtype, tf32 in [("matmul_fp32_flops", torch.float32, False), ("matmul_tf32_flops", torch.float32, True),
+                             ("matmul_half_flops", torch.bfloat16, False)]:
+        a, b = torch.randn(m, m, device="cuda", dtype=dtype), torch.randn(m, m, device="cuda", dtype=dtype)
+        old = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        ms = time_call(lambda: a @ b, torch.device("cuda")).median_ms
+        torch.backends.cuda.matmul.allow_tf32 = old
+        rates[key] = 2 * m ** 3 / (ms * 1e-3)
+    return rates

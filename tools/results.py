@@ -1,0 +1,125 @@
+"""Typed records that cross the evaluator's process boundary: a job going in, a result coming out.
+
+Every field is fixed whatever path the evaluation took; `to_json` / `from_json` are the wire format
+between the parent and the sandboxed worker, and the `--json` output of `kernelwright eval`.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+Verdict = Literal["correct", "incorrect", "rejected", "timeout", "crash", "error"]
+VERDICTS: tuple[str, ...] = ("correct", "incorrect", "rejected", "timeout", "crash", "error")
+
+
+@dataclass
+class TaskSpec:
+    """A task file and the per-task overrides a suite may give it."""
+
+    path: str
+    name: str = ""
+    dtype: str | None = None  # "float32", "bfloat16", "float16": casts inputs and parameters
+    atol: float | None = None  # overrides the dtype's elementwise tolerances
+    rtol: float | None = None
+    shapes: dict[str, int] = field(default_factory=dict)  # module globals set before get_inputs()
+    tf32: bool = False  # allow TF32 in the reference (and expect candidates to match TF32 accuracy)
+    small: bool | None = None  # use the task's SMALL_SHAPES; None: only when running on a CPU
+
+
+@dataclass
+class EvalJob:
+    """One candidate to evaluate against one task."""
+
+    task: TaskSpec
+    candidate: str  # the candidate's source code
+    timeout_s: float = 300.0
+    trials: int = 4
+    seed: int = 0
+    profile: bool = True
+    baselines: "Baselines | None" = None  # eager/compile times already measured in this run, if any
+
+
+@dataclass
+class Baselines:
+    eager_ms: float
+    compile_ms: float | None
+    device: str
+
+
+@dataclass
+class KernelInfo:
+    name: str
+    registers: int | None = None
+    spills: int | None = None
+    shared_bytes: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+
+
+@dataclass
+class CompileInfo:
+    kernels: list[KernelInfo]
+    source: str  # where the figures come from, or why there are none
+
+
+@dataclass
+class Timing:
+    ms: float
+    eager_ms: float | None
+    compile_ms: float | None
+    floor_ms: float | None
+    speedup_vs_eager: float | None  # None when interpreted: interpreter times are never speedups
+    speedup_vs_compile: float | None
+    floor_fraction: float | None  # floor_ms / ms: 1.0 is the speed of light
+    spread_pct: float  # (p80 - p20) / median of the repetitions, in percent
+    interpreted: bool
+    flops: float = 0.0
+    bytes: float = 0.0
+
+
+@dataclass
+class EvalResult:
+    verdict: Verdict
+    reason: str
+    device: str = "unknown"
+    interpreted: bool = False
+    timing: Timing | None = None
+    compile: CompileInfo | None = None
+    max_abs_err: float | None = None
+    rel_err: float | None = None
+    torch_ops: list[str] = field(default_factory=list)  # ATen compute ops run outside Triton
+    suspicious: bool = False  # faster than the speed-of-light floor: re-verified and flagged
+    task_error: bool = False  # the task itself, not the candidate, could not be loaded
+    baselines: Baselines | None = None
+    seconds: float = 0.0
+
+    @property
+    def correct(self) -> bool:
+        return self.verdict == "correct"
+
+    def to_json(self) -> dict:
+        return {"correct": self.correct, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "EvalResult":
+        data = {k: v for k, v in data.items() if k != "correct"}
+        if data.get("timing"):
+            data["timing"] = Timing(**data["timing"])
+        if data.get("compile"):
+            c = data["compile"]
+            data["compile"] = CompileInfo([KernelInfo(**k) for k in c["kernels"]], c["source"])
+        if data.get("baselines"):
+            data["baselines"] = Baselines(**data["baselines"])
+        return cls(**data)
+
+
+def job_to_json(job: EvalJob) -> dict:
+    return asdict(job)
+
+
+def job_from_json(data: dict) -> EvalJob:
+    data = dict(data)
+    data["task"] = TaskSpec(**data["task"])
+    if data.get("baselines"):
+        data["baselines"] = Baselines(**data["baselines"])
+    return EvalJob(**data)

@@ -1,0 +1,113 @@
+"""Anti-cheat rules as data. Static rules read the candidate's source; the runtime rules are enforced by
+tools/guard.py and tools/verify.py and named here so every rejection carries one sentence of reason."""
+from __future__ import annotations
+
+import ast
+import re
+
+# (rule, pattern in the candidate source or the name of a syntax check below, reason given to the user)
+STATIC_RULES: list[tuple[str, str, str]] = [
+    ("evaluator-access", r"\b(import\s+tools|from\s+tools\b|kernelwright)",
+     "it imports the evaluator's own modules"),
+    ("introspection", r"sys\._getframe|inspect\.(stack|currentframe|getouterframes)|gc\.get_objects|"
+                      r"gc\.get_referrers|sys\.settrace|sys\.setprofile",
+     "it inspects the evaluator's frames or objects"),
+    ("monkeypatch", "assigns-library-attribute", "it modifies PyTorch, Triton or Python builtins at run time"),
+    ("side-stream", r"torch\.cuda\.(Stream|stream|ExternalStream)\b|set_stream\(",
+     "it launches work on a stream other than the evaluator's"),
+    ("concurrency", r"\b(import\s+(threading|multiprocessing|subprocess|socket|asyncio|concurrent)|"
+                    r"from\s+(threading|multiprocessing|subprocess|socket|asyncio|concurrent)\b|"
+                    r"os\.(system|popen|fork|exec\w*|spawn\w*|kill))",
+     "it starts threads, processes or network connections"),
+    ("torch-compiler", r"torch\.(compile|jit|_dynamo|_inductor|_export|export)\b",
+     "it hands the work to a PyTorch compiler instead of writing a kernel"),
+    ("native-code", r"\b(ctypes|cffi|load_inline|cpp_extension)\b",
+     "it loads native code outside Triton"),
+]
+
+# ATen ops a candidate may run outside its Triton kernels: allocation, views and layout, never arithmetic.
+ALLOWED_OPS: frozenset[str] = frozenset("""
+empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones ones_like new_ones
+full full_like new_full fill zero arange scalar_tensor lift_fresh detach alias view _unsafe_view reshape
+as_strided t transpose permute expand squeeze unsqueeze select slice split split_with_sizes unbind chunk
+narrow flatten unflatten contiguous clone copy _to_copy to _local_scalar_dense sym_size sym_stride sym_numel
+is_same_size resize_ set_ view_as expand_as movedim
+""".split())
+
+# Vendor-library ops a candidate may keep in PyTorch, when it declares them in KERNELWRIGHT_TORCH_OPS and
+# still does the rest of the task's work in Triton (a cuBLAS GEMM under a fused Triton epilogue).
+DECLARABLE_OPS: frozenset[str] = frozenset(
+    "mm addmm bmm baddbmm matmul linear convolution _convolution cudnn_convolution conv2d".split())
+
+RUNTIME_REASONS = {
+    "no-kernel": "it never launched a Triton kernel",
+    "torch-compute": "it ran {ops} in PyTorch outside any Triton kernel",
+    "undeclarable": "it declares {ops} in KERNELWRIGHT_TORCH_OPS, but only vendor GEMM and convolution ops "
+                    "may stay in PyTorch",
+    "all-in-torch": "every op of the task ran in PyTorch ({ops}); the Triton kernels do none of its work",
+    "mutates-input": "it modified its input {which}",
+    "aliases-input": "its output {which} shares memory with an input",
+    "side-stream": "it launched a kernel on a stream other than the evaluator's",
+    "stale-output": "it returned a wrong result once the inputs changed in place, so it reuses earlier results",
+}
+
+
+def op_base(name: str) -> str:
+    """'aten.addmm.default' -> 'addmm'; 'aten.add_.Tensor' -> 'add'."""
+    parts = name.split(".")
+    base = parts[1] if len(parts) > 1 and parts[0] == "aten" else parts[0]
+    return base.rstrip("_") if base != "_" else base
+
+
+LIBRARY_NAMES = frozenset("torch triton tl F nn np math builtins __builtins__ sys os".split())
+
+
+def check_source(source: str) -> str | None:
+    """The reason the first static rule the source breaks gives, or None."""
+    code = _strip_comments_and_strings(source)
+    for rule, pattern, reason in STATIC_RULES:
+        broken = SYNTAX_CHECKS[pattern](source) if pattern in SYNTAX_CHECKS else re.search(pattern, code)
+        if broken:
+            return f"Rejected ({rule}): {reason}."
+    return None
+
+
+def _assigns_library_attribute(source: str) -> bool:
+    """True when the code assigns an attribute of a library module (torch.softmax = ...) or setattr()s one."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False  # loading the candidate reports the syntax error
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = [t for t in node.targets if isinstance(t, ast.Attribute)]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target] if isinstance(node.target, ast.Attribute) else []
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("setattr", "delattr"):
+            targets = node.args[:1]
+        else:
+            continue
+        if any(_root_name(t) in LIBRARY_NAMES for t in targets):
+            return True
+    return False
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+SYNTAX_CHECKS = {"assigns-library-attribute": _assigns_library_attribute}
+
+
+def _strip_comments_and_strings(source: str) -> str:
+    import io
+    import tokenize
+    try:
+        tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+        kept = [t.string if t.type not in (tokenize.COMMENT, tokenize.STRING) else '""' for t in tokens
+                if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return source
+    return " ".join(kept).replace(" . ", ".").replace(" .", ".").replace(". ", ".").replace(" (", "(")

@@ -1,0 +1,99 @@
+"""Task files (KernelBench format) and suites: a folder of task files or a TOML list with overrides."""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+import tomllib
+from pathlib import Path
+from types import ModuleType
+
+from tools.results import TaskSpec
+
+REQUIRED = ("Model", "get_inputs", "get_init_inputs")
+OVERRIDE_KEYS = {"path", "name", "dtype", "atol", "rtol", "shapes", "tf32", "small"}
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+
+class TaskError(Exception):
+    """A task file or suite that cannot be used; the message is one sentence for a person."""
+
+
+def check_task_file(path: str | Path) -> None:
+    """Checks a task file without running it: it parses and defines Model, get_inputs, get_init_inputs."""
+    path = Path(path)
+    if not path.is_file():
+        raise TaskError(f"Task file {path} does not exist.")
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except (SyntaxError, UnicodeDecodeError, ValueError) as e:
+        raise TaskError(f"Task file {path} is not valid Python ({e}).") from None
+    names = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    names |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    missing = [n for n in REQUIRED if n not in names]
+    if missing:
+        raise TaskError(f"Task file {path} does not define {', '.join(missing)} (KernelBench format needs "
+                        f"Model, get_inputs and get_init_inputs).")
+
+
+def check_spec(spec: TaskSpec) -> None:
+    check_task_file(spec.path)
+    if spec.dtype is not None and spec.dtype not in DTYPES:
+        raise TaskError(f"Task {spec.path}: dtype {spec.dtype!r} is not one of {', '.join(DTYPES)}.")
+
+
+def import_file(path: str | Path, module_name: str) -> ModuleType:
+    """Executes a Python file as a fresh module (registered, so Triton can read kernel sources)."""
+    spec = importlib.util.spec_from_file_location(module_name, str(path))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_task_module(spec: TaskSpec, small: bool) -> ModuleType:
+    module = import_file(spec.path, "kw_task")
+    shapes = dict(getattr(module, "SMALL_SHAPES", {}) if small else {})
+    shapes.update(spec.shapes)
+    for name, value in shapes.items():
+        if not hasattr(module, name):
+            raise TaskError(f"Task {spec.path}: shape override {name!r} is not a global of the task file.")
+        setattr(module, name, value)
+    return module
+
+
+def load_suite(path: str | Path) -> list[TaskSpec]:
+    """A folder of task files (KernelBench's own folders work as they are) or a TOML task list."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.glob("*.py") if not p.name.startswith("_"))
+        specs = [TaskSpec(path=str(p), name=p.stem) for p in files]
+    elif path.suffix == ".toml" and path.is_file():
+        specs = _load_toml(path)
+    elif path.suffix == ".py" and path.is_file():
+        specs = [TaskSpec(path=str(path), name=path.stem)]
+    else:
+        raise TaskError(f"{path} is neither a task file, a folder of task files, nor a TOML task list.")
+    if not specs:
+        raise TaskError(f"{path} holds no task files.")
+    for s in specs:
+        check_spec(s)
+    return specs
+
+
+def _load_toml(path: Path) -> list[TaskSpec]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise TaskError(f"Suite {path} is not valid TOML ({e}).") from None
+    specs = []
+    for i, entry in enumerate(data.get("task", [])):
+        unknown = set(entry) - OVERRIDE_KEYS
+        if "path" not in entry or unknown:
+            what = f"unknown keys {sorted(unknown)}" if unknown else "no path"
+            raise TaskError(f"Suite {path}: task entry {i + 1} has {what}.")
+        entry = dict(entry)
+        entry["path"] = str((path.parent / entry["path"]).resolve())
+        entry.setdefault("name", Path(entry["path"]).stem)
+        specs.append(TaskSpec(**entry))
+    return specs

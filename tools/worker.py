@@ -1,0 +1,121 @@
+"""The sandboxed side of an evaluation: `python -m tools.worker JOB.json RESULT.json`, run by
+tools/evaluate.py in a scratch directory. Loads the task and the candidate, verifies, profiles, and writes
+one EvalResult. Anything the candidate does wrong ends in a verdict; only a dead process ends in none."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+
+def main(job_path: str, result_path: str) -> None:
+    started = time.perf_counter()
+    import torch
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"  # must precede the first import of triton
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    from tools.results import EvalResult, job_from_json
+
+    job = job_from_json(json.loads(open(job_path).read()))
+    result = evaluate_here(job)
+    result.seconds = time.perf_counter() - started
+    with open(result_path + ".tmp", "w") as f:
+        json.dump(result.to_json(), f)
+    os.replace(result_path + ".tmp", result_path)
+
+
+def evaluate_here(job):
+    import torch
+
+    from tools.compile_info import compile_info
+    from tools.guard import LaunchRecorder
+    from tools.results import EvalResult
+    from tools.rules import check_source
+    from tools.task import TaskError, import_file, load_task_module
+    from tools.verify import TF32_TOLERANCE, TOLERANCES, Failed, Setup, verify
+
+    on_gpu = torch.cuda.is_available()
+    device = torch.device("cuda" if on_gpu else "cpu")
+    device_name = torch.cuda.get_device_name() if on_gpu else "cpu (Triton interpreter)"
+    base = dict(device=device_name, interpreted=not on_gpu)
+    spec = job.task
+    torch.backends.cuda.matmul.allow_tf32 = spec.tf32
+    torch.backends.cudnn.allow_tf32 = spec.tf32
+    recorder = LaunchRecorder()
+    recorder.install()
+
+    small = spec.small if spec.small is not None else not on_gpu
+    try:
+        task = load_task_module(spec, small)
+        torch.manual_seed(job.seed)
+        with torch.device(device):
+            init = task.get_init_inputs()
+            reference = task.Model(*init)
+        reference = reference.to(device)
+    except TaskError as e:
+        return EvalResult("error", str(e), task_error=True, **base)
+    except Exception as e:
+        return EvalResult("error", f"The task could not be loaded: {_describe(e)}.", task_error=True, **base)
+
+    rule = check_source(job.candidate)
+    if rule:
+        return EvalResult("rejected", rule, **base)
+    with open("candidate.py", "w") as f:
+        f.write(job.candidate)
+    try:
+        module = import_file("candidate.py", "kw_candidate")
+        if not hasattr(module, "ModelNew"):
+            return EvalResult("error", "The candidate defines no class ModelNew.", **base)
+        torch.manual_seed(job.seed)
+        with torch.device(device):
+            candidate = module.ModelNew(*init)
+        candidate = candidate.to(device)
+    except Exception as e:
+        return EvalResult("error", f"The candidate could not be loaded: {_describe(e)}.", **base)
+
+    dtype = getattr(torch, spec.dtype) if spec.dtype else None
+    if dtype:
+        reference, candidate = reference.to(dtype), candidate.to(dtype)
+    tol = TF32_TOLERANCE if spec.tf32 else TOLERANCES.get(dtype or torch.float32, TOLERANCES[torch.float32])
+    if spec.atol is not None or spec.rtol is not None:
+        tol = (spec.atol if spec.atol is not None else tol[0], spec.rtol if spec.rtol is not None else tol[1], tol[2])
+    setup = Setup(task, reference, candidate, device, dtype, tol, list(getattr(module, "KERNELWRIGHT_TORCH_OPS", [])),
+                  recorder)
+    try:
+        checked = verify(setup, job.seed, job.trials)
+        info = compile_info(recorder.launches, on_gpu)
+        timing, baselines, suspicious = None, None, False
+        if job.profile:
+            from tools.measure import measure
+            timing, baselines, suspicious = measure(setup, job, checked)
+    except Failed as e:
+        return EvalResult(e.verdict, f"{'Rejected' if e.verdict == 'rejected' else 'Incorrect'}: {e}".rstrip(".") + ".",
+                          **base)
+    except Exception as e:
+        if type(e).__name__ == "CompilationError":
+            return EvalResult("error", f"A Triton kernel did not compile: {_describe(e)}.", **base)
+        return EvalResult("crash", f"The candidate crashed: {_describe(e)}.", **base)
+    reason = "Correct on every trial" + (
+        "; faster than the speed-of-light floor, so it was re-verified and is flagged" if suspicious else "") + "."
+    return EvalResult("correct", reason, timing=timing, compile=info, max_abs_err=checked.max_abs_err,
+                      rel_err=checked.rel_err, torch_ops=checked.torch_ops, suspicious=suspicious,
+                      baselines=baselines, **base)
+
+
+def _describe(e: BaseException) -> str:
+    """One line: the exception type and its last message line, with the candidate's line if there is one."""
+    lines = str(e).strip().splitlines()
+    where = ""
+    for frame in traceback.extract_tb(e.__traceback__):
+        if frame.filename.endswith("candidate.py"):
+            where = f" (candidate.py line {frame.lineno})"
+    if isinstance(e, SyntaxError) and e.lineno:
+        where = f" (line {e.lineno})"
+        lines = [e.msg]
+    return f"{type(e).__name__}: {lines[-1] if lines else ''}{where}"[:400]
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from tools.guard import Launch
+from tools.guard import Launch, TensorArg
 from tools.results import CompileInfo, KernelInfo
 
 TRITON_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
@@ -22,10 +22,7 @@ TRITON_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "
                  torch.bool: "i1"}
 
 
-def compile_info(launches: list[Launch], on_gpu: bool, candidate_path: str = "candidate.py") -> CompileInfo:
-    first = {}
-    for launch in launches:
-        first.setdefault(launch.name, launch)
+def compile_info(first: dict[str, Launch], on_gpu: bool, candidate_path: str = "candidate.py") -> CompileInfo:
     if on_gpu:
         return CompileInfo([_from_kernel(name, l.kernel) for name, l in first.items()],
                            "read from the compiled kernels")
@@ -87,7 +84,7 @@ def _from_kernel(name: str, kernel) -> KernelInfo:
 
 
 def _triton_type(value) -> str:
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, TensorArg):
         return "*" + TRITON_DTYPES[value.dtype]
     if isinstance(value, bool):
         return "i1"

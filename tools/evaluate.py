@@ -1,9 +1,14 @@
-"""The parent side of one evaluation: write the job, run the worker in the sandbox, read the result.
-Whatever the candidate does (hang, segfault, illegal address, out of memory), the caller gets an EvalResult."""
+"""The parent side of an evaluation. A WarmWorker owns one fork server (tools/forkserver.py) on one GPU
+(or the CPU) and runs each job in a forked, sandboxed child with a hard timeout. Whatever the candidate
+does (hang, segfault, illegal address, out of memory), the caller gets an EvalResult; a fork server that
+dies is replaced at the next job."""
 from __future__ import annotations
 
+import functools
 import json
 import os
+import select
+import subprocess
 import sys
 import tempfile
 import time
@@ -11,7 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from tools.results import EvalJob, EvalResult, job_to_json
-from tools.sandbox import run_sandboxed, scrubbed_env
+from tools.sandbox import SandboxResult, kill_group, scrubbed_env
+
+START_TIMEOUT_S = 120.0  # the fork server's imports, on a cold disk cache
 
 
 def cache_dir() -> Path:
@@ -19,29 +26,80 @@ def cache_dir() -> Path:
 
 
 def evaluate(job: EvalJob, gpu: int | None = None) -> EvalResult:
-    """Evaluates one candidate in a fresh worker process, on GPU `gpu` (None: what the worker sees)."""
-    started = time.perf_counter()
-    job = replace(job, task=replace(job.task, path=str(Path(job.task.path).resolve())))
-    cache = cache_dir()
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="kw-eval-") as scratch:
-        job_path, result_path = os.path.join(scratch, "job.json"), os.path.join(scratch, "result.json")
-        Path(job_path).write_text(json.dumps(job_to_json(job)))
-        env = scrubbed_env({
-            "HOME": scratch, "PYTHONPATH": _import_path(), "PYTHONUNBUFFERED": "1",
-            "KERNELWRIGHT_CACHE": str(cache), "TRITON_CACHE_DIR": str(cache / "triton"),
-            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-        })
-        if gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-        run = run_sandboxed([sys.executable, "-m", "tools.worker", job_path, result_path], cwd=scratch,
-                            timeout_s=job.timeout_s, env=env)
-        result = _read_result(result_path, run, job.timeout_s)
-    result.seconds = time.perf_counter() - started
-    return result
+    """Evaluates one candidate in a fresh worker, on GPU `gpu` (None: whatever the worker sees)."""
+    with WarmWorker(gpu) as worker:
+        return worker.run(job)
 
 
-def _read_result(path: str, run, timeout_s: float) -> EvalResult:
+class WarmWorker:
+    def __init__(self, gpu: int | None = None):
+        self.gpu = gpu
+        self.server: subprocess.Popen | None = None
+
+    def run(self, job: EvalJob) -> EvalResult:
+        started = time.perf_counter()
+        job = replace(job, task=replace(job.task, path=str(Path(job.task.path).resolve())))
+        with tempfile.TemporaryDirectory(prefix="kw-eval-") as scratch:
+            job_path, result_path = os.path.join(scratch, "job.json"), os.path.join(scratch, "result.json")
+            Path(job_path).write_text(json.dumps(job_to_json(job)))
+            run = self._run_child({"job": job_path, "result": result_path, "cwd": scratch}, job.timeout_s)
+            result = _read_result(result_path, run, job.timeout_s)
+        result.seconds = time.perf_counter() - started
+        return result
+
+    def _run_child(self, request: dict, timeout_s: float) -> SandboxResult:
+        server = self._server()
+        server.stdin.write(json.dumps(request) + "\n")
+        server.stdin.flush()
+        pid_line = self._read_line(START_TIMEOUT_S)
+        if not pid_line.startswith("pid "):
+            self.close()
+            return SandboxResult(None, "", f"the worker's fork server failed: {pid_line or 'no answer'}", False)
+        pid = int(pid_line.split()[1])
+        exit_line = self._read_line(timeout_s)
+        stderr = _tail(os.path.join(request["cwd"], "stderr.txt"))
+        if not exit_line:  # timed out: kill the child's whole group; the server reaps it
+            kill_group(pid)
+            if not self._read_line(10.0):
+                self.close()
+            return SandboxResult(None, "", stderr, timed_out=True)
+        return SandboxResult(int(exit_line.split()[1]), "", stderr, timed_out=False)
+
+    def _server(self) -> subprocess.Popen:
+        if self.server is None or self.server.poll() is not None:
+            env = scrubbed_env({
+                "PYTHONPATH": _import_path(), "PYTHONUNBUFFERED": "1",
+                "KERNELWRIGHT_CACHE": str(cache_dir()), "TRITON_CACHE_DIR": str(cache_dir() / "triton"),
+                "TORCHINDUCTOR_CACHE_DIR": str(cache_dir() / "inductor"),
+                "KERNELWRIGHT_DEVICE": "cpu" if not _has_gpu() else "cuda",
+            })
+            if self.gpu is not None:
+                env["CUDA_VISIBLE_DEVICES"] = str(self.gpu)
+            cache_dir().mkdir(parents=True, exist_ok=True)
+            self.server = subprocess.Popen([sys.executable, "-m", "tools.forkserver"], env=env, text=True,
+                                           cwd=tempfile.gettempdir(), stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                           start_new_session=True)
+        return self.server
+
+    def _read_line(self, timeout_s: float) -> str:
+        ready, _, _ = select.select([self.server.stdout], [], [], timeout_s)
+        return self.server.stdout.readline().strip() if ready else ""
+
+    def close(self) -> None:
+        if self.server is not None:
+            kill_group(self.server.pid)
+            self.server.wait()
+            self.server = None
+
+    def __enter__(self) -> "WarmWorker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _read_result(path: str, run: SandboxResult, timeout_s: float) -> EvalResult:
     if run.timed_out:
         return EvalResult("timeout", f"The evaluation did not finish within {timeout_s:g} s and was killed.")
     if os.path.exists(path):
@@ -52,6 +110,20 @@ def _read_result(path: str, run, timeout_s: float) -> EvalResult:
     if "out of memory" in run.stderr.lower():
         return EvalResult("crash", f"The candidate ran out of memory: {tail[0][:300]}.")
     return EvalResult("crash", f"The worker exited with code {run.returncode} and no result: {tail[0][:300]}.")
+
+
+def _tail(path: str, limit: int = 4000) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-limit:]
+    except OSError:
+        return ""
+
+
+@functools.cache
+def _has_gpu() -> bool:
+    import torch
+    return torch.cuda.is_available()
 
 
 def _import_path() -> str:

@@ -1,5 +1,6 @@
-"""The local executor: one worker slot per visible GPU (one on a CPU). Each job runs in a fresh sandboxed
-worker process on its slot's GPU, so a broken CUDA context never outlives its candidate. A cluster
+"""The local executor: one worker slot per visible GPU (one on a CPU). Each slot keeps a warm fork server
+and runs every job in a fresh forked child on its slot's GPU, so a broken CUDA context never outlives its
+candidate. A cluster
 backend implements the same two methods (agent/interfaces.py: Executor)."""
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import queue
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from tools.evaluate import evaluate
+from tools.evaluate import WarmWorker
 from tools.results import EvalJob, EvalResult
 
 
@@ -29,7 +30,7 @@ class LocalExecutor:
         slots = [g for g in gpus for _ in range(self.config.workers_per_device)] or [None] * self.config.workers_per_device
         self.slots: queue.Queue = queue.Queue()
         for slot in slots:
-            self.slots.put(slot)
+            self.slots.put(WarmWorker(slot))
         self.size = len(slots)
         self.pool = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="kw-eval")
 
@@ -37,17 +38,19 @@ class LocalExecutor:
         return self.pool.submit(self._run, job)
 
     def _run(self, job: EvalJob) -> EvalResult:
-        slot = self.slots.get()
+        worker = self.slots.get()
         try:
-            return evaluate(job, gpu=slot)
+            return worker.run(job)
         finally:
-            self.slots.put(slot)
+            self.slots.put(worker)
 
     def map(self, jobs: list[EvalJob]) -> list[EvalResult]:
         return [f.result() for f in [self.submit(j) for j in jobs]]
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+        while not self.slots.empty():
+            self.slots.get().close()
 
     def __enter__(self) -> "LocalExecutor":
         return self

@@ -14,20 +14,28 @@ ALLOCATING_OPS = frozenset("empty empty_like empty_strided new_empty new_empty_s
 
 
 @dataclass
+class TensorArg:
+    """What compile metadata needs of a tensor argument; the tensor itself is not kept alive."""
+
+    dtype: torch.dtype
+
+
+@dataclass
 class Launch:
     name: str
     jit_fn: object  # the JITFunction or InterpretedFunction
-    args: tuple
+    args: tuple  # tensors replaced by TensorArg
     kwargs: dict
     kernel: object | None  # the CompiledKernel on a GPU, None in the interpreter
-    foreign_stream: bool
 
 
 @dataclass
 class LaunchRecorder:
     """Wraps Triton's launch entry points for the life of the worker."""
 
-    launches: list[Launch] = field(default_factory=list)
+    first: dict[str, Launch] = field(default_factory=dict)  # the first launch of each kernel
+    count: int = 0
+    foreign_streams: int = 0  # launches on a stream other than the evaluator's
     depth: int = 0  # > 0 while inside a Triton launch
 
     def install(self) -> None:
@@ -42,18 +50,26 @@ class LaunchRecorder:
         def recorded_run(fn, *args, grid, warmup, **kwargs):
             if warmup:
                 return run(fn, *args, grid=grid, warmup=warmup, **kwargs)
-            foreign = _foreign_stream()
+            recorder.foreign_streams += _foreign_stream()
             recorder.depth += 1
             try:
                 kernel = run(fn, *args, grid=grid, warmup=warmup, **kwargs)
             finally:
                 recorder.depth -= 1
+            recorder.count += 1
             name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", "kernel")
-            recorder.launches.append(Launch(name, fn, args, kwargs, kernel if hasattr(kernel, "metadata") else None,
-                                            foreign))
+            if name not in recorder.first:
+                recorder.first[name] = Launch(name, fn, _light(args), _light(kwargs),
+                                              kernel if hasattr(kernel, "metadata") else None)
             return kernel
 
         return recorded_run
+
+
+def _light(values):
+    if isinstance(values, dict):
+        return {k: TensorArg(v.dtype) if isinstance(v, torch.Tensor) else v for k, v in values.items()}
+    return tuple(TensorArg(v.dtype) if isinstance(v, torch.Tensor) else v for v in values)
 
 
 def _foreign_stream() -> bool:

@@ -1,11 +1,11 @@
-"""The one way candidate code is run: a subprocess in its own process group, in a scratch directory,
-with credentials scrubbed from its environment and a hard timeout that kills the whole group."""
+"""What every process that runs candidate code gets: an environment with credentials scrubbed, its own
+process group so a timeout kills all of it, and one result shape. The processes themselves are started by
+tools/evaluate.py (a fork server per worker slot) and forked in tools/forkserver.py."""
 from __future__ import annotations
 
 import os
 import re
 import signal
-import subprocess
 from dataclasses import dataclass
 
 # Names that look like credentials never reach candidate code.
@@ -36,24 +36,9 @@ def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_sandboxed(argv: list[str], *, cwd: str, timeout_s: float, env: dict[str, str]) -> SandboxResult:
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+def kill_group(pid: int) -> None:
+    """Kills a process and everything in its process group (children start their own group)."""
     try:
-        out, err = proc.communicate(timeout=timeout_s)
-        return SandboxResult(proc.returncode, out, err, timed_out=False)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, err = proc.communicate()
-        return SandboxResult(None, out, err, timed_out=True)
-    except BaseException:  # KeyboardInterrupt included: never leave a candidate running
-        _kill_group(proc)
-        proc.wait()
-        raise
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
         pass

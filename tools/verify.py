@@ -92,15 +92,14 @@ def _trial(setup: Setup, inputs: list, checked: Checked, first: bool) -> None:
 
 def run_recorded(setup: Setup, model, inputs: list, checked: Checked):
     """Runs the candidate under the op recorder; poisons its allocations; enforces the launch rules."""
-    n_before = len(setup.launches.launches)
+    launches, foreign = setup.launches.count, setup.launches.foreign_streams
     recorder = OpRecorder(setup.launches)
     with torch.no_grad(), recorder:
         out = model(*inputs)
     _sync(setup.device)
-    launched = setup.launches.launches[n_before:]
-    if not launched:
+    if setup.launches.count == launches:
         raise Failed("rejected", RUNTIME_REASONS["no-kernel"])
-    if any(launch.foreign_stream for launch in launched):
+    if setup.launches.foreign_streams > foreign:
         raise Failed("rejected", RUNTIME_REASONS["side-stream"])
     checked.torch_ops = sorted(set(checked.torch_ops) | set(recorder.compute_ops()))
     return out

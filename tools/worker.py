@@ -85,7 +85,7 @@ def evaluate_here(job):
                   recorder)
     try:
         checked = verify(setup, job.seed, job.trials)
-        info = compile_info(recorder.launches, on_gpu)
+        info = compile_info(recorder.first, on_gpu)
         timing, baselines, suspicious = None, None, False
         if job.profile:
             from tools.measure import measure

@@ -24,6 +24,7 @@ class TaskSpec:
     shapes: dict[str, int] = field(default_factory=dict)  # module globals set before get_inputs()
     tf32: bool = False  # allow TF32 in the reference (and expect candidates to match TF32 accuracy)
     small: bool | None = None  # use the task's SMALL_SHAPES; None: only when running on a CPU
+    scale_inputs: bool = True  # vary input magnitudes across trials; off where they overflow (cumprod)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from types import ModuleType
 from tools.results import TaskSpec
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
-OVERRIDE_KEYS = {"path", "name", "dtype", "atol", "rtol", "shapes", "tf32", "small"}
+OVERRIDE_KEYS = {"path", "name", "dtype", "atol", "rtol", "shapes", "tf32", "small", "scale_inputs"}
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 

@@ -82,7 +82,7 @@ def evaluate_here(job):
     if spec.atol is not None or spec.rtol is not None:
         tol = (spec.atol if spec.atol is not None else tol[0], spec.rtol if spec.rtol is not None else tol[1], tol[2])
     setup = Setup(task, reference, candidate, device, dtype, tol, list(getattr(module, "KERNELWRIGHT_TORCH_OPS", [])),
-                  recorder)
+                  recorder, spec.scale_inputs)
     try:
         checked = verify(setup, job.seed, job.trials)
         info = compile_info(recorder.first, on_gpu)

@@ -1,0 +1,1 @@
+"""The knowledge store: hardware and optimization documents and verified kernels (see store.py)."""

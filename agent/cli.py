@@ -14,7 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "for PyTorch operators.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     cli_eval.register(sub)
-    for module in ("knowledge.cli", "agent.optimize"):
+    for module in ("agent.optimize", "agent.batch", "agent.ci", "agent.chat", "knowledge.cli"):
         try:
             __import__(module, fromlist=["register"]).register(sub)
         except ImportError as e:

@@ -33,7 +33,8 @@ def main() -> int:
     p.add_argument("--budget", type=int, default=40)
     p.add_argument("--time-limit", type=float, default=300.0)
     p.add_argument("--only", help="task numbers to run, e.g. 1-12 or 3,5,9 (1-based positions in the suite)")
-    p.add_argument("--gpus", type=int, help="worker processes, one per GPU (default: every visible GPU)")
+    p.add_argument("--gpus", help="GPU indices to use, one worker process each, e.g. 1,2,3 (default: all)")
+    p.add_argument("--no-knowledge", action="store_true", help="run optimize without the knowledge store")
     p.add_argument("--table", nargs="+", metavar="OUT", help="print the table of these finished folders")
     args = p.parse_args()
     if args.table:
@@ -42,15 +43,16 @@ def main() -> int:
         p.error("--out is required unless --table is given")
     specs = load_suite(args.suite)
     chosen = [s for i, s in enumerate(specs, 1) if _wanted(i, args.only)]
-    gpus = args.gpus or _gpu_count()
+    gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else list(range(_gpu_count()))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     procs = []
-    for g in range(gpus):
-        mine = chosen[g::gpus]
-        cmd = " && ".join(
+    extra = " --no-knowledge" if args.no_knowledge else ""
+    for i, g in enumerate(gpus):
+        mine = chosen[i::len(gpus)]
+        cmd = "; ".join(
             f"{sys.executable} -m agent.cli optimize {s.path} --budget {args.budget} --time-limit "
-            f"{args.time_limit} --out {out / s.name} > {out / s.name}.log 2>&1 || true" for s in mine)
+            f"{args.time_limit} --out {out / s.name}{extra} > {out / s.name}.log 2>&1" for s in mine)
         if cmd:
             procs.append(subprocess.Popen(["bash", "-c", cmd], env={**os.environ, "CUDA_VISIBLE_DEVICES": str(g)}))
     for proc in procs:
@@ -59,12 +61,12 @@ def main() -> int:
 
 
 def print_table(folders: list[Path]) -> int:
-    rows = [r for folder in folders for d in sorted(folder.iterdir()) if (r := _row(d))]
+    rows = [r for folder in folders for d in sorted(folder.iterdir()) if d.is_dir() and (r := _row(d))]
     head = (f"{'task':<26}{'class':>7}{'eager':>9}{'compile':>9}{'best':>9}{'floor':>9}{'best/fl':>8}"
             f"{'vs eager':>9}{'vs comp':>9}{'evals':>6}{'sec':>6}{'ev95':>6}{'s95':>6}")
     print(head)
     for r in rows:
-        print(f"{r['task']:<26}{r['class']:>7}{r['eager']:>9.4f}{_f(r['compile'])}{_f(r['best'])}{r['floor']:>9.4f}"
+        print(f"{r['task']:<26}{r['class']:>7}{r['eager']:>9.4f}{_f(r['compile'])}{_f(r['best'])}{_f(r['floor'])}"
               f"{_f(r['best_floor'], 8, 2)}{r['vs_eager']:>8.2f}x{_f(r['vs_compile'], 8, 2)}x{r['evals']:>6}"
               f"{r['seconds']:>6.0f}{r['evals95']:>6}{r['seconds95']:>6.0f}")
     mem = [r["best_floor"] for r in rows if r["class"] == "memory" and r["best_floor"]]
@@ -89,6 +91,8 @@ def _row(folder: Path) -> dict | None:
                 "floor": math.nan, "best_floor": None, "vs_eager": 1.0, "vs_compile": None,
                 "evals": len(evals), "seconds": _span(evals), "evals95": 0, "seconds95": 0.0}
     t0 = timed[0]["timing"]
+    if t0.get("interpreted"):
+        raise SystemExit(f"{folder} holds interpreter timings from a CPU: this table is for GPU runs only.")
     eager, compile_ms, floor = t0["eager_ms"], t0["compile_ms"], t0["floor_ms"]
     correct = [e for e in evals if e["verdict"] == "correct"]
     best = min((e["timing"]["ms"] for e in correct), default=None)

@@ -16,7 +16,7 @@ def main(job_path: str, result_path: str) -> None:
     if not torch.cuda.is_available():
         os.environ["TRITON_INTERPRET"] = "1"  # must precede the first import of triton
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    from tools.results import EvalResult, job_from_json
+    from tools.results import job_from_json
 
     job = job_from_json(json.loads(open(job_path).read()))
     result = evaluate_here(job)

@@ -1,0 +1,370 @@
+"""Task analysis: trace a task's reference Model to an ATen graph and describe it.
+
+    a = analyze("tasks/07_rms_norm.py", small=True)
+    a.family, a.roofline, a.dominant_bytes_op, a.to_json()
+
+The task module is executed fresh (SMALL_SHAPES applied when `small`, then `shapes` overrides), the Model
+is built under torch.manual_seed(0) and traced with make_fx. Small shapes trace real CPU tensors; full
+shapes trace meta tensors, so a GPU-scale task costs no memory here. The description: every ATen op in
+order with shapes and dtypes, reduction axes, the pointwise chains that can fuse, FLOPs (flop_counter for
+matmul/conv, one per element otherwise) and bytes per op, the op dominating each, the minimum traffic
+(inputs and parameters read once, outputs written once), the roofline class against an arch's ridge
+point, and a family guess. `trace()` is shared with agent/templates, which traces with decompositions.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import operator
+import types
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.func import functional_call
+from torch.utils.flop_counter import FlopCounterMode
+
+aten = torch.ops.aten
+
+# (peak fp32 FLOP/s, peak DRAM B/s). A CPU is classed by intensity against the sm_90 ridge point.
+PEAKS = {"sm_90": (51e12, 4.27e12)}
+FAMILIES = ("elementwise", "softmax", "norm", "reduction", "argreduce", "scan", "pooling", "loss", "matvec",
+            "matmul", "gemm_epilogue", "conv", "unknown")
+
+REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "prod", "var", "std", "var_mean", "logsumexp",
+              "linalg_vector_norm", "norm", "any", "all"}
+ARGREDUCTIONS = {"argmax", "argmin"}
+SCANS = {"cumsum", "cumprod", "logcumsumexp", "cummax", "cummin"}
+MATMULS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "dot", "mv", "addmv"}
+CONVS = {"convolution", "_convolution", "conv2d", "conv1d"}
+POOLS = {"max_pool2d_with_indices", "max_pool1d", "max_pool2d", "avg_pool2d", "avg_pool1d", "max_pool3d_with_indices",
+         "avg_pool3d", "adaptive_avg_pool2d", "_adaptive_avg_pool2d", "adaptive_max_pool2d"}
+NORMS = {"native_layer_norm", "native_group_norm", "native_batch_norm", "_native_batch_norm_legit",
+         "_native_batch_norm_legit_no_training", "_native_batch_norm_legit_functional"}
+SOFTMAXES = {"_softmax", "_log_softmax"}
+LOSSES = {"mse_loss", "huber_loss", "smooth_l1_loss", "l1_loss", "nll_loss_forward", "nll_loss2d_forward",
+          "kl_div", "binary_cross_entropy", "binary_cross_entropy_with_logits", "soft_margin_loss",
+          "hinge_embedding_loss", "margin_ranking_loss", "cosine_embedding_loss", "triplet_margin_loss"}
+VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "permute", "t", "transpose",
+         "select", "slice", "detach", "alias", "clone", "lift_fresh_copy", "contiguous", "getitem", "flatten",
+         "unflatten", "as_strided", "split", "chunk", "unbind", "expand_as", "view_as", "_reshape_alias"}
+PER_ELEMENT_FLOPS = {"softmax": 5, "norm": 8, "loss": 3, "pool": 1, "scan": 1, "reduction": 1, "argreduce": 1,
+                     "pointwise": 1}
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    shape: list[int]
+    dtype: str
+
+
+@dataclass
+class OpInfo:
+    index: int
+    name: str  # the FX node's name
+    target: str  # "aten.add.Tensor"
+    kind: str  # pointwise, reduction, argreduce, scan, matmul, conv, pool, norm, softmax, loss, view, factory, other
+    inputs: list[list[int]]  # shapes of the tensor arguments
+    shape: list[int]  # the (first) output's shape
+    dtype: str
+    axes: list[int] | None = None  # reduction / scan / softmax axes, non-negative
+    flops: float = 0.0
+    bytes: float = 0.0
+
+
+@dataclass
+class TaskAnalysis:
+    name: str
+    small: bool
+    shapes: dict  # the module globals overridden (SMALL_SHAPES and `shapes`)
+    arch: str
+    tf32: bool
+    inputs: list[TensorInfo]
+    params: list[TensorInfo]  # parameters and buffers the forward reads
+    outputs: list[TensorInfo]
+    ops: list[OpInfo]
+    reduction_axes: list[list[int]]  # per reduction-like op, in order
+    fusable_chains: list[list[str]]  # connected pointwise ops (node names), each fusable into one pass
+    dominant_flops_op: str | None
+    dominant_bytes_op: str | None
+    total_flops: float
+    min_bytes: float
+    intensity: float  # total_flops / min_bytes
+    ridge: float  # peak FLOP/s / peak B/s of the arch
+    roofline: str  # "memory" or "compute"
+    floor_s: float  # max(flops / peak, bytes / bandwidth)
+    family: str
+    source: str = field(repr=False, default="")
+    module: types.ModuleType | None = field(repr=False, compare=False, default=None)
+
+    def to_json(self) -> dict:
+        skip = ("module", "source")
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in skip}
+
+
+def _plain(value):
+    if is_dataclass(value):
+        return asdict(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+@dataclass
+class Traced:
+    """An ATen graph of a task's forward, with what each placeholder stands for."""
+
+    gm: torch.fx.GraphModule
+    roles: list[tuple[str, str]]  # per placeholder: ("param"|"buffer", "linear.weight") or ("input", "x")
+    arg_names: list[str]  # the forward's parameter names
+    constants: dict  # non-tensor forward arguments, by name
+    model: torch.nn.Module
+    out_spec: object  # pytree spec of the forward's return value
+
+
+def load_task(source_or_path: str, small: bool, shapes: dict | None = None) -> tuple[types.ModuleType, str, dict]:
+    """Executes a task's source as a fresh module with its shape overrides; returns (module, source, overrides)."""
+    text, filename = source_or_path, "<task>"
+    if "\n" not in source_or_path and source_or_path.endswith(".py") and Path(source_or_path).is_file():
+        text, filename = Path(source_or_path).read_text(), source_or_path
+    module = types.ModuleType("kw_analysis_task")
+    module.__file__ = filename
+    exec(compile(text, filename, "exec"), module.__dict__)
+    for required in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(module, required):
+            raise ValueError(f"The task does not define {required} (KernelBench format).")
+    overrides = dict(getattr(module, "SMALL_SHAPES", {}) if small else {})
+    overrides.update(shapes or {})
+    for key, value in overrides.items():
+        if key not in module.__dict__:
+            raise ValueError(f"Shape override {key!r} is not a global of the task.")
+        setattr(module, key, value)
+    return module, text, overrides
+
+
+def trace(module: types.ModuleType, *, meta: bool, decompositions: dict | None = None) -> Traced:
+    """make_fx of Model(*get_init_inputs()).forward(*get_inputs()), built under manual_seed(0).
+    meta=True builds the model and inputs on the meta device (no memory, no values)."""
+    torch.manual_seed(0)
+    if meta:
+        with torch.device("meta"):
+            model = module.Model(*module.get_init_inputs())
+            inputs = list(module.get_inputs())
+    else:
+        model = module.Model(*module.get_init_inputs())
+        inputs = list(module.get_inputs())
+    arg_names = [p for p in inspect.signature(model.forward).parameters][:len(inputs)]
+    named = [("param", n, t) for n, t in model.named_parameters()] + [("buffer", n, t) for n, t in model.named_buffers()]
+    tensor_pos = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+    constants = {arg_names[i]: x for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)}
+
+    out_spec = []
+
+    def forward(state: list, *tensors):
+        args = list(inputs)
+        for i, t in zip(tensor_pos, tensors):
+            args[i] = t
+        out = functional_call(model, {n: t for (_, n, _), t in zip(named, state)}, tuple(args))
+        out_spec.append(torch.utils._pytree.tree_flatten(out)[1])
+        return out
+
+    gm = make_fx(forward, tracing_mode="fake", decomposition_table=decompositions or {})(
+        [t for _, _, t in named], *[inputs[i] for i in tensor_pos])
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    roles = [(kind, name) for kind, name, _ in named] + [("input", arg_names[i]) for i in tensor_pos]
+    return Traced(gm, roles, arg_names, constants, model, out_spec[-1])
+
+
+def analyze(task_source_or_path: str, small: bool, *, shapes: dict | None = None, arch: str = "sm_90",
+            tf32: bool = False, name: str = "") -> TaskAnalysis:
+    module, source, overrides = load_task(task_source_or_path, small, shapes)
+    traced = trace(module, meta=not small)
+    gm = traced.gm
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    used = [(role, n) for role, n in zip(traced.roles, placeholders) if n.users]
+    inputs = [_info(r[1], n) for r, n in used if r[0] == "input"]
+    params = [_info(r[1], n) for r, n in used if r[0] != "input"]
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    outs = [a for a in torch.utils._pytree.tree_leaves(out_node.args[0]) if isinstance(a, torch.fx.Node)]
+    outputs = [_info(a.name, a) for a in outs]
+    ops = _describe_ops(gm)
+    compute = [o for o in ops if o.kind not in ("view", "factory")]
+    total_flops = sum(o.flops for o in compute)
+    min_bytes = float(sum(_nbytes(n) for _, n in used) + sum(_nbytes(a) for a in outs))
+    peak_flops, peak_bw = PEAKS.get(arch, PEAKS["sm_90"])
+    ridge = peak_flops / peak_bw
+    intensity = total_flops / min_bytes if min_bytes else 0.0
+    return TaskAnalysis(
+        name=name or Path(getattr(module, "__file__", "task")).stem, small=small, shapes=overrides, arch=arch,
+        tf32=tf32, inputs=inputs, params=params, outputs=outputs, ops=ops,
+        reduction_axes=[o.axes for o in ops if o.axes is not None and o.kind != "pointwise"],
+        fusable_chains=_pointwise_chains(gm, ops),
+        dominant_flops_op=max(compute, key=lambda o: o.flops).name if compute else None,
+        dominant_bytes_op=max(compute, key=lambda o: o.bytes).name if compute else None,
+        total_flops=total_flops, min_bytes=min_bytes, intensity=intensity, ridge=ridge,
+        roofline="compute" if intensity > ridge else "memory",
+        floor_s=max(total_flops / peak_flops, min_bytes / peak_bw), family=_family(ops, outputs, inputs),
+        source=source, module=module)
+
+
+# --- per-op description ------------------------------------------------------------------------------
+def _base(target) -> str:
+    if target is operator.getitem:
+        return "getitem"
+    name = getattr(target, "__name__", str(target))
+    return name.split(".")[0].rstrip("_") if name != "_" else name
+
+
+def _kind(target) -> str:
+    base = _base(target)
+    if base in VIEWS:
+        return "view"
+    for kind, names in (("reduction", REDUCTIONS), ("argreduce", ARGREDUCTIONS), ("scan", SCANS),
+                        ("matmul", MATMULS), ("conv", CONVS), ("pool", POOLS), ("norm", NORMS),
+                        ("softmax", SOFTMAXES), ("loss", LOSSES)):
+        if base in names:
+            return kind
+    if base in ("empty", "zeros", "ones", "full", "arange", "scalar_tensor", "empty_like", "zeros_like",
+                "full_like", "ones_like", "empty_strided"):
+        return "factory"
+    if isinstance(target, torch._ops.OpOverload) and torch.Tag.pointwise in target.tags:
+        return "pointwise"
+    if base in ("where", "masked_fill", "clamp", "clamp_min", "clamp_max", "_to_copy", "flip", "gelu", "mish",
+                "silu", "hardswish", "hardsigmoid", "hardtanh", "softplus", "elu", "leaky_relu", "relu"):
+        return "pointwise"
+    return "other"
+
+
+def _tensors(args) -> list:
+    return [a for a in torch.utils._pytree.tree_leaves(args) if isinstance(a, torch.fx.Node)
+            and isinstance(a.meta.get("val"), torch.Tensor)]
+
+
+def _val(node):
+    v = node.meta.get("val")
+    return v[0] if isinstance(v, (tuple, list)) else v
+
+
+def _nbytes(node) -> int:
+    v = _val(node)
+    return v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 0
+
+
+def _info(name: str, node) -> TensorInfo:
+    v = _val(node)
+    return TensorInfo(name, list(v.shape), str(v.dtype).replace("torch.", ""))
+
+
+def _axes(node) -> list[int] | None:
+    base = _base(node.target)
+    if base not in REDUCTIONS | ARGREDUCTIONS | SCANS | SOFTMAXES and base != "native_layer_norm":
+        return None
+    rank = _val(node.args[0]).dim() if node.args and isinstance(node.args[0], torch.fx.Node) else 0
+    dims = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
+    if base == "native_layer_norm":
+        return list(range(rank - len(node.args[1]), rank))
+    if base == "linalg_vector_norm":
+        dims = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim")
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(rank))
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return sorted(d % max(rank, 1) for d in dims if isinstance(d, int))
+
+
+def _node_flops(node, kind: str) -> float:
+    if kind in ("matmul", "conv"):
+        args = torch.utils._pytree.tree_map(
+            lambda a: torch.empty_strided(_val(a).shape, _val(a).stride(), dtype=_val(a).dtype, device="meta")
+            if isinstance(a, torch.fx.Node) and isinstance(_val(a), torch.Tensor) else a, (node.args, node.kwargs))
+        counter = FlopCounterMode(display=False)
+        with counter:
+            node.target(*args[0], **args[1])
+        return float(counter.get_total_flops())
+    if kind in PER_ELEMENT_FLOPS:
+        biggest = max([_val(a).numel() for a in _tensors(node.args)] + [_val(node).numel()])
+        if kind == "pool":
+            window = node.args[1] if len(node.args) > 1 else [1]
+            return float(_val(node).numel() * math.prod(window))
+        return float(PER_ELEMENT_FLOPS[kind] * biggest)
+    return 0.0
+
+
+def _describe_ops(gm) -> list[OpInfo]:
+    ops = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(_val(node), torch.Tensor):
+            continue
+        kind = _kind(node.target)
+        ins = _tensors((node.args, node.kwargs))
+        v = _val(node)
+        nbytes = 0 if kind in ("view", "factory") else sum(_nbytes(a) for a in ins) + _nbytes(node)
+        ops.append(OpInfo(len(ops), node.name, str(node.target), kind, [list(_val(a).shape) for a in ins],
+                          list(v.shape), str(v.dtype).replace("torch.", ""), _axes(node),
+                          _node_flops(node, kind), float(nbytes)))
+    return ops
+
+
+def _pointwise_chains(gm, ops: list[OpInfo]) -> list[list[str]]:
+    """Connected components of pointwise ops (through views): each one can run as one pass over memory."""
+    kinds = {o.name: o.kind for o in ops}
+    parent: dict[str, str] = {}
+
+    def find(a: str) -> str:
+        while parent.setdefault(a, a) != a:
+            a = parent[a]
+        return a
+
+    members = [n for n in gm.graph.nodes if kinds.get(n.name) == "pointwise"]
+    for node in members:
+        find(node.name)
+        for a in _tensors(node.args):
+            src = a
+            while kinds.get(src.name) == "view" and _tensors(src.args):
+                src = _tensors(src.args)[0]
+            if kinds.get(src.name) == "pointwise":
+                parent[find(src.name)] = find(node.name)
+    groups: dict[str, list[str]] = {}
+    for node in members:
+        groups.setdefault(find(node.name), []).append(node.name)
+    return list(groups.values())
+
+
+def _family(ops: list[OpInfo], outputs: list[TensorInfo], inputs: list[TensorInfo]) -> str:
+    compute = [o for o in ops if o.kind not in ("view", "factory")]
+    kinds = {o.kind for o in compute}
+    bases = {o.target.split(".")[1] if o.target.startswith("aten.") else o.target for o in compute}
+    if not compute:
+        return "unknown"
+    if "conv" in kinds:
+        return "conv"
+    if "matmul" in kinds:
+        mm = next(o for o in compute if o.kind == "matmul")
+        operands = mm.inputs[1:] if "addmm" in mm.target or "baddbmm" in mm.target else mm.inputs
+        if len(mm.shape) < 2 or mm.shape[-1] == 1 or mm.shape[-2] == 1 or any(len(s) == 1 for s in operands):
+            return "matvec"
+        return "gemm_epilogue" if len(compute) > 1 else "matmul"
+    if "pool" in kinds:
+        return "pooling"
+    if "scan" in kinds:
+        return "scan"
+    scalar_out = all(len(o.shape) == 0 for o in outputs)
+    if "loss" in kinds or (scalar_out and len(inputs) >= 2 and kinds & {"reduction", "softmax"}):
+        return "loss"
+    if "norm" in kinds or "linalg_vector_norm" in bases or (
+            "reduction" in kinds and bases & {"rsqrt", "sqrt"} and outputs and len(outputs[0].shape) >= 1
+            and any(outputs[0].shape == i.shape for i in inputs)):
+        return "norm"
+    if "softmax" in kinds:
+        return "softmax"
+    if "argreduce" in kinds:
+        return "argreduce"
+    if "reduction" in kinds:
+        return "reduction"
+    if kinds == {"pointwise"}:
+        return "elementwise"
+    return "unknown"

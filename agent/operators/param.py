@@ -1,0 +1,173 @@
+"""The parameter operator: a stochastic search over template parameters that learns from measured results.
+
+    op = ParamOperator(seeds=[{"template": "rowwise", "mode": "looped", "BLOCK_R": 4096}])
+    op.observe(archive)                           # any evaluated candidates (the search calls this each round)
+    proposals = op.propose(task, parents, n=4)
+
+Known-good configurations (`seeds`, e.g. retrieved from the knowledge store for similar shapes on the same
+arch) are tried first. After that each proposal mutates one to three parameters of a base configuration:
+usually the best measured one, otherwise a parent. Values are picked by an upper confidence bound on their
+mean normalized fitness (fitness / the template's best, 0 for incorrect or crashed candidates) over
+everything observed, so values that were fast are chosen more often and untried values get a chance;
+ordered numeric parameters mostly move to a neighbouring value. Configurations already proposed or
+evaluated are never proposed again, nor are ones the template rejects (too many registers, shared memory).
+"""
+from __future__ import annotations
+
+import math
+import random
+
+from agent.interfaces import Individual, Proposal, TaskContext
+from agent.operators.template import analysis_of, config_key, kernel_text, make_proposal
+from agent.templates import base, matching
+
+
+class ParamOperator:
+    name = "param"
+
+    def __init__(self, seeds: list[dict] | None = None, seed: int = 0, explore: float = 0.2,
+                 exploit_best: float = 0.7, confidence: float = 0.5):
+        self.rng = random.Random(seed)
+        self.seeds = [dict(s) for s in (seeds or [])]
+        self.explore = explore  # chance of a uniformly random value
+        self.exploit_best = exploit_best  # chance of mutating the best measured config rather than a parent
+        self.confidence = confidence  # weight of the UCB exploration bonus
+        self.results: dict[str, tuple[dict, float]] = {}  # config key -> (params, best fitness seen)
+        self.proposed: set[str] = set()  # config keys proposed or rejected, never proposed again
+        self.sources: set[str] = set()
+        self.last_reason: str | None = None
+
+    # --- learning ----------------------------------------------------------------------------------
+    def observe(self, individuals: list[Individual]) -> None:
+        """Records the measured fitness of evaluated candidates that carry template parameters."""
+        for ind in individuals:
+            if ind.result is None or "template" not in ind.params:
+                continue
+            key = config_key(ind.params)
+            old = self.results.get(key, (None, -1.0))[1]
+            self.results[key] = (dict(ind.params), max(old, ind.fitness))
+            self.proposed.add(key)
+            self.sources.add(kernel_text(ind.source))
+
+    def stats(self, template: str) -> dict[tuple[str, object], tuple[float, int]]:
+        """(param, value) -> (mean normalized fitness, count) over the observed configs of a template."""
+        rows = [(p, f) for p, f in self.results.values() if p.get("template") == template]
+        best = max((f for _, f in rows), default=0.0)
+        acc: dict[tuple[str, object], list[float]] = {}
+        for params, fitness in rows:
+            score = fitness / best if best > 0 else 0.0
+            for k, v in params.items():
+                if k != "template":
+                    acc.setdefault((k, _hashable(v)), []).append(score)
+        return {key: (sum(s) / len(s), len(s)) for key, s in acc.items()}
+
+    def best(self, template: str) -> dict | None:
+        rows = [(p, f) for p, f in self.results.values() if p.get("template") == template and f > 0]
+        return dict(max(rows, key=lambda r: r[1])[0]) if rows else None
+
+    # --- proposing ---------------------------------------------------------------------------------
+    def propose(self, task: TaskContext, parents: list[Individual], n: int) -> list[Proposal]:
+        try:
+            analysis = analysis_of(task)
+            templates = {t.NAME: t for t in matching(analysis)}
+        except Exception as e:  # a task the tracer or the templates choke on: no proposals, and why
+            self.last_reason = f"the templates could not plan this task ({type(e).__name__}: {e})"[:300]
+            return []
+        if not templates:
+            return []
+        self.observe(parents)
+        out: list[Proposal] = []
+        while self.seeds and len(out) < n:
+            seed = self.seeds.pop(0)
+            name = seed.get("template") if seed.get("template") in templates else next(iter(templates))
+            params = self.fit(analysis, templates[name], seed)
+            self.add(analysis, name, params, out, "known-good configuration")
+        for _ in range(40 * n):
+            if len(out) >= n:
+                break
+            name, start, origin = self.pick_base(analysis, templates, parents)
+            child, changes = self.mutate(analysis, templates[name], start)
+            if changes:
+                note = ", ".join(f"{k} {start.get(k)}->{v}" for k, v in changes.items())
+                self.add(analysis, name, child, out, f"{note} (from {origin})")
+        return out
+
+    def add(self, analysis, name: str, params: dict, out: list[Proposal], note: str) -> None:
+        key = config_key({"template": name, **params})
+        if key in self.proposed:
+            return
+        self.proposed.add(key)
+        if base.invalid(analysis, params):
+            return
+        try:
+            proposal = make_proposal(analysis, name, params, self.name, f"param search: {note}")
+        except Exception as e:
+            self.last_reason = f"the {name} template failed to render ({type(e).__name__}: {e})"[:300]
+            return
+        text = kernel_text(proposal.source)
+        if text in self.sources:  # a parameter the template clamps away: same kernels
+            return
+        self.sources.add(text)
+        out.append(proposal)
+
+    def fit(self, analysis, template, params: dict) -> dict:
+        """A configuration from elsewhere (another shape, an older template) made valid for this space:
+        unknown keys dropped, missing ones defaulted, numbers moved to the nearest available choice."""
+        space, out = template.space(analysis), dict(template.default(analysis))
+        for k, v in params.items():
+            if k not in space:
+                continue
+            choices = space[k]
+            if v in choices:
+                out[k] = v
+            elif isinstance(v, (int, float)) and all(isinstance(c, (int, float)) for c in choices):
+                out[k] = min(choices, key=lambda c: abs(math.log2(max(c, 1)) - math.log2(max(v, 1))))
+        return out
+
+    def pick_base(self, analysis, templates: dict, parents: list[Individual]) -> tuple[str, dict, str]:
+        ours = [p for p in parents if p.params.get("template") in templates]
+        name = self.rng.choice(sorted(templates))
+        if ours and (self.rng.random() > self.exploit_best or self.best(ours[0].params["template"]) is None):
+            parent = self.rng.choice(ours)
+            name = parent.params["template"]
+            return name, self.fit(analysis, templates[name], parent.params), f"parent {parent.id}"
+        if ours:
+            name = max(ours, key=lambda p: p.fitness).params["template"]
+        best = self.best(name)
+        if best is not None:
+            return name, self.fit(analysis, templates[name], best), "best measured"
+        return name, templates[name].default(analysis), "default"
+
+    def mutate(self, analysis, template, start: dict) -> tuple[dict, dict]:
+        space = {k: v for k, v in template.space(analysis).items() if len(v) > 1}
+        if not space:
+            return dict(start), {}
+        stats = self.stats(template.NAME)
+        total = sum(c for _, c in stats.values())
+        count = min(len(space), self.rng.choices([1, 2, 3], weights=[6, 3, 1])[0])
+        child, changes = dict(start), {}
+        for k in self.rng.sample(sorted(space), count):
+            value = self.choose(k, space[k], start.get(k), stats, total)
+            if value != start.get(k):
+                child[k] = value
+                changes[k] = value
+        return child, changes
+
+    def choose(self, key: str, choices: list, current, stats: dict, total: int):
+        options = [c for c in choices if c != current]
+        if self.rng.random() < self.explore:
+            return self.rng.choice(options)
+        ordered = current in choices and all(isinstance(c, (int, float)) for c in choices)
+        if ordered and self.rng.random() < 0.6:
+            i = choices.index(current)
+            options = [choices[j] for j in (i - 2, i - 1, i + 1, i + 2) if 0 <= j < len(choices)]
+
+        def ucb(value) -> float:
+            mean, count = stats.get((key, _hashable(value)), (0.6, 0))
+            return mean + self.confidence * math.sqrt(math.log(total + 2) / (count + 1)) + 1e-6 * self.rng.random()
+
+        return max(options, key=ucb)
+
+
+def _hashable(value):
+    return tuple(value) if isinstance(value, list) else value

@@ -1,0 +1,92 @@
+"""The template operator: complete Triton candidates from the parameterized templates, no model needed.
+
+    op = TemplateOperator()
+    proposals = op.propose(task, parents=[], n=4)   # defaults first, then structural variants
+
+Each proposal's params are {"template": name, **parameters}, so ParamOperator can mutate it later. A task
+no template covers yields no proposals and `last_reason` says why.
+"""
+from __future__ import annotations
+
+import hashlib
+
+from agent.analysis import TaskAnalysis, analyze
+from agent.interfaces import Individual, Proposal, TaskContext
+from agent.templates import BY_NAME, base, matching, unsupported_reason
+
+_ANALYSES: dict[tuple, TaskAnalysis] = {}
+
+
+def analysis_of(task: TaskContext) -> TaskAnalysis:
+    """The task re-analyzed at the shapes its stored analysis used (the templates need the traced module,
+    which the JSON form does not carry). Cached per source and shapes."""
+    stored = task.analysis or {}
+    small = bool(stored.get("small", task.arch == "cpu"))
+    shapes = dict(stored.get("shapes") or {})
+    key = (hashlib.sha256(task.source.encode()).hexdigest(), small, tuple(sorted(shapes.items())),
+           bool(stored.get("tf32", False)))
+    if key not in _ANALYSES:
+        arch = task.arch if task.arch.startswith("sm_") else "sm_90"
+        _ANALYSES[key] = analyze(task.source, small=small, shapes=shapes, arch=arch,
+                                 tf32=bool(stored.get("tf32", False)), name=task.name)
+    return _ANALYSES[key]
+
+
+def config_key(params: dict) -> str:
+    return repr(sorted(params.items()))
+
+
+def kernel_text(source: str) -> str:
+    """A candidate without its parameter comment: two configurations that render the same kernels (a
+    parameter the template clamps or ignores) have the same kernel text."""
+    return "\n".join(line for line in source.splitlines() if not line.startswith("# --- Triton candidate"))
+
+
+def make_proposal(analysis: TaskAnalysis, template: str, params: dict, operator: str, note: str) -> Proposal:
+    t = BY_NAME[template]
+    source = t.render(analysis, params)
+    return Proposal(source=source, operator=operator, params={"template": template, **params},
+                    features=base.features(analysis, params), note=note)
+
+
+class TemplateOperator:
+    name = "template"
+
+    def __init__(self, variants: bool = True):
+        self.variants = variants
+        self.proposed: set[str] = set()  # kernel texts already proposed in this run
+        self.last_reason: str | None = None
+
+    def propose(self, task: TaskContext, parents: list[Individual], n: int) -> list[Proposal]:
+        try:
+            analysis = analysis_of(task)
+            templates = matching(analysis)
+            self.last_reason = None if templates else unsupported_reason(analysis)
+        except Exception as e:  # a task the tracer or the templates choke on: no proposals, and why
+            self.last_reason = f"the templates could not plan this task ({type(e).__name__}: {e})"[:300]
+            return []
+        seen = self.proposed | {kernel_text(p.source) for p in parents}
+        queues = [[(t.NAME, p) for p in (t.variants(analysis) if self.variants else [t.default(analysis)])]
+                  for t in templates]
+        out: list[Proposal] = []
+        while len(out) < n and any(queues):
+            for queue in queues:  # round-robin: every matching template's default before any variant
+                if not queue or len(out) >= n:
+                    continue
+                name, params = queue.pop(0)
+                if base.invalid(analysis, params):
+                    continue
+                kind = "default" if params == BY_NAME[name].default(analysis) else "variant"
+                try:
+                    proposal = make_proposal(analysis, name, params, self.name,
+                                             f"{name} template, {kind} configuration")
+                except Exception as e:
+                    self.last_reason = f"the {name} template failed to render ({type(e).__name__}: {e})"[:300]
+                    continue
+                text = kernel_text(proposal.source)
+                if text in seen:
+                    continue
+                seen.add(text)
+                self.proposed.add(text)
+                out.append(proposal)
+        return out

@@ -1,0 +1,353 @@
+"""`kernelwright optimize TASK`: search for a faster verified Triton kernel for one task.
+
+    kernelwright optimize tasks/01_gelu.py --budget 12 --out runs/gelu
+    kernelwright optimize tasks/01_gelu.py --model qwen2.5-coder --policy map-elites
+    kernelwright optimize tasks/01_gelu.py --resume runs/gelu          # after an interrupt or a kill
+
+Writes DIR/run.sqlite (every candidate, as it is evaluated), DIR/best.py (the fastest correct candidate,
+a file `kernelwright eval` accepts), DIR/report.json, DIR/lineage.dot, and prints a short summary.
+Exit codes: 0 a correct candidate was found, 1 none was, 2 bad input (one sentence on stderr),
+130 interrupted (everything evaluated is kept; resume with --resume DIR).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from agent.context import Run, RunConfig
+from agent.interfaces import Individual, Operator, TaskContext
+from agent.llm import ChatClient, LLMConfigError, LLMError, llm_config
+from agent.policies import POLICIES, make_policy
+from agent.runstore import RunStore
+from tools.results import VERDICTS, TaskSpec
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+STORE_FILE = "run.sqlite"
+
+
+class UsageError(Exception):
+    """Bad input; the message is one sentence for a person."""
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    d = RunConfig()
+    p = subparsers.add_parser("optimize", help="search for a faster verified Triton kernel for a task",
+                              description="Search for a faster Triton kernel computing the same function as "
+                                          "the task's Model, verifying and timing every candidate.")
+    p.add_argument("task", help="task file: class Model, get_inputs(), get_init_inputs()")
+    p.add_argument("--budget", type=int, help=f"candidates to evaluate in the whole run (default {d.budget})")
+    p.add_argument("--time-limit", type=float, metavar="S",
+                   help=f"wall-clock seconds for this session (default {d.time_limit_s:g})")
+    p.add_argument("--out", metavar="DIR", help="output folder (default runs/TASK-TIMESTAMP)")
+    p.add_argument("--model", help="model name at OPENAI_BASE_URL (with OPENAI_API_KEY); none: no LLM operator")
+    p.add_argument("--policy", choices=POLICIES, help=f"parent selection (default {d.policy})")
+    p.add_argument("--resume", metavar="RUN", help="continue the run in this folder (an earlier --out)")
+    p.add_argument("--small", action="store_true", default=None, help="evaluate on the task's SMALL_SHAPES")
+    p.add_argument("--seed", type=int, help=f"seed of the search's random choices (default {d.seed})")
+    p.add_argument("--batch-size", type=int, help=f"proposals per round (default {d.batch_size})")
+    p.add_argument("--plateau", type=int, help=f"stop after N evaluations without progress; 0: never "
+                                                f"(default {d.plateau})")
+    p.add_argument("--no-knowledge", action="store_true", help="no retrieval from or write-back to the "
+                                                               "knowledge store")
+    p.set_defaults(func=main)
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        return optimize(args)
+    except UsageError as e:
+        print(f"kernelwright: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    given = {"budget": args.budget, "time_limit_s": args.time_limit, "model": args.model, "policy": args.policy,
+             "small": args.small, "seed": args.seed, "batch_size": args.batch_size, "plateau": args.plateau}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+@dataclass
+class Plan:
+    """A run about to start or resume, checked before anything is written."""
+
+    task_path: str
+    config: RunConfig
+    out: Path
+    store_path: Path
+    resume_id: str | None  # the run to continue, or None for a new one
+
+
+def plan_run(args: argparse.Namespace) -> Plan:
+    from tools.task import TaskError, check_task_file
+    try:
+        check_task_file(args.task)
+    except TaskError as e:
+        raise UsageError(str(e)) from None
+    task_path = str(Path(args.task).resolve())
+    if args.resume:
+        folder = Path(args.resume)
+        if not (folder / STORE_FILE).is_file():
+            raise UsageError(f"There is no run to resume in {folder} (no {STORE_FILE}).")
+        store = RunStore(folder / STORE_FILE)
+        try:
+            records = store.runs()
+        finally:
+            store.close()
+        if not records:
+            raise UsageError(f"The run store in {folder} holds no run.")
+        if records[-1].task_path != task_path:
+            raise UsageError(f"The run in {folder} optimizes {records[-1].task_path}, not {task_path}.")
+        config = replace(RunConfig.from_json(records[-1].config), **_overrides(args))
+        out = Path(args.out) if args.out else folder
+        plan = Plan(task_path, config, out, folder / STORE_FILE, records[-1].id)
+    else:
+        out = Path(args.out) if args.out else Path("runs") / f"{Path(args.task).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+        if (out / STORE_FILE).exists():
+            raise UsageError(f"{out} already holds a run; continue it with --resume {out} or choose another --out.")
+        plan = Plan(task_path, replace(RunConfig(), **_overrides(args)), out, out / STORE_FILE, None)
+    _check_config(plan.config)
+    return plan
+
+
+def start_run(plan: Plan) -> tuple[RunStore, str]:
+    store = RunStore(plan.store_path)
+    if plan.resume_id is None:
+        return store, store.create_run(plan.task_path, plan.config.to_json())
+    store.set_status(plan.resume_id, "running")
+    return store, plan.resume_id
+
+
+def _check_config(config: RunConfig) -> None:
+    if config.budget < 1 or config.time_limit_s <= 0 or config.batch_size < 1 or config.plateau < 0:
+        raise UsageError("--budget, --time-limit and --batch-size must be positive and --plateau not negative.")
+    if config.policy not in POLICIES:
+        raise UsageError(f"Unknown policy {config.policy!r}; choose one of {', '.join(POLICIES)}.")
+
+
+def task_context(spec: TaskSpec, small: bool) -> TaskContext:
+    """The task as operators and prompts see it, analysed at the shapes and precision the evaluator will use
+    (template candidates are generated for exact shapes). `analysis` is {} when the reference cannot be
+    traced."""
+    import torch
+
+    from agent.analysis import analyze
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        arch = f"sm_{major}{minor}"
+        device = f"cuda:{torch.cuda.get_device_name()} ({arch})"
+    else:
+        arch = device = "cpu"
+        small = True
+    try:
+        analysis = analyze(spec.path, small=small, shapes=spec.shapes, arch=arch, tf32=spec.tf32,
+                           name=spec.name).to_json()
+    except Exception as e:  # tracing runs the task's own code: any error means "no analysis"
+        _say(f"analysis: the reference could not be traced ({type(e).__name__}: {str(e)[:160]})")
+        analysis = {}
+    return TaskContext(name=spec.name, source=Path(spec.path).read_text(), analysis=analysis, device=device,
+                       arch=arch)
+
+
+def offline_operators(task: TaskContext, config: RunConfig, seeds: list[dict]) -> list[Operator]:
+    from agent.operators.param import ParamOperator
+    from agent.operators.template import TemplateOperator
+    return [TemplateOperator(), ParamOperator(seeds=seeds, seed=config.seed)]
+
+
+def param_seeds(knowledge, task: TaskContext, config: RunConfig) -> list[dict]:
+    """Template parameters of verified kernels for similar tasks on this arch (written back by earlier
+    runs), for the parameter operator to try first."""
+    from knowledge.errors import KBError
+    if knowledge is None:
+        return []
+    try:
+        found = knowledge.context_for_task(task.source, task.arch, k_docs=0, k_kernels=config.k_kernels,
+                                           budget_chars=config.prompt_chars)
+    except KBError:
+        return []
+    seeds = []
+    for r in found.kernels:
+        try:
+            params = json.loads(r.metadata.get("params") or "null")
+        except ValueError:
+            continue
+        if isinstance(params, dict) and "template" in params:
+            seeds.append(params)
+    return seeds
+
+
+def optimize(args: argparse.Namespace) -> int:
+    plan = plan_run(args)
+    config, out = plan.config, plan.out
+    spec = TaskSpec(path=plan.task_path, name=Path(plan.task_path).stem, small=True if config.small else None)
+    try:
+        llm = llm_config(config.model, config.base_url)
+        chat = ChatClient(llm) if llm else None
+        if chat:
+            chat.check()
+    except LLMConfigError as e:
+        raise UsageError(str(e)) from None
+    except LLMError as e:
+        raise UsageError(f"The LLM endpoint check failed: {e}.") from None
+
+    from tools.executor import ExecutorConfig, LocalExecutor
+    knowledge = None if args.no_knowledge else open_knowledge()
+    executor = LocalExecutor(ExecutorConfig())
+    try:
+        run = build_run(plan, spec, executor=executor, knowledge=knowledge, chat=chat, say=_say)
+    except UsageError:
+        executor.close()
+        raise
+    store, run_id = run.store, run.run_id
+    if chat:
+        _say(f"LLM operator: {llm.model} at {llm.url}")
+    else:
+        _say("No LLM configured (no --model, OPENAI_BASE_URL or OPENAI_API_KEY): searching with the "
+             "template and parameter operators only.")
+    archive, pending = store.archive(run_id), store.pending(run_id)
+    if args.resume:
+        _say(f"resuming run {run_id}: {len(archive)} evaluated, {len(pending)} proposed but not evaluated")
+    from agent.graph import TaskUnusable, run_search
+    try:
+        final = run_search(run, archive, pending)
+    except TaskUnusable as e:
+        store.set_status(run_id, "finished", "the task could not be loaded")
+        raise UsageError(f"The task could not be used: {e}") from None
+    except KeyboardInterrupt:
+        store.set_status(run_id, "interrupted", "interrupted")
+        write_outputs(run, out, "interrupted", chat)
+        print(f"kernelwright: interrupted; resume with --resume {out}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        executor.close()
+        if knowledge is not None:
+            knowledge.close()
+    best = write_outputs(run, out, final.stop, chat)
+    return EXIT_OK if best is not None else EXIT_FAILED
+
+
+def build_run(plan: Plan, spec: TaskSpec, *, executor, knowledge, chat: ChatClient | None, say,
+              lock: threading.Lock | None = None) -> Run:
+    """The live run for a plan: the task as the operators see it, the template and parameter operators (and
+    the LLM operator when a model is configured), the policy and the run store. With `lock`, tracing and the
+    operators that trace run one thread at a time (batch runs tasks concurrently; make_fx is not re-entrant)."""
+    config = plan.config
+    with lock or contextlib.nullcontext():
+        task = task_context(replace(spec, path=plan.task_path), config.small)
+    if not task.analysis and not chat:
+        raise UsageError("The task's reference could not be traced, so the template operators cannot cover it, "
+                         "and no LLM is configured.")
+    operators = offline_operators(task, config, param_seeds(knowledge, task, config)) if task.analysis else []
+    if lock is not None:
+        operators = [Serialized(op, lock) for op in operators]
+    if chat:
+        from agent.operators.llm import LLMOperator
+        operators.insert(0, LLMOperator(chat, config, executor, spec, knowledge, say=say))
+    store, run_id = start_run(plan)
+    return Run(config=config, run_id=run_id, task=task, spec=spec, executor=executor,
+               policy=make_policy(config.policy, config.seed), operators=operators, store=store,
+               knowledge=knowledge, say=say)
+
+
+class Serialized:
+    """Another object's methods, called one thread at a time. Tracing a task (make_fx) keeps global state,
+    so the operators that trace, and the knowledge store, are shared this way between concurrent tasks."""
+
+    def __init__(self, inner, lock: threading.Lock):
+        self._inner, self._lock = inner, lock
+
+    def __getattr__(self, name: str):
+        value = getattr(self._inner, name)
+        if not callable(value):
+            return value
+
+        def call(*args, **kwargs):
+            with self._lock:
+                return value(*args, **kwargs)
+        return call
+
+
+def open_knowledge():
+    """The knowledge store, or None (said once) when it cannot be opened: the search goes on without it."""
+    from knowledge.errors import KBError
+    from knowledge.store import KnowledgeStore
+    store = KnowledgeStore()
+    try:
+        store.retrieve("triton kernel", kind="doc", k=1)
+    except KBError as e:
+        _say(f"knowledge store unavailable ({e}); searching without retrieval")
+        return None
+    return store
+
+
+def best_of_store(store: RunStore, run_id: str) -> Individual | None:
+    correct = [i for i in store.archive(run_id) if i.fitness > 0]
+    return max(correct, key=lambda i: (i.fitness, -i.id)) if correct else None
+
+
+def write_outputs(run: Run, out: Path, stop: str, chat: ChatClient | None) -> Individual | None:
+    """best.py, report.json, lineage.dot and the printed summary. Returns the best candidate or None."""
+    out.mkdir(parents=True, exist_ok=True)
+    store, run_id = run.store, run.run_id
+    best = best_of_store(store, run_id)
+    if best is not None:
+        (out / "best.py").write_text(best.source)
+    (out / "lineage.dot").write_text(store.lineage_dot(run_id))
+    counts = store.counts(run_id)
+    llm_op = next((op for op in run.operators if op.name == "llm"), None)
+    report = {
+        "task": run.spec.path, "run": run_id, "device": run.task.device, "policy": run.config.policy,
+        "stop_reason": stop, "budget": run.config.budget, "evaluated": sum(counts[v] for v in VERDICTS),
+        "counts": counts, "best": best_summary(best), "config": run.config.to_json(),
+        "llm": None if chat is None else {
+            "model": chat.config.model, "url": chat.config.url, "retries": chat.retried,
+            "conversations": getattr(llm_op, "conversations", None),
+            "draft_evals": getattr(llm_op, "draft_evals", None)},
+        "lineage": store.lineage(run_id),
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    _say(summary(report, out))
+    return best
+
+
+def best_summary(best: Individual | None) -> dict | None:
+    if best is None:
+        return None
+    t = best.result.timing
+    figures = {k: getattr(t, k) for k in ("ms", "eager_ms", "compile_ms", "floor_ms", "floor_fraction",
+                                          "speedup_vs_eager", "speedup_vs_compile", "spread_pct",
+                                          "interpreted")} if t else {}
+    return {"id": best.id, "operator": best.operator, "parent_id": best.parent_id, "verdict": best.result.verdict,
+            "device": best.result.device, "suspicious": best.result.suspicious, **figures}
+
+
+def summary(report: dict, out: Path) -> str:
+    counts = ", ".join(f"{n} {v}" for v, n in report["counts"].items() if n)
+    lines = [f"{Path(report['task']).stem}: {report['evaluated']} evaluated ({counts or 'none'}); "
+             f"stopped: {report['stop_reason']}."]
+    b = report["best"]
+    if b is None:
+        lines.append("No correct candidate was found.")
+    elif b.get("interpreted"):
+        lines.append(f"best: #{b['id']} ({b['operator']}), {b['ms']:.4g} ms in the Triton interpreter on a CPU "
+                     f"(not a GPU time; no speedup is claimed).")
+    elif b.get("ms") is not None:
+        extra = [f"{b['speedup_vs_eager']:.2f}x eager" if b.get("speedup_vs_eager") else "",
+                 f"{b['speedup_vs_compile']:.2f}x torch.compile" if b.get("speedup_vs_compile") else "",
+                 f"{b['floor_fraction']:.0%} of the speed-of-light floor" if b.get("floor_fraction") else ""]
+        lines.append(f"best: #{b['id']} ({b['operator']}), {b['ms']:.4g} ms on {b['device']}; "
+                     + ", ".join(e for e in extra if e))
+    wrote = ["best.py"] if b is not None else []
+    lines.append(f"wrote {', '.join(wrote + ['report.json', 'lineage.dot', 'run.sqlite'])} in {out}")
+    return "\n".join(lines)

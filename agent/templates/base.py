@@ -1,0 +1,116 @@
+"""What every template module shares: planning (lower + schedule + pick the primary kernel), validation,
+rendering, and behaviour descriptors. A family module adds which plans it claims, its parameter space and
+its structural variants.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.analysis import TaskAnalysis
+from agent.templates.ir import Program, Unsupported, lower
+from agent.templates.params import kernel_default, kernel_invalid, kernel_space, sizes
+from agent.templates.program import render_program, work
+from agent.templates.schedule import Kernel, schedule
+
+PLAN_KEYS = ("SPLIT_K", "impl", "precision")  # parameters that change the schedule or the GEMM itself
+
+
+@dataclass
+class Plan:
+    program: Program
+    kernels: list[Kernel]
+    buffers: dict
+    primary: int
+
+    @property
+    def main(self) -> Kernel:
+        return self.kernels[self.primary]
+
+    def has(self, op: str) -> bool:
+        return any(n.op == op for n in self.program.nodes)
+
+
+def plan(analysis: TaskAnalysis, params: dict | None = None) -> Plan:
+    params = params or {}
+    program = lower(analysis)
+    kernels, buffers = schedule(program, split_k=params.get("SPLIT_K", 1), torch_gemm=params.get("impl") == "torch")
+    primary = max(range(len(kernels)), key=lambda i: (work(kernels[i]), -i))
+    if kernels[primary].kind == "torch_gemm":  # the tunable kernel is then the largest Triton one
+        rest = [i for i, k in enumerate(kernels) if k.kind != "torch_gemm"]
+        primary = max(rest, key=lambda i: (work(kernels[i]), -i))
+    return Plan(program, kernels, buffers, primary)
+
+
+def default_plan(analysis: TaskAnalysis) -> Plan | None:
+    """The plan under default parameters, or None when the task is unsupported (see why_unsupported)."""
+    try:
+        return plan(analysis)
+    except Unsupported:
+        return None
+
+
+def why_unsupported(analysis: TaskAnalysis) -> str | None:
+    try:
+        plan(analysis)
+    except Unsupported as e:
+        return str(e)
+    return None
+
+
+def default(analysis: TaskAnalysis) -> dict:
+    return kernel_default(plan(analysis).main)
+
+
+def space(analysis: TaskAnalysis) -> dict[str, list]:
+    return kernel_space(plan(analysis).main)
+
+
+def invalid(analysis: TaskAnalysis, params: dict) -> str | None:
+    """Why `params` cannot be rendered or run for this task, or None."""
+    try:
+        pl = plan(analysis, params)
+    except Unsupported as e:
+        return str(e)
+    return kernel_invalid(pl.main, _kernel_params(params))
+
+
+def _kernel_params(params: dict) -> dict:
+    return {k: v for k, v in params.items() if k not in ("template", "SPLIT_K", "impl")}
+
+
+def render(analysis: TaskAnalysis, params: dict, template: str) -> str:
+    pl = plan(analysis, params)
+    kp = _kernel_params(params)
+    reason = kernel_invalid(pl.main, kp)
+    if reason:
+        raise ValueError(f"Invalid parameters for the {template} template: {reason}.")
+    shown = {k: v for k, v in params.items() if k != "template"}
+    header = f"# --- Triton candidate built by the {template} template from the traced task; parameters: {shown}"
+    return render_program(analysis.source, pl.program, pl.kernels, pl.buffers, pl.primary, kp, header)
+
+
+def features(analysis: TaskAnalysis, params: dict) -> dict:
+    """MAP-Elites behaviour descriptors of a configuration."""
+    pl = plan(analysis, params)
+    k = pl.main
+    if any(x.kind == "torch_gemm" for x in pl.kernels):
+        access = "vendor_gemm"
+    elif params.get("SPLIT_K", 1) > 1:
+        access = "split_k"
+    elif k.layout == "gemm":
+        access = "tiled_gemm"
+    elif params.get("SPLIT", 1) > 1:
+        access = "split"
+    elif k.layout == "row":
+        access = params.get("mode", "one_pass")
+    elif k.layout == "col":
+        access = "one_pass" if params.get("BLOCK_R", 32) >= sizes(k)[1] else "looped"
+    else:
+        access = "window" if pl.has("window") else "one_pass"
+    blocks = [v for key, v in params.items() if key.startswith("BLOCK") and isinstance(v, int)]
+    biggest = max(blocks, default=0)
+    return {"access": access,
+            "block_class": "small" if biggest <= 64 else "medium" if biggest <= 1024 else "large",
+            "fusion": sum(1 for n in pl.program.nodes if n.op != "view"),
+            "tensor_cores": k.layout == "gemm" and params.get("precision", "ieee") != "ieee",
+            "launches": sum(1 for x in pl.kernels if x.kind != "torch_gemm")}

@@ -1,0 +1,214 @@
+"""Trace-time decompositions of high-level ATen ops into the reductions and pointwise ops the template
+code generator knows. Each returns what the ATen op returns; unused extra outputs are dead-code eliminated.
+Passed to make_fx as its decomposition_table (see agent/analysis.trace)."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _dims(x, dims) -> list[int]:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(x.dim()))
+    return [d % max(x.dim(), 1) for d in ([dims] if isinstance(dims, int) else dims)]
+
+
+def _count(x, dims) -> int:
+    return math.prod(x.shape[d] for d in dims)
+
+
+def softmax(x, dim, half_to_float=False):
+    m = torch.amax(x, [dim], True)
+    e = torch.exp(x - m)
+    return e / torch.sum(e, [dim], True)
+
+
+def log_softmax(x, dim, half_to_float=False):
+    m = torch.amax(x, [dim], True)
+    shifted = x - m
+    return shifted - torch.log(torch.sum(torch.exp(shifted), [dim], True))
+
+
+def logsumexp(x, dims, keepdim=False):
+    dims = _dims(x, dims)
+    m = torch.amax(x, dims, True)  # (rows of -inf give NaN here where torch gives -inf)
+    out = torch.log(torch.sum(torch.exp(x - m), dims, True)) + m
+    return out if keepdim else torch.squeeze(out, dims)
+
+
+def _moments(x, dims, correction=0):
+    n = _count(x, dims)
+    mean = torch.sum(x, dims, True) * (1.0 / n)
+    centered = x - mean
+    var = torch.sum(centered * centered, dims, True) * (1.0 / max(n - correction, 0) if n > correction else float("nan"))
+    return mean, centered, var
+
+
+def var(x, dims=None, *, correction=None, keepdim=False):
+    dims = _dims(x, dims)
+    _, _, v = _moments(x, dims, 1 if correction is None else correction)
+    return v if keepdim else torch.squeeze(v, dims)
+
+
+def std(x, dims=None, *, correction=None, keepdim=False):
+    return torch.sqrt(var(x, dims, correction=correction, keepdim=keepdim))
+
+
+def var_mean(x, dims=None, *, correction=None, keepdim=False):
+    dims = _dims(x, dims)
+    mean, _, v = _moments(x, dims, 1 if correction is None else correction)
+    if not keepdim:
+        mean, v = torch.squeeze(mean, dims), torch.squeeze(v, dims)
+    return v, mean
+
+
+def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    dims = _dims(x, dim)
+    if ord == 2:
+        out = torch.sqrt(torch.sum(x * x, dims, True))
+    elif ord == 1:
+        out = torch.sum(torch.abs(x), dims, True)
+    elif ord == float("inf"):
+        out = torch.amax(torch.abs(x), dims, True)
+    elif ord == -float("inf"):
+        out = torch.amin(torch.abs(x), dims, True)
+    else:
+        out = torch.pow(torch.sum(torch.pow(torch.abs(x), ord), dims, True), 1.0 / ord)
+    return out if keepdim else torch.squeeze(out, dims)
+
+
+def layer_norm(x, normalized_shape, weight, bias, eps):
+    dims = list(range(x.dim() - len(normalized_shape), x.dim()))
+    mean, centered, v = _moments(x, dims)
+    rstd = torch.rsqrt(v + eps)
+    out = centered * rstd
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out, mean, rstd
+
+
+def group_norm(x, weight, bias, n, c, hw, group, eps):
+    xg = x.view(n, group, -1)
+    mean, centered, v = _moments(xg, [2])
+    rstd = torch.rsqrt(v + eps)
+    out = (centered * rstd).view(x.shape)
+    channel = [1, c] + [1] * (x.dim() - 2)
+    if weight is not None:
+        out = out * weight.view(channel)
+    if bias is not None:
+        out = out + bias.view(channel)
+    return out, mean.view(n, group), rstd.view(n, group)
+
+
+def _batch_norm(x, weight, bias, running_mean, running_var, training, eps):
+    channel = [1, x.shape[1]] + [1] * (x.dim() - 2)
+    if training or running_mean is None:
+        dims = [0] + list(range(2, x.dim()))
+        mean, centered, v = _moments(x, dims)
+        rstd = torch.rsqrt(v + eps)
+        out = centered * rstd
+        mean, rstd = mean.view(-1), rstd.view(-1)
+    else:
+        rstd = torch.rsqrt(running_var + eps)
+        out = (x - running_mean.view(channel)) * rstd.view(channel)
+        mean = running_mean
+    if weight is not None:
+        out = out * weight.view(channel)
+    if bias is not None:
+        out = out + bias.view(channel)
+    return out, mean, rstd
+
+
+def batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    return _batch_norm(x, weight, bias, running_mean, running_var, training, eps)
+
+
+def batch_norm_legit(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    return _batch_norm(x, weight, bias, running_mean, running_var, training, eps)
+
+
+def batch_norm_no_training(x, weight, bias, running_mean, running_var, momentum, eps):
+    return _batch_norm(x, weight, bias, running_mean, running_var, False, eps)
+
+
+def batch_norm_no_stats(x, weight, bias, training, momentum, eps):
+    return _batch_norm(x, weight, bias, None, None, True, eps)
+
+
+def _reduce(loss, reduction):
+    if reduction == 1:
+        return torch.mean(loss)
+    if reduction == 2:
+        return torch.sum(loss)
+    return loss
+
+
+def mse_loss(a, b, reduction=1):
+    d = a - b
+    return _reduce(d * d, reduction)
+
+
+def l1_loss(a, b, reduction=1):
+    return _reduce(torch.abs(a - b), reduction)
+
+
+def huber_loss(a, b, reduction=1, delta=1.0):
+    d = torch.abs(a - b)
+    return _reduce(torch.where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta)), reduction)
+
+
+def smooth_l1_loss(a, b, reduction=1, beta=1.0):
+    d = torch.abs(a - b)
+    if beta == 0:
+        return _reduce(d, reduction)
+    return _reduce(torch.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta), reduction)
+
+
+def nll_loss_forward(logp, target, weight, reduction, ignore_index):
+    if weight is not None or logp.dim() != 2:
+        raise NotImplementedError("class weights and non-2-D inputs")
+    classes = torch.arange(logp.shape[1], device=logp.device).view(1, -1)
+    picked = torch.sum(torch.where(classes == target.view(-1, 1), logp, 0.0), [1])
+    valid = torch.where(target != ignore_index, 1.0, 0.0)
+    loss = -picked * valid
+    total = torch.sum(valid)
+    if reduction == 1:
+        return torch.sum(loss) / total, total
+    if reduction == 2:
+        return torch.sum(loss), total
+    return loss, total
+
+
+def binary_cross_entropy(x, y, weight=None, reduction=1):
+    loss = -(y * torch.clamp(torch.log(x), min=-100) + (1 - y) * torch.clamp(torch.log(1 - x), min=-100))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+DECOMPOSITIONS = {
+    aten._softmax.default: softmax,
+    aten._log_softmax.default: log_softmax,
+    aten.logsumexp.default: logsumexp,
+    aten.var.correction: var,
+    aten.std.correction: std,
+    aten.var_mean.correction: var_mean,
+    aten.linalg_vector_norm.default: vector_norm,
+    aten.native_layer_norm.default: layer_norm,
+    aten.native_group_norm.default: group_norm,
+    aten.native_batch_norm.default: batch_norm,
+    aten._native_batch_norm_legit.default: batch_norm_legit,
+    aten._native_batch_norm_legit.no_stats: batch_norm_no_stats,
+    aten._native_batch_norm_legit_no_training.default: batch_norm_no_training,
+    aten.mse_loss.default: mse_loss,
+    aten.l1_loss.default: l1_loss,
+    aten.huber_loss.default: huber_loss,
+    aten.smooth_l1_loss.default: smooth_l1_loss,
+    aten.nll_loss_forward.default: nll_loss_forward,
+    aten.binary_cross_entropy.default: binary_cross_entropy,
+}

@@ -1,0 +1,69 @@
+"""GEMM template: mm/bmm/addmm/Linear with the following pointwise ops fused as an epilogue. Tiles of
+BLOCK_M x BLOCK_N accumulate tl.dot products in fp32 (input_precision "ieee" unless the task allows TF32),
+programs walk the output in GROUP_M-row groups for L2 reuse, and SPLIT_K > 1 splits a long K over programs
+(the partial products are summed by a reduction kernel that also runs the epilogue). With impl="torch"
+the product stays a vendor GEMM (declared in KERNELWRIGHT_TORCH_OPS) and only the epilogue is Triton, for
+fp32 shapes where a Triton GEMM cannot win."""
+from __future__ import annotations
+
+import math
+
+from agent.analysis import TaskAnalysis
+from agent.templates import base
+from agent.templates.codegen import next_pow2
+from agent.templates.params import SMS, kernel_default, kernel_invalid, kernel_space
+
+NAME = "gemm"
+FAMILIES = ("matmul", "gemm_epilogue", "matvec")
+
+
+def match(analysis: TaskAnalysis) -> bool:
+    pl = base.default_plan(analysis)
+    return pl is not None and pl.has("gemm")
+
+
+def _gemm(analysis: TaskAnalysis):
+    pl = base.plan(analysis)
+    k = next(x for x in pl.kernels if x.kind == "gemm")
+    a, b = k.nodes[0].args
+    epilogue = sum(1 for n in pl.program.nodes if n.op != "gemm") > 0
+    return pl, k, a.shape[-2], a.shape[-1], b.shape[-1], (a.shape[0] if len(a.shape) == 3 else 1), epilogue
+
+
+def space(analysis: TaskAnalysis) -> dict[str, list]:
+    _, k, m, kk, n, batch, epilogue = _gemm(analysis)
+    s = dict(kernel_space(k))
+    s["SPLIT_K"] = [1, 2, 4, 8, 16] if kk >= 2048 else [1]
+    s["impl"] = ["triton", "torch"] if epilogue else ["triton"]
+    s["precision"] = ["ieee", "tf32"] if analysis.tf32 else ["ieee"]
+    return s
+
+
+def default(analysis: TaskAnalysis) -> dict:
+    _, k, m, kk, n, batch, epilogue = _gemm(analysis)
+    d = dict(kernel_default(k))
+    tiles = math.ceil(m / d["BLOCK_M"]) * math.ceil(n / d["BLOCK_N"]) * batch
+    split = 1
+    while tiles * split < SMS and kk // (split * 2) >= 1024 and split < 16:
+        split *= 2
+    # in fp32 without TF32 a vendor GEMM runs at the FMA peak, which a Triton tl.dot does not reach: keep
+    # it under the fused Triton epilogue when there is one (a bare GEMM must stay Triton to count)
+    vendor = epilogue and not analysis.tf32 and 2 * m * n * kk * batch >= 2**30
+    return {**d, "SPLIT_K": split, "impl": "torch" if vendor else "triton",
+            "precision": "tf32" if analysis.tf32 else "ieee"}
+
+
+def variants(analysis: TaskAnalysis) -> list[dict]:
+    _, k, m, kk, n, batch, epilogue = _gemm(analysis)
+    d = default(analysis)
+    out = [d, {**d, "impl": "triton", "BLOCK_M": min(64, d["BLOCK_M"]), "BLOCK_N": min(64, d["BLOCK_N"]),
+               "num_warps": 4, "num_stages": 4}]
+    if kk >= 4096:
+        out.append({**d, "impl": "triton", "SPLIT_K": 1 if d["SPLIT_K"] > 1 else min(8, next_pow2(kk // 2048))})
+    if epilogue:
+        out.append({**d, "impl": "triton" if d["impl"] == "torch" else "torch"})
+    return [p for p in out if kernel_invalid(k, base._kernel_params(p)) is None]
+
+
+def render(analysis: TaskAnalysis, params: dict) -> str:
+    return base.render(analysis, params, NAME)

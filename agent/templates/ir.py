@@ -1,0 +1,400 @@
+"""The templates' intermediate form: a traced task as leaves (tensors read from memory, iotas, constants)
+and nodes (pointwise, reduce, scan, view, gemm, window), each with a concrete shape.
+
+    program = lower(analysis)        # raises Unsupported with a one-sentence reason
+
+Views of leaves never run on the host: a leaf carries its base tensor plus the strides and element offset
+of the view (flip = negative stride), and kernels address the base directly. High-level ops (softmax,
+layer/group/batch norm, var, norms, logsumexp, losses) are decomposed at trace time into reductions and
+pointwise ops (decomps.py), so one code generator covers them all.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+
+import torch
+
+from agent.analysis import TaskAnalysis, trace
+from agent.templates.decomps import DECOMPOSITIONS
+from agent.templates.pointwise_ops import POINTWISE
+
+aten = torch.ops.aten
+
+
+class Unsupported(Exception):
+    """The templates cannot build this task; the message says why, in one sentence."""
+
+
+@dataclass(eq=False)
+class Value:
+    name: str
+    shape: tuple
+    dtype: torch.dtype
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name}, {list(self.shape)})"
+
+
+@dataclass(eq=False, repr=False)
+class Leaf(Value):
+    kind: str = "tensor"  # "tensor" (read from a base tensor), "iota" (start + step * index), "const"
+    base: str = ""  # host expression of the base tensor: "x", "self.linear.weight", or a buffer name
+    strides: tuple = ()
+    offset: int = 0  # element offset into the base
+    value: float | int | bool | None = None  # const value; iota start
+    step: float | int = 1  # iota step
+
+
+@dataclass(eq=False, repr=False)
+class Node(Value):
+    op: str = "pw"  # pw, reduce, scan, view, gemm, window
+    fn: str = ""  # pointwise function, reduction (sum/max/min/prod/argmax/argmin), scan (cumsum/cumprod), ...
+    args: list = field(default_factory=list)  # Values and python scalars
+    attrs: dict = field(default_factory=dict)
+
+    @property
+    def inputs(self) -> list[Value]:
+        return [a for a in self.args if isinstance(a, Value)]
+
+
+@dataclass
+class Program:
+    nodes: list[Node]  # topological order
+    outputs: list[Value]
+    out_tree: object  # pytree spec of the forward's return value
+    arg_names: list[str]  # forward signature
+    bases: dict[str, Leaf]  # host base name -> a plain leaf over the whole base tensor
+    float_base: str | None  # a floating input whose dtype outputs take at run time
+
+
+def contiguous_strides(shape) -> tuple:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+def restride(src: Leaf, shape: tuple, strides: tuple, offset: int) -> tuple[tuple, int]:
+    """Strides and offset, relative to src's base, of a view (shape, strides, offset) taken of src as if src
+    were laid out contiguously (how the trace and the buffers lay it out). Handles flipped (negative) strides."""
+    if src.kind == "const":
+        return (0,) * len(shape), 0
+    if src.offset == 0 and src.strides == contiguous_strides(src.shape):
+        return tuple(strides), offset
+
+    def position(index) -> int:
+        p = offset + sum(i * s for i, s in zip(index, strides))
+        off = src.offset
+        for size, stride in reversed(list(zip(src.shape, src.strides))):
+            off += (p % size) * stride
+            p //= size
+        return off
+
+    origin = position([0] * len(shape))
+    out = tuple(position([1 if j == d else 0 for j in range(len(shape))]) - origin if shape[d] > 1 else 0
+                for d in range(len(shape)))
+    samples = [[n - 1 for n in shape]] + [[(7 * k + 3 * d) % max(n, 1) for d, n in enumerate(shape)] for k in range(1, 6)]
+    for index in samples:  # a view of a view need not be a strided view (a reshape of a broadcast)
+        if position(index) != origin + sum(i * st for i, st in zip(index, out)):
+            return None
+    return out, origin
+
+
+def broadcast_strides(shape: tuple, target: tuple) -> tuple:
+    """Strides that broadcast a contiguous `shape` to `target` (0 along broadcast dims)."""
+    cs = contiguous_strides(shape)
+    lead = len(target) - len(shape)
+    return tuple(cs[j - lead] if j >= lead and shape[j - lead] == target[j] and target[j] > 1 else 0
+                 for j in range(len(target)))
+
+
+def lower(analysis: TaskAnalysis) -> Program:
+    """The task's IR, traced at the analysis's shapes with the template decompositions (cached)."""
+    cached = analysis.__dict__.get("_templates_program")
+    if cached is not None:
+        if isinstance(cached, Unsupported):
+            raise cached
+        return cached
+    try:
+        try:
+            traced = trace(analysis.module, meta=not analysis.small, decompositions=DECOMPOSITIONS)
+        except Exception as e:
+            raise Unsupported(f"The task could not be traced for the templates ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0][:200] if str(e) else ''}).") from None
+        program = _Builder(traced).build()
+    except Unsupported as e:
+        analysis.__dict__["_templates_program"] = e
+        raise
+    analysis.__dict__["_templates_program"] = program
+    return program
+
+
+def _val(node):
+    return node.meta.get("val")
+
+
+def _base_name(target) -> str:
+    if target is operator.getitem:
+        return "getitem"
+    return getattr(target, "__name__", str(target)).split(".")[0]
+
+
+ORDER_VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "alias", "flatten"}
+STRIDED_VIEWS = {"permute", "t", "transpose", "select", "slice", "as_strided", "diagonal", "unfold"}
+IDENTITY = {"detach", "alias", "clone", "lift_fresh_copy", "contiguous", "lift_fresh"}
+REDUCE = {"sum": "sum", "amax": "max", "amin": "min", "prod": "prod", "argmax": "argmax", "argmin": "argmin"}
+
+
+class _Builder:
+    def __init__(self, traced):
+        self.t = traced
+        self.env: dict = {}
+        self.nodes: list[Node] = []
+        self.bases: dict[str, Leaf] = {}
+        self.count = 0
+
+    def fresh(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def add(self, op, fn, args, shape, out_dtype, attrs: dict | None = None, **more) -> Node:
+        node = Node(self.fresh("v"), tuple(shape), out_dtype, op=op, fn=fn, args=list(args),
+                    attrs={**(attrs or {}), **more})
+        self.nodes.append(node)
+        return node
+
+    def build(self) -> Program:
+        gm = self.t.gm
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        float_base = None
+        # module buffers may be updated in place (BatchNorm's batch counter); the candidate returns the
+        # forward's outputs and leaves such bookkeeping out, inputs and parameters are never mutated
+        self.buffers = {f"self.{name}" for role, name in self.t.roles if role == "buffer"}
+        for (role, name), ph in zip(self.t.roles, placeholders):
+            v = _val(ph)
+            base = f"self.{name}" if role != "input" else name
+            leaf = Leaf(base, tuple(v.shape), v.dtype, kind="tensor", base=base, strides=tuple(v.stride()))
+            self.bases[base] = leaf
+            self.env[ph] = leaf
+            if role == "input" and v.is_floating_point() and float_base is None:
+                float_base = base
+        for node in gm.graph.nodes:
+            if node.op == "get_attr":
+                self.env[node] = self.constant(getattr(gm, node.target))
+            elif node.op == "call_function":
+                self.env[node] = self.call(node)
+            elif node.op == "output":
+                flat = torch.utils._pytree.tree_leaves(node.args[0])
+                spec = self.t.out_spec
+                outputs = [self.env[a] if isinstance(a, torch.fx.Node) else a for a in flat]
+        for o in outputs:
+            if not isinstance(o, Node):
+                raise Unsupported("The forward returns an input, a constant or a view of one, which the "
+                                  "templates do not copy.")
+        live, order = set(outputs), []
+        for node in reversed(self.nodes):
+            if node in live:
+                order.append(node)
+                live.update(a for a in node.inputs if isinstance(a, Node))
+        return Program(order[::-1], outputs, spec, list(self.t.arg_names), self.bases, float_base)
+
+    def constant(self, tensor) -> Leaf:
+        if tensor.numel() != 1:
+            raise Unsupported("The forward uses a tensor constant with more than one element.")
+        return Leaf(self.fresh("c"), tuple(tensor.shape), tensor.dtype, kind="const", value=tensor.item(),
+                    strides=(0,) * tensor.dim())
+
+    def arg(self, a):
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self.arg(x) for x in a)
+        return a
+
+    def call(self, node):
+        target, base = node.target, _base_name(node.target)
+        args = [self.arg(a) for a in node.args]
+        kwargs = {k: self.arg(v) for k, v in node.kwargs.items()}
+        v = _val(node)
+        if base == "getitem":
+            return args[0][args[1]]
+        if base.endswith("_") and base not in ("_", "__"):
+            if isinstance(args[0], Leaf) and args[0].kind == "tensor" and args[0].base not in self.buffers:
+                raise Unsupported(f"The forward modifies a tensor in place ({target}) that it did not create.")
+            result = self.call_op(base.rstrip("_"), target, args, kwargs, v)
+            self.env[node.args[0]] = result  # later readers of the mutated tensor see the new value
+            return result
+        return self.call_op(base, target, args, kwargs, v)
+
+    def call_op(self, base, target, args, kwargs, v):
+        if base in IDENTITY or (base == "_to_copy" and kwargs.get("dtype", args[0].dtype) == args[0].dtype):
+            return args[0]
+        if base in ("scalar_tensor", "full", "zeros", "ones", "zeros_like", "ones_like", "full_like"):
+            value = {"zeros": 0, "zeros_like": 0, "ones": 1, "ones_like": 1}.get(base)
+            if value is None:
+                value = args[0] if base == "scalar_tensor" else args[1]
+            return Leaf(self.fresh("c"), tuple(v.shape), v.dtype, kind="const", value=value,
+                        strides=(0,) * v.dim())
+        if base == "arange":
+            nums = [a for a in args if isinstance(a, (int, float))]
+            start, step = (nums[0], nums[2] if len(nums) > 2 else 1) if len(nums) >= 2 else (0, 1)
+            return Leaf(self.fresh("i"), tuple(v.shape), v.dtype, kind="iota", value=start, step=step,
+                        strides=(1,))
+        if base in ORDER_VIEWS | STRIDED_VIEWS or base == "flip":
+            return self.view(base, args, v)
+        if base in POINTWISE or base == "_to_copy":
+            fn = "cast" if base == "_to_copy" else base
+            return self.add("pw", fn, args, v.shape, v.dtype, attrs=kwargs)
+        if base in REDUCE or base in ("mean", "max", "min"):
+            return self.reduce(base, args, kwargs, v)
+        if base in ("cumsum", "cumprod"):
+            x = args[0]
+            return self.add("scan", base, [x], v.shape, v.dtype, dims=(args[1] % max(len(x.shape), 1),),
+                            reverse=False)
+        if base in ("mm", "bmm"):
+            return self.matmul(args[0], args[1], v)
+        if base == "addmm":
+            bias, a, b = args[:3]
+            beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
+            out = self.matmul(a, b, v)
+            if alpha != 1:
+                out = self.add("pw", "mul", [out, alpha], v.shape, v.dtype)
+            if beta != 0:
+                scaled = bias if beta == 1 else self.add("pw", "mul", [bias, beta], bias.shape, bias.dtype)
+                out = self.add("pw", "add", [out, scaled], v.shape, v.dtype)
+            return out
+        if base == "convolution":
+            return self.convolution(args, v)
+        if base in ("max_pool2d_with_indices", "avg_pool2d"):
+            return self.pool(base, args, v)
+        raise Unsupported(f"No template lowers {target}.")
+
+    def view(self, base, args, v) -> Value:
+        src = args[0]
+        if base == "flip":
+            dims = tuple(d % len(src.shape) for d in args[1])
+            cs = contiguous_strides(src.shape)
+            layout = (tuple(-s if i in dims else s for i, s in enumerate(cs)),
+                      sum((src.shape[d] - 1) * cs[d] for d in dims))
+        else:
+            layout = (tuple(v.stride()), v.storage_offset())
+        sunk = self.sink(src, tuple(v.shape), *layout)
+        if sunk is not None:
+            return sunk
+        if isinstance(src, Leaf):  # a view no strides express: copy the leaf, then view the copy
+            src = self.add("pw", "cast", [src], src.shape, src.dtype, attrs={"dtype": src.dtype})
+        if base == "flip":
+            if src.op == "scan" and src.attrs["dims"] == dims:
+                # flip(scan(y)) along the scan axis is the reversed scan of flip(y); flipping leaves is free
+                flipped = self.sink(src.args[0], tuple(v.shape), *layout)
+                if flipped is not None:
+                    return self.add("scan", src.fn, [flipped], v.shape, v.dtype, dims=dims,
+                                    reverse=not src.attrs["reverse"])
+            return self.add("view", "flip", [src], v.shape, v.dtype, dims=dims)
+        if base in ORDER_VIEWS:
+            return self.add("view", "expand" if base == "expand" else "reshape", [src], v.shape, v.dtype)
+        return self.add("view", "strided", [src], v.shape, v.dtype, strides=tuple(v.stride()),
+                        offset=v.storage_offset())
+
+    def sink(self, value, shape: tuple, strides: tuple, offset: int) -> Value | None:
+        """`value` seen through a view (shape, strides, offset relative to value's contiguous layout): a leaf
+        re-strided, or a pointwise tree of leaves rebuilt over views of its leaves (so a pointwise value
+        needs no buffer to be reshaped, broadcast or flipped). None when no strides express it."""
+        if isinstance(value, Leaf):
+            layout = restride(value, shape, strides, offset)
+            if layout is None:
+                return None
+            return Leaf(self.fresh(value.name + "_"), tuple(shape), value.dtype, kind=value.kind, base=value.base,
+                        strides=layout[0], offset=layout[1], value=value.value, step=value.step)
+        if not (isinstance(value, Node) and value.op == "pw"):
+            return None
+        args = []
+        for a in value.args:
+            if isinstance(a, Value):
+                if a.shape != value.shape:
+                    a = self.sink(a, value.shape, broadcast_strides(a.shape, value.shape), 0)
+                a = a if a is None else self.sink(a, shape, strides, offset)
+                if a is None:
+                    return None
+            args.append(a)
+        return self.add("pw", value.fn, args, shape, value.dtype, attrs=value.attrs)
+
+    def matmul(self, a, b, v) -> Value:
+        """A GEMM node; a product with one output row or column becomes a multiply and a reduction."""
+        m, n = a.shape[-2], b.shape[-1]
+        if not (isinstance(a, Leaf) and isinstance(b, Leaf) and (n == 1 or m == 1)):
+            return self.add("gemm", "mm", [a, b], v.shape, v.dtype)
+        batch = a.shape[:-2]
+        if n == 1:  # (.., M, K) x (.., K, 1): multiply each row by b laid along K, sum over K
+            bt = Leaf(self.fresh(b.name + "_"), batch + (1, b.shape[-2]), b.dtype, kind=b.kind, base=b.base,
+                      strides=b.strides[:-2] + (0, b.strides[-2]), offset=b.offset)
+            prod = self.add("pw", "mul", [a, bt], a.shape, v.dtype)
+            return self.add("reduce", "sum", [prod], v.shape, v.dtype, dims=(len(a.shape) - 1,), keepdim=True)
+        at = Leaf(self.fresh(a.name + "_"), batch + (a.shape[-1], 1), a.dtype, kind=a.kind, base=a.base,
+                  strides=a.strides[:-2] + (a.strides[-1], 0), offset=a.offset)
+        prod = self.add("pw", "mul", [at, b], b.shape, v.dtype)
+        return self.add("reduce", "sum", [prod], v.shape, v.dtype, dims=(len(b.shape) - 2,), keepdim=True)
+
+    def reduce(self, base, args, kwargs, v) -> Value:
+        x = args[0]
+        rank = len(x.shape)
+        if base in ("max", "min") and len(args) == 1:  # full max/min
+            return self.add("reduce", base, [x], v[0].shape if isinstance(v, tuple) else v.shape, x.dtype,
+                            dims=tuple(range(rank)), keepdim=False)
+        dims = args[1] if len(args) > 1 else kwargs.get("dim")
+        keepdim = bool(args[2] if len(args) > 2 else kwargs.get("keepdim", False))
+        if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+            dims = list(range(rank))
+        dims = tuple(sorted({d % max(rank, 1) for d in ([dims] if isinstance(dims, int) else dims)}))
+        if base in ("max", "min"):  # max.dim -> (values, indices)
+            vals = self.add("reduce", base, [x], v[0].shape, x.dtype, dims=dims, keepdim=keepdim)
+            idx = self.add("reduce", "arg" + base, [x], v[1].shape, torch.int64, dims=dims, keepdim=keepdim)
+            return (vals, idx)
+        if base == "mean":
+            total = self.add("reduce", "sum", [x], v.shape, v.dtype, dims=dims, keepdim=keepdim)
+            count = math.prod(x.shape[d] for d in dims)
+            return self.add("pw", "mul", [total, 1.0 / count], v.shape, v.dtype)
+        return self.add("reduce", REDUCE[base], [x], v.shape, v.dtype, dims=dims, keepdim=keepdim)
+
+    def convolution(self, args, v) -> Value:
+        x, w, bias, stride, padding, dilation, transposed, _, groups = args[:9]
+        if transposed or len(x.shape) != 4 or groups != x.shape[1] or w.shape[1] != 1:
+            raise Unsupported("Only depthwise 2-D convolutions (groups = input channels) have a template.")
+        if not isinstance(x, Leaf) or not isinstance(w, Leaf):
+            raise Unsupported("The convolution's input must be a task input, not a computed value.")
+        out = self.add("window", "conv", [x, w], v.shape, v.dtype, kernel=tuple(w.shape[2:]), stride=tuple(stride),
+                       padding=tuple(padding), dilation=tuple(dilation), multiplier=w.shape[0] // groups)
+        if bias is not None:
+            b = Leaf(self.fresh(bias.name + "_"), (1, bias.shape[0], 1, 1), bias.dtype, base=bias.base,
+                     strides=(0, bias.strides[0], 0, 0), offset=bias.offset)
+            out = self.add("pw", "add", [out, b], v.shape, v.dtype)
+        return out
+
+    def pool(self, base, args, v) -> Value:
+        x = args[0]
+        if not isinstance(x, Leaf) or len(x.shape) != 4:
+            raise Unsupported("Pooling templates read 4-D task inputs (N, C, H, W) only.")
+        kernel = tuple(args[1])
+        kernel = kernel * 2 if len(kernel) == 1 else kernel
+        stride = tuple(args[2]) if len(args) > 2 and args[2] else kernel
+        stride = stride * 2 if len(stride) == 1 else stride
+        padding = tuple(args[3]) if len(args) > 3 else (0, 0)
+        padding = padding * 2 if len(padding) == 1 else padding
+        if base == "avg_pool2d":
+            count_pad = args[5] if len(args) > 5 else True
+            divisor = args[6] if len(args) > 6 else None
+            return self.add("window", "avg", [x], v.shape, v.dtype, kernel=kernel, stride=stride, padding=padding,
+                            dilation=(1, 1), count_include_pad=count_pad, divisor=divisor)
+        dilation = tuple(args[4]) if len(args) > 4 else (1, 1)
+        dilation = dilation * 2 if len(dilation) == 1 else dilation
+        shape = v[0].shape
+        out = self.add("window", "max", [x], shape, x.dtype, kernel=kernel, stride=stride, padding=padding,
+                       dilation=dilation)
+        return (out, None)

@@ -1,0 +1,409 @@
+"""Whole @triton.jit kernels from a scheduled Kernel and its parameters (the layouts are in codegen.py).
+
+    code = render_kernel(kernel, "k0", {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 2048, "num_warps": 8})
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from agent.templates.codegen import NEUTRAL, Gen, KernelCode, Launch, Scope, next_pow2
+from agent.templates.ir import Node
+from agent.templates.schedule import Kernel
+
+
+def _indent(lines: list[str], n: int = 1) -> list[str]:
+    return ["    " * n + line for line in lines]
+
+
+def online_pairs(kernel: Kernel) -> dict[Node, Node]:
+    """sum(exp(x - max(x))) reductions that can run in the same pass as their max (online softmax):
+    {sum node: max node}."""
+    pairs = {}
+    for r in kernel.nodes:
+        if r.op != "reduce" or r.fn != "sum" or not isinstance(r.args[0], Node):
+            continue
+        e = r.args[0]
+        if e.op != "pw" or e.fn != "exp" or not isinstance(e.args[0], Node):
+            continue
+        w = e.args[0]
+        if w.op != "pw" or w.fn != "sub" or len(w.args) != 2 or w.attrs.get("alpha", 1) != 1:
+            continue
+        x, m = w.args
+        if isinstance(m, Node) and m.op == "reduce" and m.fn == "max" and m.args[0] is x and \
+                kernel.level.get(m) == "red":
+            pairs[r] = m
+    return pairs
+
+
+def welford_pairs(kernel: Kernel) -> dict[Node, Node]:
+    """sum((x - sum(x) * c)^2) reductions whose mean reduction can share their pass (Welford's update):
+    {sum of squares node: sum node}."""
+    pairs = {}
+    for r in kernel.nodes:
+        if r.op != "reduce" or r.fn != "sum" or not isinstance(r.args[0], Node):
+            continue
+        e = r.args[0]
+        if e.op == "pw" and e.fn == "mul" and len(e.args) == 2 and e.args[0] is e.args[1]:
+            d = e.args[0]
+        elif e.op == "pw" and e.fn == "pow" and len(e.args) == 2 and e.args[1] == 2:
+            d = e.args[0]
+        else:
+            continue
+        if not (isinstance(d, Node) and d.op == "pw" and d.fn == "sub" and d.attrs.get("alpha", 1) == 1):
+            continue
+        x, m = d.args
+        if not (isinstance(m, Node) and m.op == "pw" and m.fn == "mul" and isinstance(m.args[0], Node)):
+            continue
+        s = m.args[0]
+        if s.op == "reduce" and s.fn == "sum" and s.args[0] is x and kernel.level.get(s) == "red" and \
+                isinstance(m.args[1], float) and abs(m.args[1] * _count(kernel) - 1) < 1e-9:
+            pairs[r] = s
+    return pairs
+
+
+def _count(kernel: Kernel) -> int:
+    return math.prod(kernel.domain[k] for k in kernel.rdims)
+
+
+def reduction_stages(kernel: Kernel, pairs: dict | None = None) -> dict[Node, int]:
+    memo: dict = {}
+    pairs = pairs or {}
+
+    def dep(m) -> int:
+        if not isinstance(m, Node) or m not in kernel.level:
+            return 0
+        if m not in memo:
+            if m in pairs:
+                memo[m] = dep(pairs[m])
+            elif m.op == "reduce":
+                memo[m] = 1 + dep(m.args[0])
+            else:
+                memo[m] = max((dep(a) for a in m.inputs), default=0)
+        return memo[m]
+
+    return {m: dep(m) for m in kernel.nodes if m.op == "reduce"}
+
+
+def _header(name: str, gen: Gen, meta: list[str]) -> list[str]:
+    args = list(gen.ptrs.values()) + [f"{m}: tl.constexpr" for m in meta]
+    return ["@triton.jit", f"def {name}({', '.join(args)}):"]
+
+
+def _store_lines(gen: Gen, stores: list, red_mask: str = "rmask") -> None:
+    for m, buf in stores:
+        level = gen.k.level[m]
+        value = gen.value(m)
+        mask = "mask" if level == "full" else red_mask
+        gen.body.lines.append(f"tl.store({gen.ptr(buf)} + {gen.linear(level)}, {value}, mask={mask})")
+
+
+def render_kernel(kernel: Kernel, name: str, p: dict) -> KernelCode:
+    if kernel.layout == "gemm":
+        return _gemm(kernel, name, p)
+    if kernel.layout == "flat" or kernel.layout == "plane" and p.get("layout") == "flat":
+        return _flat(kernel, name, p)
+    if kernel.layout == "plane":
+        return _plane(kernel, name, p)
+    if p.get("SPLIT", 1) > 1 and kernel.layout == "row":
+        return _split(kernel, name, p)
+    return _reduction(kernel, name, p)
+
+
+def _flat(kernel: Kernel, name: str, p: dict) -> KernelCode:
+    gen = Gen(kernel, name, p)
+    numel = math.prod(kernel.domain)
+    block = min(p.get("BLOCK", 1024), next_pow2(numel))
+    pid = "tl.program_id(0).to(tl.int64)" if gen.big else "tl.program_id(0)"
+    gen.top.lines += [f"offs = {pid} * BLOCK + tl.arange(0, BLOCK)", f"mask = offs < {numel}"]
+    _store_lines(gen, list(kernel.stores.items()))
+    src = _header(name, gen, ["BLOCK"]) + _indent(gen.top.lines)
+    grid = (math.ceil(numel / block),)
+    return KernelCode("\n".join(src), [Launch(name, grid, list(gen.ptrs), {"BLOCK": block}, p.get("num_warps", 4),
+                                              p.get("num_stages", 1))])
+
+
+def _plane(kernel: Kernel, name: str, p: dict) -> KernelCode:
+    """Window ops over (N, C, H, W) outputs: one (n, c) plane per program, a 2-D tile of it, so input rows
+    are read contiguously and per-channel weights are scalars."""
+    gen = Gen(kernel, name, p)
+    nc, oh, ow = kernel.domain[0] * kernel.domain[1], kernel.domain[2], kernel.domain[3]
+    bh, bw = min(p.get("BLOCK_H", 8), next_pow2(oh)), min(p.get("BLOCK_W", 64), next_pow2(ow))
+    nh, nw = math.ceil(oh / bh), math.ceil(ow / bw)
+    big = ".to(tl.int64)" if gen.big else ""
+    gen.top.lines += [f"pid = tl.program_id(0)", f"ro = (pid // {nh * nw}){big}", f"tile = pid % {nh * nw}",
+                      f"rh = (tile // {nw}) * BLOCK_H + tl.arange(0, BLOCK_H)[:, None]",
+                      f"rw = (tile % {nw}) * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]",
+                      f"mask = (rh < {oh}) & (rw < {ow})"]
+    _store_lines(gen, list(kernel.stores.items()))
+    src = _header(name, gen, ["BLOCK_H", "BLOCK_W"]) + _indent(gen.top.lines)
+    launch = Launch(name, (nc * nh * nw,), list(gen.ptrs), {"BLOCK_H": bh, "BLOCK_W": bw}, p.get("num_warps", 4),
+                    p.get("num_stages", 1))
+    return KernelCode("\n".join(src), [launch])
+
+
+def _prologue(gen: Gen, p: dict) -> list[str]:
+    big = ".to(tl.int64)" if gen.big else ""
+    if gen.layout == "row":
+        return [f"ro = (tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]){big}",
+                f"rmask = ro < {gen.O}"]
+    n_i = math.ceil(gen.I / p["BLOCK_I"])
+    return [f"ro = (tl.program_id(0) // {n_i}){big}",
+            f"ri = ((tl.program_id(0) % {n_i}) * BLOCK_I + tl.arange(0, BLOCK_I)[None, :]){big}",
+            f"rmask = ri < {gen.I}"]
+
+
+def _chunk(gen: Gen, start: str) -> list[str]:
+    big = ".to(tl.int64)" if gen.big else ""
+    if gen.layout == "row":
+        return [f"rr = ({start} + tl.arange(0, BLOCK_R)[None, :]){big}", f"mask = rmask & (rr < {gen.R})"]
+    return [f"rr = ({start} + tl.arange(0, BLOCK_R)[:, None]){big}", f"mask = (rr < {gen.R}) & rmask"]
+
+
+def _loop(gen: Gen, body: list[str], reverse: bool = False) -> list[str]:
+    if reverse:
+        n = math.ceil(gen.R / gen.block_r)
+        head = [f"for it in range(0, {n}):", f"    r0 = ({n - 1} - it) * BLOCK_R"]
+    else:
+        head = [f"for r0 in range(0, {gen.R}, BLOCK_R):"]
+    return head + _indent(_chunk(gen, "r0") + body)
+
+
+def _sizes(kernel: Kernel, gen: Gen, p: dict) -> dict:
+    r = next_pow2(gen.R)
+    if gen.layout == "row":
+        one_pass = p.get("mode", "one_pass") == "one_pass"
+        block_r = r if one_pass else min(p.get("BLOCK_R", 1024), r)
+        return {"BLOCK_O": min(p.get("BLOCK_O", 1), next_pow2(gen.O)), "BLOCK_R": block_r}
+    block_r = min(p.get("BLOCK_R", 32), r)
+    return {"BLOCK_R": block_r, "BLOCK_I": min(p.get("BLOCK_I", 64), next_pow2(gen.I))}
+
+
+def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> KernelCode:
+    gen = gen or Gen(kernel, name, p)
+    meta = _sizes(kernel, gen, p)
+    gen.block_r = meta["BLOCK_R"]
+    gen.chunk, gen.first_chunk = (lambda start: _chunk(gen, start)), "0"
+    p = {**p, **meta}
+    one_pass = meta["BLOCK_R"] >= gen.R
+    stages = reduction_stages(kernel)
+    gen.top.lines += _prologue(gen, p)
+    full_stores = [(m, b) for m, b in kernel.stores.items() if kernel.level[m] == "full"]
+    red_stores = [(m, b) for m, b in kernel.stores.items() if kernel.level[m] == "red"]
+    if one_pass:
+        gen.top.lines += _chunk(gen, "0")
+        for s in sorted(set(stages.values())):
+            for r in (r for r, st in stages.items() if st == s):
+                gen.reduce_now(r)
+        _store_lines(gen, full_stores + red_stores)
+    else:
+        online = online_pairs(kernel) if p.get("online", 1) else {}
+        welford = welford_pairs(kernel) if p.get("welford", 1) else {}
+        stages = reduction_stages(kernel, {**online, **welford})
+        for s in sorted(set(stages.values())):
+            todo = [r for r, st in stages.items() if st == s]
+            fused = [(kind, r, pairs[r]) for kind, pairs in (("online", online), ("welford", welford))
+                     for r in todo if r in pairs and pairs[r] in todo]
+            plain = [r for r in todo if r not in {x for _, a, b in fused for x in (a, b)}]
+            for r in plain:
+                gen.reduce_start(r)
+            for kind, second, first in fused:
+                getattr(gen, f"{kind}_start")(second, first)
+            gen.body = Scope()
+            for r in plain:
+                gen.reduce_step(r)
+            for kind, second, first in fused:
+                getattr(gen, f"{kind}_step")(second, first)
+            gen.top.lines += _loop(gen, gen.body.lines)
+            gen.body = gen.top
+            for r in plain:
+                gen.reduce_end(r)
+            for kind, second, first in fused:
+                getattr(gen, f"{kind}_end")(second, first)
+        if full_stores:
+            gen.body = Scope()
+            _store_lines(gen, full_stores)
+            gen.top.lines += _loop(gen, gen.body.lines, reverse=bool(kernel.scan_reverse))
+            gen.body = gen.top
+        _store_lines(gen, red_stores)
+    meta_names = ["BLOCK_O", "BLOCK_R"] if gen.layout == "row" else ["BLOCK_R", "BLOCK_I"]
+    src = _header(name, gen, meta_names) + _indent(gen.top.lines)
+    if gen.layout == "row":
+        grid = (math.ceil(gen.O / meta["BLOCK_O"]),)
+    else:
+        grid = (gen.O * math.ceil(gen.I / meta["BLOCK_I"]),)
+    launch = Launch(name, grid, list(gen.ptrs), {k: meta[k] for k in meta_names}, p.get("num_warps", 4),
+                    p.get("num_stages", 1))
+    return KernelCode("\n".join(src), [launch])
+
+
+def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
+    """Few long rows with a single reduction stage: SPLIT programs per row each reduce a chunk and write
+    partial results (sums, maxima, online-softmax or Welford states); a second kernel, again SPLIT programs
+    per row, combines them into the row's statistics and writes its chunk of the per-element output."""
+    gen = Gen(kernel, name, p)
+    meta = _sizes(kernel, gen, {**p, "mode": "looped"})
+    gen.block_r = meta["BLOCK_R"]
+    split, sp = p["SPLIT"], next_pow2(p["SPLIT"])
+    chunk = math.ceil(math.ceil(gen.R / split) / meta["BLOCK_R"]) * meta["BLOCK_R"]
+    gen.chunk, gen.first_chunk = (lambda start: _chunk(gen, start)), f"pid_s * {chunk}"
+    online = online_pairs(kernel) if p.get("online", 1) else {}
+    welford = welford_pairs(kernel) if p.get("welford", 1) else {}
+    fused = [(kind, r, pairs[r]) for kind, pairs in (("online", online), ("welford", welford)) for r in pairs]
+    done = {x for _, a, b in fused for x in (a, b)}
+    plain = [r for r in kernel.nodes if r.op == "reduce" and r not in done]
+    loop = f"for r0 in range(pid_s * {chunk}, pid_s * {chunk} + {chunk}, BLOCK_R):"
+    gen.top.lines += _prologue(gen, {**p, **meta}) + ["pid_s = tl.program_id(1)"]
+    for r in plain:
+        gen.reduce_start(r)
+    for kind, second, first in fused:
+        getattr(gen, f"{kind}_start")(second, first)
+    gen.body = Scope()
+    for r in plain:
+        gen.reduce_step(r)
+    for kind, second, first in fused:
+        getattr(gen, f"{kind}_step")(second, first)
+    gen.top.lines += [loop] + _indent(_chunk(gen, "r0") + gen.body.lines)
+    gen.body = gen.top
+    parts: list[tuple[str, str]] = []  # (buffer, value) per partial result
+
+    def part(value: str) -> str:
+        parts.append((f"{name}_part{len(parts)}", value))
+        return parts[-1][0]
+
+    for r in plain:
+        gen.reduce_end(r)
+        part(gen.top.cache[r])
+    for kind, second, first in fused:
+        getattr(gen, f"{kind}_end")(second, first)
+        if kind == "online":
+            part(gen.top.cache[first]), part(gen.top.cache[second])
+        else:
+            count, avg, squares = gen.top.cache[("welford_parts", first)]
+            part(count), part(avg), part(squares)
+    for buf, value in parts:
+        gen.top.lines.append(f"tl.store({gen.ptr(buf)} + ro * {split} + pid_s, {value}, mask=rmask)")
+    first_src = _header(name, gen, ["BLOCK_O", "BLOCK_R"]) + _indent(gen.top.lines)
+    launch_a = Launch(name, (math.ceil(gen.O / meta["BLOCK_O"]), split), list(gen.ptrs), meta,
+                      p.get("num_warps", 4), p.get("num_stages", 1))
+
+    # the combining kernel: row statistics from the partials, then this program's chunk of the output
+    comb = Gen(kernel, name + "_final", p)
+    comb.block_r = meta["BLOCK_R"]
+    full = [(m, b) for m, b in kernel.stores.items() if kernel.level[m] == "full"]
+    red = [(m, b) for m, b in kernel.stores.items() if kernel.level[m] == "red"]
+    block_o = meta["BLOCK_O"] if full else min(next_pow2(gen.O), max(1, 4096 // sp))
+    lines = comb.top.lines
+    lines += [f"ro = tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]", f"rmask = ro < {gen.O}",
+              "pid_s = tl.program_id(1)", f"rs = tl.arange(0, {sp})[None, :]", f"pm = rmask & (rs < {split})"]
+    it = iter(parts)
+
+    def load(neutral: str) -> str:
+        buf, _ = next(it)
+        var = comb.fresh("pt")
+        lines.append(f"{var} = tl.load({comb.ptr(buf)} + ro * {split} + rs, mask=pm, other={neutral})")
+        return var
+
+    for r in plain:
+        fn = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}[r.fn]
+        comb.top.cache[r] = comb.fresh("r")
+        lines.append(f"{comb.top.cache[r]} = {fn}({load(NEUTRAL[r.fn])}, axis=1, keep_dims=True)")
+    for kind, second, first in fused:
+        a, b_ = comb.fresh("r"), comb.fresh("r")
+        if kind == "online":
+            m, s = load("-3.0e38"), load("0.0")
+            lines += [f"{a} = tl.max({m}, axis=1, keep_dims=True)",
+                      f"{b_} = tl.sum({s} * tl.exp({m} - {a}), axis=1, keep_dims=True)"]
+        else:
+            n, mean, m2 = load("0.0"), load("0.0"), load("0.0")
+            count, avg = comb.fresh("wc"), comb.fresh("wa")
+            lines += [f"{count} = tl.sum({n}, axis=1, keep_dims=True)",
+                      f"{avg} = tl.sum({n} * {mean}, axis=1, keep_dims=True) / tl.maximum({count}, 1.0)",
+                      f"{a} = {avg} * {count}",
+                      f"{b_} = tl.sum({m2} + {n} * ({mean} - {avg}) * ({mean} - {avg}), axis=1, keep_dims=True)"]
+        comb.top.cache[first], comb.top.cache[second] = a, b_
+    for r in kernel.nodes:
+        if r.op == "reduce":
+            comb.kinds[r] = "f"
+    if full:
+        comb.body = Scope()
+        _store_lines(comb, full)
+        lines += [loop] + _indent(_chunk(comb, "r0") + comb.body.lines)
+        comb.body = comb.top
+    lines.append("first = rmask & ((ro * 0 + pid_s) == 0)")
+    _store_lines(comb, red, "first")
+    meta_b = ["BLOCK_O", "BLOCK_R"] if full else ["BLOCK_O"]
+    second_src = _header(name + "_final", comb, meta_b) + _indent(lines)
+    launch_b = Launch(name + "_final", (math.ceil(gen.O / block_o), split if full else 1), list(comb.ptrs),
+                      {"BLOCK_O": block_o, **({"BLOCK_R": meta["BLOCK_R"]} if full else {})},
+                      p.get("num_warps", 4) if full else 4, 1)
+    temps = {buf: ((gen.O, split), torch.float32) for buf, _ in parts}
+    return KernelCode("\n".join(first_src) + "\n\n\n" + "\n".join(second_src), [launch_a, launch_b], temps)
+
+
+def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
+    gen = Gen(kernel, name, p)
+    g = kernel.nodes[0]
+    a, b = g.args
+    split = g.attrs.get("split_k", 1)
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    batched = len(a.shape) == 3
+    bm, bn, bk = (min(p.get(key, 64), max(16, next_pow2(dim))) for key, dim in
+                  (("BLOCK_M", M), ("BLOCK_N", N), ("BLOCK_K", math.ceil(K / split))))
+    k_chunk = math.ceil(math.ceil(K / split) / bk) * bk if split > 1 else K
+    even_k = K % bk == 0 and (split == 1 or K % k_chunk == 0)
+    sa, sb = a.strides, b.strides
+    big = ".to(tl.int64)" if gen.big else ""
+    lines = ["pid = tl.program_id(0)", f"num_m = tl.cdiv({M}, BLOCK_M)", f"num_n = tl.cdiv({N}, BLOCK_N)",
+             "width = GROUP_M * num_n", "first_m = (pid // width) * GROUP_M",
+             "gsize = tl.minimum(num_m - first_m, GROUP_M)", "pid_m = first_m + (pid % width) % gsize",
+             "pid_n = (pid % width) // gsize",
+             f"rm1 = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){big}",
+             f"rn1 = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){big}", "rk = tl.arange(0, BLOCK_K)"]
+    a_base, b_base = f"{gen.ptr(a.base)} + {a.offset}", f"{gen.ptr(b.base)} + {b.offset}"
+    if batched:
+        lines.append(f"pid_b = tl.program_id(1){big}")
+        a_base += f" + pid_b * {sa[0]}"
+        b_base += f" + pid_b * {sb[0]}"
+    k_start = "0"
+    if split > 1:
+        lines.append("pid_k = tl.program_id(2)")
+        k_start = f"pid_k * {k_chunk}"
+    # each operand is loaded along its contiguous axis: a K-contiguous B (a Linear weight, w.t()) as an
+    # [N, K] tile and an M-contiguous A as [K, M], transposed in registers for the dot
+    a_t = sa[-2] == 1 and sa[-1] != 1
+    b_t = sb[-2] == 1 and sb[-1] != 1
+    ks = f"({k_start} + rk)"
+    a_ptrs = (f"{a_base} + {ks}[:, None] * {sa[-1]} + rm1[None, :] * {sa[-2]}" if a_t else
+              f"{a_base} + rm1[:, None] * {sa[-2]} + {ks}[None, :] * {sa[-1]}")
+    b_ptrs = (f"{b_base} + rn1[:, None] * {sb[-1]} + {ks}[None, :] * {sb[-2]}" if b_t else
+              f"{b_base} + {ks}[:, None] * {sb[-2]} + rn1[None, :] * {sb[-1]}")
+    lines += [f"a_ptrs = {a_ptrs}", f"b_ptrs = {b_ptrs}", "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+              f"for k0 in range(0, {k_chunk}, BLOCK_K):"]
+    left = f"{K} - ({k_start} + k0)"
+    k_row, k_col = f"(rk[:, None] < {left})", f"(rk[None, :] < {left})"
+    m_cond = [] if M % bm == 0 else [f"(rm1[None, :] < {M})" if a_t else f"(rm1[:, None] < {M})"]
+    n_cond = [] if N % bn == 0 else [f"(rn1[:, None] < {N})" if b_t else f"(rn1[None, :] < {N})"]
+    a_mask = " & ".join(m_cond + ([] if even_k else [k_row if a_t else k_col]))
+    b_mask = " & ".join(n_cond + ([] if even_k else [k_col if b_t else k_row]))
+    precision = p.get("precision", "ieee")
+    lines += _indent([f"ta = tl.load(a_ptrs{', mask=' + a_mask + ', other=0.0' if a_mask else ''})",
+                      f"tb = tl.load(b_ptrs{', mask=' + b_mask + ', other=0.0' if b_mask else ''})",
+                      f"acc += tl.dot({'tl.trans(ta)' if a_t else 'ta'}, {'tl.trans(tb)' if b_t else 'tb'}, "
+                      f'input_precision="{precision}")',
+                      f"a_ptrs += BLOCK_K * {sa[-1]}", f"b_ptrs += BLOCK_K * {sb[-2]}"])
+    lines += ["rm = rm1[:, None]", "rn = rn1[None, :]", f"mask = (rm < {M}) & (rn < {N})"]
+    gen.groups = [([d], v) for d, v in zip(range(len(kernel.domain)),
+                                           (["pid_k"] if split > 1 else []) + (["pid_b"] if batched else []) + ["rm", "rn"])]
+    gen.top.lines += lines
+    gen.top.cache[g] = "acc"
+    gen.kinds[g] = "f"
+    _store_lines(gen, list(kernel.stores.items()))
+    meta = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"]
+    src = _header(name, gen, meta) + _indent(gen.top.lines)
+    grid = (math.ceil(M / bm) * math.ceil(N / bn), a.shape[0] if batched else 1, split)
+    launch = Launch(name, grid, list(gen.ptrs), {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk,
+                                                 "GROUP_M": p.get("GROUP_M", 8)}, p.get("num_warps", 4),
+                    p.get("num_stages", 3))
+    return KernelCode("\n".join(src), [launch])

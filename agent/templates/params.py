@@ -1,0 +1,164 @@
+"""Parameter spaces, defaults and validity per kernel layout. The numbers target an H100/H200-class GPU
+(132 SMs, 227 KB shared memory per block, 64K registers per SM); on the CPU interpreter they only change
+how many programs run.
+
+  flat  BLOCK, num_warps
+  row   mode (one_pass | looped), BLOCK_O rows per program, BLOCK_R, num_warps, num_stages, SPLIT
+  col   BLOCK_I, BLOCK_R, num_warps, num_stages
+  gemm  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages (+ SPLIT_K, impl, precision at plan level)
+"""
+from __future__ import annotations
+
+import math
+
+from agent.templates.codegen import next_pow2
+from agent.templates.kernels import reduction_stages, online_pairs, welford_pairs
+from agent.templates.schedule import Kernel
+
+SMS = 132
+SMEM_BYTES = 227 * 1024
+ONE_PASS_MAX = 32768  # widest row a program holds in registers
+POW2 = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
+
+
+def sizes(kernel: Kernel) -> tuple[int, int, int]:
+    """(O, R, I): kept outer positions, reduced size, trailing kept size (col layout)."""
+    d, rd = kernel.domain, kernel.rdims
+    r = math.prod(d[k] for k in rd) if rd else 1
+    if kernel.layout == "col":
+        last = max(rd)
+        i = math.prod(d[k] for k in range(last + 1, len(d)) if k not in rd)
+        return math.prod(d) // (r * i), r, i
+    return math.prod(d) // r, r, 1
+
+
+def splittable(kernel: Kernel, p: dict | None = None) -> bool:
+    """Row reductions that fit one pass once online-softmax and Welford pairs share it (no reduction reads
+    another's result otherwise): SPLIT programs may share a row. `p` may turn either fusion off."""
+    p = p or {}
+    if kernel.layout != "row" or kernel.scan_reverse is not None:
+        return False
+    reduces = [m for m in kernel.nodes if m.op == "reduce"]
+    if not reduces or any(r.fn not in ("sum", "max", "min") for r in reduces):
+        return False
+    pairs = {**(online_pairs(kernel) if p.get("online", 1) else {}),
+             **(welford_pairs(kernel) if p.get("welford", 1) else {})}
+    return set(reduction_stages(kernel, pairs).values()) == {1}
+
+
+def kernel_default(kernel: Kernel) -> dict:
+    layout = kernel.layout
+    if layout == "flat":
+        return {"BLOCK": 1024, "num_warps": 4, "num_stages": 1}
+    if layout == "plane":
+        bw = min(next_pow2(kernel.domain[3]), 256)  # wide rows of outputs: the input rows they read coalesce
+        return {"layout": "plane", "BLOCK_H": max(1, min(next_pow2(kernel.domain[2]), 1024 // bw)), "BLOCK_W": bw,
+                "num_warps": 4, "num_stages": 1}
+    if layout in ("gemm", "torch"):
+        a, b = kernel.nodes[0].args
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        bm, bn = min(128, max(16, next_pow2(m))), min(128, max(16, next_pow2(n)))
+        return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 8 if bm * bn >= 8192 else 4,
+                "num_stages": 3}
+    o, r, i = sizes(kernel)
+    rp = next_pow2(r)
+    if layout == "row":
+        if kernel.scan_reverse is not None:  # scans: registers for short rows, a carried loop for long ones
+            if rp <= 4096:
+                block_o = max(1, min(next_pow2(o), 4096 // rp, 64))
+                return {"mode": "one_pass", "BLOCK_O": block_o, "BLOCK_R": rp,
+                        "num_warps": max(1, min(8, block_o * rp // 512)), "num_stages": 1}
+            return {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 1024, "num_warps": 4, "num_stages": 2}
+        if rp <= 16384:
+            block_o = max(1, min(next_pow2(o), 4096 // rp, 64))
+            warps = max(1, min(16, block_o * rp // 512))
+            p = {"mode": "one_pass", "BLOCK_O": block_o, "BLOCK_R": rp, "num_warps": warps, "num_stages": 1}
+        else:
+            p = {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "num_stages": 2}
+        if r > 256 and online_pairs(kernel):
+            p["online"] = 1
+        if r > 256 and welford_pairs(kernel):
+            p["welford"] = 1
+        if splittable(kernel) and o < 4 * SMS and r >= 65536:  # too few rows to fill the GPU
+            p.update(mode="looped", BLOCK_O=1, BLOCK_R=4096, num_warps=8,
+                     SPLIT=min(2048, next_pow2(math.ceil(8 * SMS / o)), next_pow2(r // 8192)))
+        return p
+    block_i = min(next_pow2(i), 512)  # wide contiguous column chunks, but enough programs to fill the GPU
+    while block_i > 32 and o * math.ceil(i / block_i) < 8 * SMS:
+        block_i //= 2
+    block_r = min(rp, max(1, 4096 // block_i))
+    return {"BLOCK_I": block_i, "BLOCK_R": block_r, "num_warps": 8 if block_i * block_r >= 2048 else 4,
+            "num_stages": 2}
+
+
+def kernel_space(kernel: Kernel) -> dict[str, list]:
+    layout = kernel.layout
+    if layout == "flat":
+        return {"BLOCK": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [1, 2, 4, 8, 16], "num_stages": [1]}
+    if layout == "plane":
+        return {"layout": ["plane", "flat"], "BLOCK_H": [b for b in POW2[:8] if b <= next_pow2(kernel.domain[2])],
+                "BLOCK_W": [b for b in POW2 if 16 <= b <= max(16, min(1024, next_pow2(kernel.domain[3])))],
+                "BLOCK": [256, 1024, 4096], "num_warps": [1, 2, 4, 8], "num_stages": [1]}
+    if layout == "gemm":
+        return {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128],
+                "GROUP_M": [1, 4, 8, 16], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5]}
+    o, r, i = sizes(kernel)
+    rp = next_pow2(r)
+    if layout == "row":
+        space = {"mode": (["one_pass"] if rp <= ONE_PASS_MAX else []) + (["looped"] if r > 256 else []),
+                 "BLOCK_O": [b for b in POW2[:8] if b <= next_pow2(o)],
+                 "BLOCK_R": [b for b in POW2 if 128 <= b <= min(rp, 16384)] or [rp],
+                 "num_warps": [1, 2, 4, 8, 16, 32], "num_stages": [1, 2, 3]}
+        if splittable(kernel) and r >= 16384:
+            space["SPLIT"] = [1, 8, 32, 128, 512, 2048]
+        if "looped" in space["mode"] and online_pairs(kernel):  # pass-fusion choices matter only when looping
+            space["online"] = [1, 0]
+        if "looped" in space["mode"] and welford_pairs(kernel):
+            space["welford"] = [1, 2, 0]  # pivoted sums, per-lane Welford, off (a separate variance pass)
+        return space
+    return {"BLOCK_I": [b for b in POW2 if 16 <= b <= max(16, min(1024, next_pow2(i)))],
+            "BLOCK_R": [b for b in POW2 if b <= min(256, rp)], "num_warps": [1, 2, 4, 8, 16], "num_stages": [1, 2, 3]}
+
+
+PER_THREAD = 64  # tile elements per thread: beyond this, registers spill and compile times explode
+
+
+def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
+    """Why a configuration cannot run well (registers, shared memory) or at all, or None."""
+    layout = kernel.layout
+    threads = 32 * p.get("num_warps", 4)
+    tile = {"flat": p.get("BLOCK", 1024), "plane": p.get("BLOCK_H", 8) * p.get("BLOCK_W", 64),
+            "col": p.get("BLOCK_I", 64) * p.get("BLOCK_R", 32)}.get(layout)
+    if layout == "plane" and p.get("layout") == "flat":
+        tile = p.get("BLOCK", 1024)
+    if layout == "row":
+        o, r, _ = sizes(kernel)
+        width = next_pow2(r) if p.get("mode") == "one_pass" else min(p.get("BLOCK_R", 1024), next_pow2(r))
+        tile = min(p.get("BLOCK_O", 1), next_pow2(o)) * width
+    if tile is not None and tile > PER_THREAD * threads:
+        return f"a tile of {tile} elements over {threads} threads would spill registers"
+    if layout == "row":
+        o, r, _ = sizes(kernel)
+        rp = next_pow2(r)
+        if p.get("mode") == "one_pass" and rp > ONE_PASS_MAX:
+            return f"a one-pass row of {r} elements does not fit in registers"
+        width = rp if p.get("mode") == "one_pass" else min(p.get("BLOCK_R", 1024), rp)
+        if p.get("BLOCK_O", 1) * width > 65536:
+            return "the tile holds more than 65536 elements"
+        if p.get("SPLIT", 1) > 1 and not splittable(kernel, p):
+            return "SPLIT needs row reductions that can share one pass"
+        if p.get("SPLIT", 1) > 1 and 2 * math.ceil(r / p["SPLIT"]) < min(p.get("BLOCK_R", 1024), rp):
+            return "each split would hold less than half a block"
+    if layout == "plane" and p.get("BLOCK_H", 8) * p.get("BLOCK_W", 64) > 8192:
+        return "the tile holds more than 8192 outputs"
+    if layout == "col" and p.get("BLOCK_I", 64) * p.get("BLOCK_R", 32) > 65536:
+        return "the tile holds more than 65536 elements"
+    if layout == "gemm":
+        bm, bn, bk = p.get("BLOCK_M", 64), p.get("BLOCK_N", 64), p.get("BLOCK_K", 32)
+        if max(1, p.get("num_stages", 3)) * (bm * bk + bk * bn) * 4 > SMEM_BYTES:
+            return "the pipelined tiles need more shared memory than a block has"
+        if bm * bn > 128 * 32 * p.get("num_warps", 4):
+            return "the accumulator needs more than 128 registers per thread"
+    if p.get("num_warps", 4) not in (1, 2, 4, 8, 16, 32):
+        return "num_warps must be a power of two up to 32"
+    return None

@@ -1,0 +1,245 @@
+"""ATen pointwise ops as Triton expressions. Each entry maps argument expressions to a result expression.
+
+An expression is `E(code, kind)`, kind "f" (computed in float32), "i" (integer) or "b" (boolean). Arguments
+are kernel variables or Python literals; every op's result is assigned to its own variable, so an argument
+may appear several times in an entry's code. Ops missing here make a task unsupported, never a fallback.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class E:
+    code: str
+    kind: str  # "f", "i", "b"
+
+
+def lit(value) -> E:
+    if isinstance(value, bool):
+        return E("True" if value else "False", "b")
+    if isinstance(value, int):
+        return E(str(value), "i")
+    if isinstance(value, float):
+        if math.isnan(value):
+            return E('float("nan")', "f")
+        if math.isinf(value):
+            return E('float("inf")' if value > 0 else '-float("inf")', "f")
+        return E(repr(value), "f")
+    raise TypeError(f"not a scalar: {value!r}")
+
+
+def kind_of(dtype: torch.dtype) -> str:
+    return "b" if dtype == torch.bool else "f" if dtype.is_floating_point else "i"
+
+
+def f(e: E) -> str:
+    """The expression as float32."""
+    if e.kind == "f":
+        return e.code
+    if e.code.lstrip("-").isdigit():
+        return e.code + ".0"
+    if e.code in ("True", "False"):
+        return "1.0" if e.code == "True" else "0.0"
+    return f"{e.code}.to(tl.float32)"
+
+
+def b(e: E) -> str:
+    return e.code if e.kind == "b" else f"({e.code} != 0)"
+
+
+def _num(*args: E) -> str:
+    return "f" if any(a.kind == "f" for a in args) else "i"
+
+
+def _arith(op: str):
+    def entry(a, kw):
+        x, y = a[0], a[1]
+        alpha = kw.get("alpha", 1)
+        yc = y.code if alpha == 1 else f"({y.code} * {lit(alpha).code})"
+        return E(f"({x.code} {op} {yc})", _num(x, y, lit(alpha)))
+    return entry
+
+
+def _unary(template: str):
+    return lambda a, kw: E(template.format(x=f(a[0])), "f")
+
+
+def _cmp(op: str):
+    return lambda a, kw: E(f"({a[0].code} {op} {a[1].code})", "b")
+
+
+def _pow(a, kw):
+    x, e = a
+    if e.code.lstrip("-").replace(".", "", 1).isdigit():
+        p = float(e.code)
+        if p == int(p) and -4 <= p <= 8:
+            if p == 0:
+                return E("1.0", "f")
+            body = " * ".join([f(x)] * int(abs(p)))
+            return E(f"({body})" if p > 0 else f"(1.0 / ({body}))", "f")
+        if p == 0.5:
+            return E(f"tl.sqrt({f(x)})", "f")
+        if p == -0.5:
+            return E(f"tl.rsqrt({f(x)})", "f")
+    if x.code.replace(".", "", 1).isdigit():  # scalar ** tensor
+        return E(f"tl.exp2({f(e)} * {math.log2(float(x.code))!r})", "f")
+    return E(f"tl.exp2({f(e)} * tl.log2({f(x)}))", "f")
+
+
+def _div(a, kw):
+    q = f"({f(a[0])} / {f(a[1])})"
+    mode = kw.get("rounding_mode")
+    if mode == "floor":
+        return E(f"tl.floor({q})", "f")
+    if mode == "trunc":
+        return E(f"_trunc({q})", "f")
+    return E(q, "f")
+
+
+def _clamp(a, kw):
+    x = a[0]
+    lo = a[1] if len(a) > 1 and a[1] is not None else kw.get("min")
+    hi = a[2] if len(a) > 2 and a[2] is not None else kw.get("max")
+    lo = lit(lo) if isinstance(lo, (int, float)) else lo
+    hi = lit(hi) if isinstance(hi, (int, float)) else hi
+    code, kind = x.code, _num(x, *(v for v in (lo, hi) if v is not None))
+    if lo is not None:
+        code = f"tl.maximum({code}, {lo.code})"
+    if hi is not None:
+        code = f"tl.minimum({code}, {hi.code})"
+    return E(code, kind)
+
+
+def _cast(a, kw):
+    dtype = kw.get("dtype")
+    k = kind_of(dtype) if dtype is not None else a[0].kind
+    if k == "f":
+        return E(f(a[0]), "f")
+    if k == "b":
+        return E(b(a[0]), "b")
+    return E(f"{a[0].code}.to(tl.int64)" if a[0].kind != "i" else a[0].code, "i")
+
+
+def _gelu(a, kw):
+    x = f(a[0])
+    if kw.get("approximate", "none") == "tanh":
+        return E(f"(0.5 * {x} * (1.0 + _tanh(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x}))))", "f")
+    return E(f"(0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476)))", "f")
+
+
+def _softplus(x: str, beta: float = 1.0, threshold: float = 20.0) -> str:
+    bx = x if beta == 1 else f"({x} * {beta!r})"
+    soft = f"tl.log(1.0 + tl.exp({bx}))" + ("" if beta == 1 else f" / {beta!r}")
+    return f"tl.where({bx} > {threshold!r}, {x}, {soft})"
+
+
+def _elu(x: str, alpha: float, scale: float = 1.0, input_scale: float = 1.0) -> str:
+    return f"tl.where({x} > 0, {x} * {scale!r}, {alpha * scale!r} * (tl.exp({x} * {input_scale!r}) - 1.0))"
+
+
+def _arg(a, i, kw, name, default):
+    if len(a) > i:
+        return float(a[i].code) if isinstance(a[i], E) else a[i]
+    return kw.get(name, default)
+
+
+POINTWISE = {
+    "add": _arith("+"),
+    "sub": _arith("-"),
+    "mul": lambda a, kw: E(f"({a[0].code} * {a[1].code})", _num(a[0], a[1])),
+    "rsub": lambda a, kw: _arith("-")([a[1], a[0]], kw),
+    "div": _div,
+    "true_divide": _div,
+    "neg": lambda a, kw: E(f"(-{a[0].code})", _num(a[0])),
+    "reciprocal": _unary("(1.0 / {x})"),
+    "exp": _unary("tl.exp({x})"),
+    "exp2": _unary("tl.exp2({x})"),
+    "expm1": _unary("(tl.exp({x}) - 1.0)"),
+    "log": _unary("tl.log({x})"),
+    "log2": _unary("tl.log2({x})"),
+    "log10": _unary("(tl.log({x}) * 0.4342944819032518)"),
+    "log1p": _unary("tl.log(1.0 + {x})"),
+    "sqrt": _unary("tl.sqrt({x})"),
+    "rsqrt": _unary("tl.rsqrt({x})"),
+    "sin": _unary("tl.sin({x})"),
+    "cos": _unary("tl.cos({x})"),
+    "tan": _unary("(tl.sin({x}) / tl.cos({x}))"),
+    "sinh": _unary("(0.5 * (tl.exp({x}) - tl.exp(-{x})))"),
+    "cosh": _unary("(0.5 * (tl.exp({x}) + tl.exp(-{x})))"),
+    "erf": _unary("tl.erf({x})"),
+    "erfc": _unary("(1.0 - tl.erf({x}))"),
+    "sigmoid": _unary("tl.sigmoid({x})"),
+    "tanh": _unary("_tanh({x})"),
+    "abs": lambda a, kw: E(f"tl.abs({a[0].code})", a[0].kind if a[0].kind != "b" else "i"),
+    "floor": _unary("tl.floor({x})"),
+    "ceil": _unary("tl.ceil({x})"),
+    "trunc": _unary("_trunc({x})"),
+    "frac": _unary("({x} - _trunc({x}))"),
+    "sign": _unary("tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, 0.0))"),
+    "sgn": _unary("tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, 0.0))"),
+    "pow": _pow,
+    "relu": lambda a, kw: E(f"tl.maximum({a[0].code}, 0)", _num(a[0])),
+    "gelu": _gelu,
+    "silu": _unary("({x} * tl.sigmoid({x}))"),
+    "mish": lambda a, kw: E(f"({f(a[0])} * _tanh({_softplus(f(a[0]))}))", "f"),
+    "softplus": lambda a, kw: E(_softplus(f(a[0]), _arg(a, 1, kw, "beta", 1.0), _arg(a, 2, kw, "threshold", 20.0)), "f"),
+    "hardswish": _unary("({x} * tl.minimum(tl.maximum({x} + 3.0, 0.0), 6.0) / 6.0)"),
+    "hardsigmoid": _unary("tl.minimum(tl.maximum({x} / 6.0 + 0.5, 0.0), 1.0)"),
+    "hardtanh": lambda a, kw: E(f"tl.minimum(tl.maximum({f(a[0])}, {_arg(a, 1, kw, 'min_val', -1.0)!r}), "
+                                f"{_arg(a, 2, kw, 'max_val', 1.0)!r})", "f"),
+    "leaky_relu": lambda a, kw: E(f"tl.where({f(a[0])} > 0, {f(a[0])}, {f(a[0])} * "
+                                  f"{_arg(a, 1, kw, 'negative_slope', 0.01)!r})", "f"),
+    "elu": lambda a, kw: E(_elu(f(a[0]), _arg(a, 1, kw, "alpha", 1.0), _arg(a, 2, kw, "scale", 1.0),
+                                _arg(a, 3, kw, "input_scale", 1.0)), "f"),
+    "selu": lambda a, kw: E(_elu(f(a[0]), 1.6732632423543772, 1.0507009873554805), "f"),
+    "celu": lambda a, kw: E(f"tl.where({f(a[0])} > 0, {f(a[0])}, {_arg(a, 1, kw, 'alpha', 1.0)!r} * "
+                            f"(tl.exp({f(a[0])} / {_arg(a, 1, kw, 'alpha', 1.0)!r}) - 1.0))", "f"),
+    "threshold": lambda a, kw: E(f"tl.where({a[0].code} > {a[1].code}, {a[0].code}, {a[2].code})", _num(a[0], a[2])),
+    "clamp": _clamp,
+    "clamp_min": lambda a, kw: _clamp([a[0], a[1], None], kw),
+    "clamp_max": lambda a, kw: _clamp([a[0], None, a[1]], kw),
+    "maximum": lambda a, kw: E(f"tl.maximum({a[0].code}, {a[1].code})", _num(a[0], a[1])),
+    "minimum": lambda a, kw: E(f"tl.minimum({a[0].code}, {a[1].code})", _num(a[0], a[1])),
+    "fmax": lambda a, kw: E(f"tl.maximum({a[0].code}, {a[1].code})", _num(a[0], a[1])),
+    "fmin": lambda a, kw: E(f"tl.minimum({a[0].code}, {a[1].code})", _num(a[0], a[1])),
+    "where": lambda a, kw: E(f"tl.where({b(a[0])}, {a[1].code}, {a[2].code})", _num(a[1], a[2])),
+    "masked_fill": lambda a, kw: E(f"tl.where({b(a[1])}, {a[2].code}, {a[0].code})", _num(a[0], a[2])),
+    "gt": _cmp(">"), "lt": _cmp("<"), "ge": _cmp(">="), "le": _cmp("<="), "eq": _cmp("=="), "ne": _cmp("!="),
+    "logical_and": lambda a, kw: E(f"({b(a[0])} & {b(a[1])})", "b"),
+    "logical_or": lambda a, kw: E(f"({b(a[0])} | {b(a[1])})", "b"),
+    "logical_xor": lambda a, kw: E(f"({b(a[0])} != {b(a[1])})", "b"),
+    "logical_not": lambda a, kw: E(f"({b(a[0])} == 0)", "b"),
+    "bitwise_not": lambda a, kw: E(f"({a[0].code} == 0)", "b") if a[0].kind == "b" else E(f"(~{a[0].code})", "i"),
+    "bitwise_and": lambda a, kw: E(f"({a[0].code} & {a[1].code})", "b" if a[0].kind == a[1].kind == "b" else "i"),
+    "bitwise_or": lambda a, kw: E(f"({a[0].code} | {a[1].code})", "b" if a[0].kind == a[1].kind == "b" else "i"),
+    "isnan": lambda a, kw: E(f"({a[0].code} != {a[0].code})", "b"),
+    "isinf": lambda a, kw: E(f"(tl.abs({f(a[0])}) == float(\"inf\"))", "b"),
+    "lerp": lambda a, kw: E(f"({f(a[0])} + {f(a[2])} * ({f(a[1])} - {f(a[0])}))", "f"),
+    "addcmul": lambda a, kw: E(f"({f(a[0])} + {kw.get('value', 1)!r} * {f(a[1])} * {f(a[2])})", "f"),
+    "addcdiv": lambda a, kw: E(f"({f(a[0])} + {kw.get('value', 1)!r} * {f(a[1])} / {f(a[2])})", "f"),
+    "remainder": lambda a, kw: E(f"({f(a[0])} - {f(a[1])} * tl.floor({f(a[0])} / {f(a[1])}))", "f"),
+    "fmod": lambda a, kw: E(f"({f(a[0])} - {f(a[1])} * _trunc({f(a[0])} / {f(a[1])}))", "f"),
+    "cast": _cast,
+}
+
+# @triton.jit helpers the expressions above may call, added to a candidate when its kernels use them.
+HELPERS = {
+    "_tanh": '''@triton.jit
+def _tanh(x):
+    t = tl.exp(-2.0 * tl.abs(x))
+    r = (1.0 - t) / (1.0 + t)
+    return tl.where(x >= 0, r, -r)
+''',
+    "_trunc": '''@triton.jit
+def _trunc(x):
+    return tl.where(x >= 0, tl.floor(x), tl.ceil(x))
+''',
+    "_mul_combine": '''@triton.jit
+def _mul_combine(a, b):
+    return a * b
+''',
+}

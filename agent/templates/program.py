@@ -1,0 +1,123 @@
+"""A complete candidate file from a scheduled program: the task's source verbatim (so ModelNew inherits
+Model's constructor and parameters), the generated @triton.jit kernels, and `class ModelNew(Model)` whose
+forward checks the input shapes it was generated for, allocates outputs and launches the kernels. The
+forward runs no torch compute: only .contiguous(), .detach(), torch.empty and, for the "torch" GEMM
+variant, torch.mm/bmm declared in KERNELWRIGHT_TORCH_OPS.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from agent.templates.codegen import KernelCode
+from agent.templates.ir import Leaf, Program, contiguous_strides
+from agent.templates.kernels import render_kernel
+from agent.templates.params import kernel_default
+from agent.templates.pointwise_ops import HELPERS
+from agent.templates.schedule import Kernel
+
+
+def _local(base: str) -> str:
+    return "w_" + base.replace("self.", "").replace(".", "_") if base.startswith("self.") else base
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype)
+
+
+def _host_view(leaf: Leaf) -> str:
+    base = _local(leaf.base)
+    if leaf.offset == 0 and leaf.strides == contiguous_strides(leaf.shape):
+        return base
+    return f"{base}.as_strided({tuple(leaf.shape)}, {tuple(leaf.strides)}, {leaf.offset})"
+
+
+def render_program(task_source: str, program: Program, kernels: list[Kernel], buffers: dict, primary: int,
+                   params: dict, header: str) -> str:
+    codes: list[KernelCode | None] = []
+    torch_ops = []
+    for i, k in enumerate(kernels):
+        if k.kind == "torch_gemm":
+            codes.append(None)
+            torch_ops.append("aten.bmm" if len(k.domain) == 3 else "aten.mm")
+            continue
+        p = params if i == primary else kernel_default(k)
+        codes.append(render_kernel(k, f"_{k.layout}_kernel{i}", p))
+    sources = "\n\n\n".join(c.source for c in codes if c is not None)
+    helpers = [HELPERS[h] for h in HELPERS if h + "(" in sources or h + "," in sources]
+
+    inputs = [b for b, leaf in program.bases.items() if not b.startswith("self.")]
+    tensor_inputs = [b for b in inputs if b in program.arg_names]
+    device = tensor_inputs[0] if tensor_inputs else _local(next(iter(program.bases)))
+    body = []
+    for b in tensor_inputs:
+        shape = tuple(program.bases[b].shape)
+        body += [f"if tuple({b}.shape) != {shape}:",
+                 f"    raise ValueError(f\"this candidate was generated for {b} of shape {shape}, got {{tuple({b}.shape)}}\")",
+                 f"{b} = {b}.contiguous()"]
+    used = {a for c in codes if c for launch in c.launches for a in launch.args}
+    used |= {leaf.base for k in kernels if k.kind == "torch_gemm" for leaf in k.nodes[0].args}
+    for b in program.bases:
+        if b.startswith("self.") and b in used:
+            body.append(f"{_local(b)} = {b}.detach()")
+    outputs = set(program.outputs)
+    float_dt = f"{program.float_base}.dtype" if program.float_base else None
+    for node, buf in buffers.items():
+        if node.dtype.is_floating_point:
+            dt = float_dt if node in outputs and float_dt and node.dtype == program.bases[program.float_base].dtype \
+                else _dtype(torch.float32 if node not in outputs else node.dtype)
+        else:
+            dt = _dtype(node.dtype)
+        body.append(f"{buf} = torch.empty({tuple(node.shape)}, device={device}.device, dtype={dt})")
+    for c in codes:
+        for name, (shape, dtype) in (c.temps.items() if c else ()):
+            body.append(f"{name} = torch.empty({shape}, device={device}.device, dtype={_dtype(dtype)})")
+    for k, c in zip(kernels, codes):
+        if c is None:
+            g = k.nodes[0]
+            fn = "torch.bmm" if len(k.domain) == 3 else "torch.mm"
+            body.append(f"{buffers_of(k)} = {fn}({_host_view(g.args[0])}, {_host_view(g.args[1])})")
+            continue
+        for launch in c.launches:
+            args = ", ".join(_local(a) for a in launch.args)
+            meta = ", ".join(f"{key}={value}" for key, value in launch.meta.items())
+            body.append(f"{launch.kernel}[{launch.grid}]({args}, {meta}, num_warps={launch.num_warps}, "
+                        f"num_stages={launch.num_stages})")
+    names = [buffers[o] for o in program.outputs]
+    body.append(f"return {_render_tree(torch.utils._pytree.tree_unflatten(names, program.out_tree))}")
+    signature = ", ".join(["self"] + program.arg_names)
+    lines = [task_source.rstrip(), "", "", header, "import torch", "import triton", "import triton.language as tl", ""]
+    if torch_ops:
+        lines += [f"KERNELWRIGHT_TORCH_OPS = {sorted(set(torch_ops))!r}", ""]
+    for h in helpers:
+        lines += ["", h]
+    lines += ["", sources, "", "", "class ModelNew(Model):", f"    def forward({signature}):"]
+    lines += ["        " + line for line in body]
+    return "\n".join(lines) + "\n"
+
+
+def buffers_of(kernel: Kernel) -> str:
+    return next(iter(kernel.stores.values()))
+
+
+def _render_tree(tree) -> str:
+    if isinstance(tree, str):
+        return tree
+    if isinstance(tree, tuple):
+        inner = ", ".join(_render_tree(t) for t in tree)
+        return f"({inner},)" if len(tree) == 1 else f"({inner})"
+    if isinstance(tree, list):
+        return "[" + ", ".join(_render_tree(t) for t in tree) + "]"
+    if isinstance(tree, dict):
+        return "{" + ", ".join(f"{k!r}: {_render_tree(v)}" for k, v in tree.items()) + "}"
+    return repr(tree)
+
+
+def work(kernel: Kernel) -> float:
+    """Rough size of a kernel's job, to pick the primary kernel whose parameters the search tunes."""
+    if kernel.kind in ("gemm", "torch_gemm"):
+        a, b = kernel.nodes[0].args
+        return 8.0 * math.prod(kernel.domain) * a.shape[-1]
+    return float(math.prod(kernel.domain))
+

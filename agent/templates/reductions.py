@@ -1,0 +1,168 @@
+"""How a kernel reduces: one-pass reductions of a row held in registers, per-lane accumulators carried
+through a chunk loop, and two fusions that let a dependent reduction share its producer's pass: online
+softmax (running max and rescaled sum of exp) and a pivoted one-pass mean/variance. Mixed into codegen.Gen,
+whose tiles, scopes and value emission these methods use."""
+from __future__ import annotations
+
+from agent.templates.ir import Node
+from agent.templates.pointwise_ops import f
+
+NEUTRAL = {"sum": "0.0", "prod": "1.0", "max": '-float("inf")', "min": 'float("inf")',
+           "argmax": '-float("inf")', "argmin": 'float("inf")'}
+INT32_MAX = 2**31 - 1
+
+
+class Reductions:
+    # --- reductions --------------------------------------------------------------------------------
+    def reduce_now(self, r: Node) -> None:
+        """One-pass reduction of a whole row held in registers."""
+        v = self.reduce_input(r)
+        code = v.code + (".to(tl.int32)" if v.kind == "b" else "") if r.fn == "sum" and v.kind != "f" else f(v)
+        neutral = "0" if r.fn == "sum" and v.kind != "f" else NEUTRAL[r.fn]
+        masked = f"tl.where(mask, {code}, {neutral})"
+        out = self.fresh("r")
+        ax = self.axis
+        expr = {"sum": f"tl.sum({masked}, axis={ax}, keep_dims=True)",
+                "max": f"tl.max({masked}, axis={ax}, keep_dims=True)",
+                "min": f"tl.min({masked}, axis={ax}, keep_dims=True)",
+                "prod": f"tl.reduce({masked}, {ax}, _mul_combine, keep_dims=True)",
+                "argmax": f"tl.argmax({masked}, axis={ax}, keep_dims=True)",
+                "argmin": f"tl.argmin({masked}, axis={ax}, keep_dims=True)"}[r.fn]
+        self.body.lines.append(f"{out} = {expr}")
+        self.top.cache[r] = out
+        self.kinds[r] = "f" if r.fn not in ("argmax", "argmin") and v.kind == "f" else "i"
+
+    def reduce_start(self, r: Node) -> None:
+        acc = self.fresh("acc")
+        init = NEUTRAL[r.fn]
+        self.top.lines.append(f"{acc} = tl.full({self.tile('full')}, {init}, tl.float32)")
+        if r.fn in ("argmax", "argmin"):
+            self.top.lines.append(f"{acc}_i = tl.zeros({self.tile('full')}, tl.int32)")
+        self.top.cache[("acc", r)] = acc
+
+    def reduce_step(self, r: Node) -> None:
+        v = self.reduce_input(r)
+        acc = self.top.cache[("acc", r)]
+        masked = f"tl.where(mask, {f(v)}, {NEUTRAL[r.fn]})"
+        lines = self.body.lines
+        if r.fn == "sum":
+            lines.append(f"{acc} += {masked}")
+        elif r.fn == "prod":
+            lines.append(f"{acc} *= {masked}")
+        elif r.fn in ("max", "min"):
+            lines.append(f"{acc} = tl.{'maximum' if r.fn == 'max' else 'minimum'}({acc}, {masked})")
+        else:
+            cmp = ">" if r.fn == "argmax" else "<"
+            vv = self.fresh("vv")
+            lines += [f"{vv} = {masked}", f"upd = {vv} {cmp} {acc}",
+                      f"{acc}_i = tl.where(upd, rr + tl.zeros({self.tile('full')}, tl.int32), {acc}_i)",
+                      f"{acc} = tl.where(upd, {vv}, {acc})"]
+
+    def online_start(self, total: Node, peak: Node) -> None:
+        """Running per-lane max and rescaled sum of exp(x - max), so one pass gives both (online softmax).
+        The max starts finite so a lane that only sees masked (-inf) values rescales by exp(0), not NaN."""
+        m, s = self.fresh("om"), self.fresh("os")
+        self.top.lines += [f"{m} = tl.full({self.tile('full')}, -3.0e38, tl.float32)",
+                           f"{s} = tl.zeros({self.tile('full')}, tl.float32)"]
+        self.top.cache[("acc", peak)], self.top.cache[("acc", total)] = m, s
+
+    def online_step(self, total: Node, peak: Node) -> None:
+        v = self.reduce_input(peak)
+        m, s = self.top.cache[("acc", peak)], self.top.cache[("acc", total)]
+        vv, new = self.fresh("vv"), self.fresh("mn")
+        self.body.lines += [f"{vv} = tl.where(mask, {f(v)}, -float(\"inf\"))", f"{new} = tl.maximum({m}, {vv})",
+                            f"{s} = {s} * tl.exp({m} - {new}) + tl.exp({vv} - {new})", f"{m} = {new}"]
+
+    def online_end(self, total: Node, peak: Node) -> None:
+        m, s = self.top.cache[("acc", peak)], self.top.cache[("acc", total)]
+        rm, rs = self.fresh("r"), self.fresh("r")
+        self.top.lines += [f"{rm} = tl.max({m}, axis={self.axis}, keep_dims=True)",
+                           f"{rs} = tl.sum({s} * tl.exp({m} - {rm}), axis={self.axis}, keep_dims=True)"]
+        self.top.cache[peak], self.top.cache[total] = rm, rs
+        self.kinds[peak] = self.kinds[total] = "f"
+
+    def welford_start(self, squares: Node, total: Node) -> None:
+        if self.p.get("welford", 1) == 2:
+            return self.lane_welford_start(squares, total)
+        """Mean and variance in one pass: per-lane sums of x - p and (x - p)^2 around a pivot p, the mean of
+        the row's first chunk, so the variance S2 - S1^2 / n suffers no cancellation when |mean| >> std.
+        `self.chunk(start)` gives the lines that set rr and mask for a chunk (set by the kernel builder)."""
+        outer, first = self.body, type(self.body)()
+        self.body = first
+        first.lines += self.chunk(self.first_chunk)
+        v = self.reduce_input(total)
+        pivot = self.fresh("wp")
+        count = f"tl.maximum(tl.sum(tl.where(mask, 1.0, 0.0), axis={self.axis}, keep_dims=True), 1.0)"
+        first.lines.append(f"{pivot} = tl.sum(tl.where(mask, {f(v)}, 0.0), axis={self.axis}, keep_dims=True) / {count}")
+        self.body = outer
+        self.top.lines += first.lines
+        n, s1, s2 = self.fresh("wn"), self.fresh("ws"), self.fresh("wq")
+        self.top.lines += [f"{a} = tl.zeros({self.tile('full')}, tl.float32)" for a in (n, s1, s2)]
+        self.top.cache[("acc", total)] = (pivot, n, s1, s2)
+
+    def welford_step(self, squares: Node, total: Node) -> None:
+        if self.p.get("welford", 1) == 2:
+            return self.lane_welford_step(squares, total)
+        v = self.reduce_input(total)
+        pivot, n, s1, s2 = self.top.cache[("acc", total)]
+        d = self.fresh("wd")
+        self.body.lines += [f"{d} = tl.where(mask, {f(v)} - {pivot}, 0.0)", f"{n} += tl.where(mask, 1.0, 0.0)",
+                            f"{s1} += {d}", f"{s2} += {d} * {d}"]
+
+    def welford_end(self, squares: Node, total: Node) -> None:
+        if self.p.get("welford", 1) == 2:
+            return self.lane_welford_end(squares, total)
+        pivot, n, s1, s2 = self.top.cache[("acc", total)]
+        ax = self.axis
+        count, t1, t2, avg, rs, rq = (self.fresh(x) for x in ("wc", "wt", "wu", "wa", "r", "r"))
+        self.top.lines += [f"{count} = tl.sum({n}, axis={ax}, keep_dims=True)",
+                           f"{t1} = tl.sum({s1}, axis={ax}, keep_dims=True)",
+                           f"{t2} = tl.sum({s2}, axis={ax}, keep_dims=True)",
+                           f"{avg} = {pivot} + {t1} / tl.maximum({count}, 1.0)",
+                           f"{rs} = {avg} * {count}",
+                           f"{rq} = tl.maximum({t2} - {t1} * {t1} / tl.maximum({count}, 1.0), 0.0)"]
+        self.top.cache[total], self.top.cache[squares] = rs, rq
+        self.top.cache[("welford_parts", total)] = (count, avg, rq)
+        self.kinds[total] = self.kinds[squares] = "f"
+
+    def reduce_end(self, r: Node) -> None:
+        acc, out, ax = self.top.cache[("acc", r)], self.fresh("r"), self.axis
+        if r.fn in ("argmax", "argmin"):
+            best = f"tl.{'max' if r.fn == 'argmax' else 'min'}({acc}, axis={ax}, keep_dims=True)"
+            self.top.lines += [f"{out}_v = {best}",
+                               f"{out} = tl.min(tl.where({acc} == {out}_v, {acc}_i, {INT32_MAX}), axis={ax}, keep_dims=True)"]
+            self.kinds[r] = "i"
+        else:
+            fn = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}.get(r.fn)
+            expr = (f"{fn}({acc}, axis={ax}, keep_dims=True)" if fn else
+                    f"tl.reduce({acc}, {ax}, _mul_combine, keep_dims=True)")
+            self.top.lines.append(f"{out} = {expr}")
+            self.kinds[r] = "f"
+        self.top.cache[r] = out
+
+    def lane_welford_start(self, squares: Node, total: Node) -> None:
+        """welford=2: Welford's update per lane (count, mean, sum of squared deviations), lanes merged at
+        the end with Chan's formula; exact, at the price of a division per element."""
+        n, mean, m2 = self.fresh("wn"), self.fresh("wm"), self.fresh("w2")
+        self.top.lines += [f"{v} = tl.zeros({self.tile('full')}, tl.float32)" for v in (n, mean, m2)]
+        self.top.cache[("acc", total)] = (n, mean, m2)
+
+    def lane_welford_step(self, squares: Node, total: Node) -> None:
+        v = self.reduce_input(total)
+        n, mean, m2 = self.top.cache[("acc", total)]
+        delta = self.fresh("wd")
+        self.body.lines += [f"{n} = {n} + tl.where(mask, 1.0, 0.0)", f"{delta} = {f(v)} - {mean}",
+                            f"{mean} = {mean} + tl.where(mask, {delta} / tl.maximum({n}, 1.0), 0.0)",
+                            f"{m2} = {m2} + tl.where(mask, {delta} * ({f(v)} - {mean}), 0.0)"]
+
+    def lane_welford_end(self, squares: Node, total: Node) -> None:
+        n, mean, m2 = self.top.cache[("acc", total)]
+        ax = self.axis
+        count, avg, rs, rq = self.fresh("wc"), self.fresh("wa"), self.fresh("r"), self.fresh("r")
+        self.top.lines += [f"{count} = tl.sum({n}, axis={ax}, keep_dims=True)",
+                           f"{avg} = tl.sum({n} * {mean}, axis={ax}, keep_dims=True) / tl.maximum({count}, 1.0)",
+                           f"{rs} = {avg} * {count}",
+                           f"{rq} = tl.sum({m2} + {n} * ({mean} - {avg}) * ({mean} - {avg}), axis={ax}, keep_dims=True)"]
+        self.top.cache[total], self.top.cache[squares] = rs, rq
+        self.top.cache[("welford_parts", total)] = (count, avg, rq)
+        self.kinds[total] = self.kinds[squares] = "f"

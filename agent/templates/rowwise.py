@@ -1,0 +1,45 @@
+"""Row-reduction template: reductions over a tensor's innermost axes with their prologue and epilogue
+fused: softmax, log-softmax, logsumexp, layer/RMS/group/instance norm, L2 normalization, losses
+(cross-entropy, MSE, Huber, KL, cosine), sums/means/max/argmax over the last axis, and matrix-vector
+products. A row that fits a block is read once (one_pass); wider rows loop per reduction stage (looped);
+few long rows split over SPLIT programs per row plus a combine kernel."""
+from __future__ import annotations
+
+from agent.analysis import TaskAnalysis
+from agent.templates import base
+from agent.templates.params import kernel_invalid
+
+NAME = "rowwise"
+FAMILIES = ("softmax", "norm", "reduction", "argreduce", "loss", "matvec")
+
+
+def match(analysis: TaskAnalysis) -> bool:
+    pl = base.default_plan(analysis)
+    return pl is not None and pl.main.layout == "row" and not pl.has("scan") and not pl.has("gemm")
+
+
+def space(analysis: TaskAnalysis) -> dict[str, list]:
+    return base.space(analysis)
+
+
+def default(analysis: TaskAnalysis) -> dict:
+    return base.default(analysis)
+
+
+def variants(analysis: TaskAnalysis) -> list[dict]:
+    """The default, the other row strategy (one-pass vs looped), and split rows where they apply."""
+    d = default(analysis)
+    main = base.plan(analysis).main
+    out = [d]
+    other = {**d, "mode": "looped", "BLOCK_R": 2048, "BLOCK_O": 1, "num_warps": 8} if d["mode"] == "one_pass" \
+        else {**d, "mode": "one_pass", "num_warps": 16, "BLOCK_O": 1}
+    if d.get("SPLIT", 1) > 1:
+        out.append({**d, "SPLIT": max(8, d["SPLIT"] // 8)})
+    if d.get("welford"):
+        out.append({**d, "welford": 2})
+    out.append(other)
+    return [p for p in out if kernel_invalid(main, p) is None]
+
+
+def render(analysis: TaskAnalysis, params: dict) -> str:
+    return base.render(analysis, params, NAME)

@@ -1,0 +1,329 @@
+"""Grouping a Program's nodes into kernels.
+
+A tile kernel has a domain D (a shape) and reduced dims (none for a flat, pointwise-only kernel). Each node
+in it is either "full" (numel(D) elements in D's linear order) or "red" (one element per position of D with
+the reduced dims removed). Nodes join the current kernel while they fit these levels; anything else starts
+a new kernel, and values crossing kernels are stored to a buffer and read back as leaves over it (so any
+view or broadcast of them is just strides). Pointwise nodes of leaves alone are never scheduled: every
+kernel that reads one recomputes it at its own positions (broadcasting included), so a chain of broadcast
+operands costs no buffer. A GEMM kernel takes a pointwise epilogue over its output; a "torch_gemm" kernel
+is a vendor GEMM run on the host, its epilogue a Triton kernel reading its buffer.
+
+    kernels, buffers = schedule(program, split_k=1)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from agent.templates.ir import Leaf, Node, Program, Unsupported, Value, contiguous_strides, restride
+
+
+@dataclass(eq=False)
+class Kernel:
+    kind: str  # "tile", "gemm" or "torch_gemm"
+    domain: tuple
+    rdims: tuple = ()
+    nodes: list = field(default_factory=list)  # copies of the program's nodes, args resolved to leaves/members
+    level: dict = field(default_factory=dict)  # member node -> "full" | "red"
+    stores: dict = field(default_factory=dict)  # member node -> buffer name
+    scan_reverse: bool | None = None
+
+    @property
+    def layout(self) -> str:
+        if self.kind in ("gemm", "torch_gemm"):
+            return "gemm" if self.kind == "gemm" else "torch"
+        if not self.rdims:
+            return "plane" if self.has_window and len(self.domain) == 4 else "flat"
+        inner = [k for k in range(len(self.domain)) if self.domain[k] > 1]
+        return "row" if not inner or inner[-1] in self.rdims or max(self.rdims) > inner[-1] else "col"
+
+    @property
+    def red_numel(self) -> int:
+        return math.prod(self.domain) // max(1, math.prod(self.domain[k] for k in self.rdims))
+
+    @property
+    def keep_shape(self) -> tuple:
+        return tuple(1 if k in self.rdims else s for k, s in enumerate(self.domain))
+
+    @property
+    def has_window(self) -> bool:
+        return any(n.op == "window" for n in self.nodes)
+
+    def depends_on_scan(self, node) -> bool:
+        stack, seen = [node], set()
+        while stack:
+            n = stack.pop()
+            if n.op == "scan":
+                return True
+            for a in n.inputs:
+                if isinstance(a, Node) and a not in seen:
+                    seen.add(a)
+                    stack.append(a)
+        return False
+
+
+def _squeezed(shape) -> tuple:
+    return tuple(s for s in shape if s != 1)
+
+
+def _pad(shape, rank) -> tuple:
+    return (1,) * (rank - len(shape)) + tuple(shape)
+
+
+def view_strides(node: Node) -> tuple[tuple, int]:
+    """The strides/offset of a view node relative to its source laid out contiguously."""
+    src = node.args[0]
+    if node.fn == "reshape":
+        return contiguous_strides(node.shape), 0
+    if node.fn == "expand":
+        cs = _pad(contiguous_strides(src.shape), len(node.shape))
+        padded = _pad(src.shape, len(node.shape))
+        return tuple(0 if padded[j] != node.shape[j] or padded[j] == 1 else cs[j] for j in range(len(node.shape))), 0
+    if node.fn == "flip":
+        cs = contiguous_strides(src.shape)
+        dims = node.attrs["dims"]
+        return (tuple(-s if j in dims else s for j, s in enumerate(cs)),
+                sum((src.shape[d] - 1) * cs[d] for d in dims))
+    return node.attrs["strides"], node.attrs["offset"]
+
+
+class _Scheduler:
+    def __init__(self, program: Program, split_k: int, torch_gemm: bool):
+        self.p = program
+        self.split_k = split_k
+        self.torch_gemm = torch_gemm
+        self.kernels: list[Kernel] = []
+        self.home: dict = {}  # program node -> (kernel, member copy)
+        self.leaves: dict = {}  # program node -> Leaf over its buffer
+        self.buffers: dict = {}  # program node -> buffer name
+        self.inline: set = set()  # pointwise nodes of leaves only: recomputed wherever they are read
+        self.count = 0
+
+    def run(self) -> tuple[list[Kernel], dict]:
+        for n in self.p.nodes:
+            self.place(n)
+        final: dict[int, Kernel] = {}  # pointwise outputs share one flat kernel per element count
+        for out in self.p.outputs:
+            if out in self.home:
+                self.store(out)
+            elif out in self.inline:
+                k = final.get(out.numel)
+                if k is None:
+                    k = final[out.numel] = Kernel("tile", out.shape)
+                    self.kernels.append(k)
+                self.join(k, self.member(out, k), out, "full")
+                self.store(out)
+            else:  # a view computed as a leaf: copy it out with its own kernel
+                leaf = self.leaves[out]
+                k = Kernel("tile", out.shape)
+                copy = Node(out.name + "_copy", out.shape, out.dtype, op="pw", fn="cast", args=[leaf],
+                            attrs={"dtype": out.dtype})
+                self.join(k, copy, out, "full", new=True)
+                self.store(out)
+        return self.kernels, self.buffers
+
+    # --- values across kernels ---------------------------------------------------------------------
+    def store(self, node: Node) -> str:
+        kernel, member = self.home[node]
+        if node not in self.buffers:
+            self.buffers[node] = f"buf_{node.name}"
+        kernel.stores[member] = self.buffers[node]
+        return self.buffers[node]
+
+    def leaf(self, value: Value) -> Leaf:
+        """`value` read from memory: a leaf as is, a computed node from its buffer."""
+        if isinstance(value, Leaf):
+            return value
+        if value in self.leaves:
+            return self.leaves[value]
+        if value in self.inline and value not in self.home:  # computed once, ahead of everything
+            k = Kernel("tile", value.shape)
+            self.kernels.insert(0, k)
+            self.join(k, self.member(value, k), value, "full")
+        if value.op == "view":  # read the source's buffer through the view's strides
+            src = self.leaf(value.args[0])
+            layout = restride(src, value.shape, *view_strides(value))
+            if layout is None:
+                raise Unsupported("A view of a view of a computed value has no strided form.")
+            strides, offset = layout
+            leaf = Leaf(value.name + "_m", value.shape, value.dtype, base=src.base, strides=strides, offset=offset)
+        else:
+            leaf = Leaf(value.name + "_m", value.shape, value.dtype, base=self.store(value),
+                        strides=contiguous_strides(value.shape))
+        self.leaves[value] = leaf
+        return leaf
+
+    def resolve(self, value, kernel: Kernel, consumer: Node | None = None):
+        """An argument as seen from inside `kernel`: a member, a leaf, or a python scalar."""
+        if not isinstance(value, Value):
+            return value
+        if isinstance(value, Node) and value in self.home and self.home[value][0] is kernel:
+            return self.home[value][1]
+        if value in self.inline and value not in self.home and (value.op != "view" or consumer is None or
+                                                                value.numel == consumer.numel):
+            return value
+        return self.leaf(value)
+
+    def join(self, kernel: Kernel, member: Node, original: Node, level: str, new: bool = False) -> None:
+        if new:
+            self.kernels.append(kernel)
+        kernel.nodes.append(member)
+        kernel.level[member] = level
+        self.home[original] = (kernel, member)
+
+    def member(self, node: Node, kernel: Kernel, **changes) -> Node:
+        attrs = dict(node.attrs)
+        attrs.update(changes.pop("attrs", {}))
+        return Node(node.name, changes.pop("shape", node.shape), node.dtype, op=node.op, fn=node.fn,
+                    args=[self.resolve(a, kernel, node if node.op == "pw" else None) for a in node.args],
+                    attrs=attrs)
+
+    # --- placement ---------------------------------------------------------------------------------
+    def current(self) -> Kernel | None:
+        return self.kernels[-1] if self.kernels else None
+
+    def inside(self, value, kernel) -> bool:
+        return isinstance(value, Node) and value in self.home and self.home[value][0] is kernel
+
+    def inlinable(self, a, consumer: Node) -> bool:
+        """A pointwise value of leaves, or a reshape of one, read at the consumer's element count."""
+        return isinstance(a, Leaf) or a in self.inline and (a.op != "view" or a.numel == consumer.numel)
+
+    def place(self, n: Node) -> None:
+        if n.op == "pw" and all(self.inlinable(a, n) for a in n.inputs) or \
+                n.op == "view" and n.fn == "reshape" and n.args[0] in self.inline:
+            self.inline.add(n)
+            return
+        k = self.current()
+        if k is not None and any(a in self.leaves and self.leaves[a].base in k.stores.values() for a in n.inputs):
+            k = None  # never read, in a kernel, a buffer that the same kernel writes
+        if n.op == "view":
+            src = n.args[0]
+            level = self.view_level(k, n) if k is not None and self.inside(src, k) else None
+            if level is None:
+                src_leaf = self.leaf(src)
+                layout = restride(src_leaf, n.shape, *view_strides(n))
+                if layout is None:
+                    raise Unsupported("A view of a view of a computed value has no strided form.")
+                strides, offset = layout
+                self.leaves[n] = Leaf(n.name + "_v", n.shape, n.dtype, base=src_leaf.base, strides=strides,
+                                      offset=offset, kind=src_leaf.kind, value=src_leaf.value, step=src_leaf.step)
+            else:
+                self.join(k, self.member(n, k), n, level)
+            return
+        if n.op == "gemm":
+            if self.torch_gemm:  # a vendor GEMM on the host; the epilogue reads its buffer
+                k = Kernel("torch_gemm", n.shape)
+                self.join(k, Node(n.name, n.shape, n.dtype, op="gemm", fn="mm", args=[self.leaf(a) for a in n.args]),
+                          n, "full", new=True)
+                self.store(n)
+                return
+            if self.split_k > 1:
+                k = Kernel("gemm", (self.split_k,) + n.shape)
+                part = Node(n.name + "_part", k.domain, n.dtype, op="gemm", fn="mm",
+                            args=[self.leaf(a) for a in n.args], attrs={"split_k": self.split_k})
+                k.nodes.append(part)
+                k.level[part] = "full"
+                self.kernels.append(k)
+                self.home[part] = (k, part)
+                self.buffers[part] = f"buf_{part.name}"
+                k.stores[part] = self.buffers[part]
+                tile = Kernel("tile", k.domain, rdims=(0,))
+                red = Node(n.name, n.shape, n.dtype, op="reduce", fn="sum", args=[self.leaf(part)],
+                           attrs={"dims": (0,), "keepdim": False})
+                self.join(tile, red, n, "red", new=True)
+                return
+            k = Kernel("gemm", n.shape)
+            self.join(k, Node(n.name, n.shape, n.dtype, op="gemm", fn="mm", args=[self.leaf(a) for a in n.args],
+                              attrs=dict(n.attrs)), n, "full", new=True)
+            return
+        if n.op == "window":
+            k = Kernel("tile", n.shape)
+            self.join(k, self.member(n, k), n, "full", new=True)
+            return
+        if n.op in ("reduce", "scan"):
+            self.place_reduction(n, k)
+            return
+        level = self.pointwise_level(k, n) if k is not None else None
+        if level is None:
+            k = Kernel("tile", n.shape)
+            self.join(k, self.member(n, k), n, "full", new=True)
+        else:
+            self.join(k, self.member(n, k), n, level)
+
+    def place_reduction(self, n: Node, k: Kernel | None) -> None:
+        x, dims = n.args[0], tuple(n.attrs["dims"])
+        level = "red" if n.op == "reduce" else "full"
+        if k is not None and k.kind == "tile":
+            full_input = (not self.inside(x, k) and x.numel == math.prod(k.domain)) or \
+                         (self.inside(x, k) and k.level[self.home[x][1]] == "full")
+            scan_ok = n.op == "reduce" or (k.scan_reverse in (None, n.attrs["reverse"]) and
+                                           (k.rdims == dims or not k.rdims))
+            after_scan = self.inside(x, k) and k.depends_on_scan(self.home[x][1])
+            if full_input and scan_ok and not after_scan:
+                if not k.rdims and x.shape == k.domain or not k.rdims and not k.has_window and \
+                        x.numel == math.prod(k.domain):
+                    k.domain, k.rdims = tuple(x.shape), dims
+                    return self.join_reduction(k, n, level)
+                if k.rdims == dims and tuple(x.shape) == k.domain:
+                    return self.join_reduction(k, n, level)
+                if n.op == "reduce" and k.rdims and set(k.rdims) < set(dims) and tuple(x.shape) == k.domain \
+                        and n.fn in ("sum", "max", "min", "prod"):
+                    inner = Node(n.name + "_in", k.keep_shape, n.dtype, op="reduce", fn=n.fn, args=[x],
+                                 attrs={"dims": k.rdims, "keepdim": True})
+                    self.join_reduction(k, inner, "red")
+                    outer = Node(n.name, n.shape, n.dtype, op="reduce", fn=n.fn, args=[inner],
+                                 attrs={"dims": dims, "keepdim": n.attrs["keepdim"]})
+                    self.place_reduction(outer, None)
+                    self.home[n] = self.home[outer]
+                    return
+        k = Kernel("tile", tuple(x.shape), rdims=dims)
+        self.kernels.append(k)
+        self.join_reduction(k, n, level)
+
+    def join_reduction(self, k: Kernel, n: Node, level: str) -> None:
+        if n.op == "scan":
+            k.scan_reverse = n.attrs["reverse"]
+        self.join(k, self.member(n, k), n, level)
+
+    def pointwise_level(self, k: Kernel, n: Node) -> str | None:
+        members = [self.home[a][1] for a in n.inputs if self.inside(a, k)]
+        if k.kind == "torch_gemm":
+            return None
+        if k.kind == "gemm":
+            ok = n.shape == k.domain and all(k.level[m] == "full" for m in members)
+            return "full" if ok and (members or n.numel == math.prod(k.domain)) and not k.nodes[0].attrs.get(
+                "split_k") else None
+        full = math.prod(k.domain)
+        if n.numel == full:
+            for m in members:
+                if k.level[m] == "red" and not (tuple(n.shape) == k.domain and _pad(m.shape, len(n.shape)) == k.keep_shape):
+                    return None
+                if k.level[m] == "full" and _squeezed(m.shape) != _squeezed(n.shape):
+                    return None
+            return "full"
+        if k.rdims and n.numel == k.red_numel and all(k.level[m] == "red" for m in members):
+            if all(_squeezed(m.shape) == _squeezed(n.shape) for m in members):
+                return "red"
+        return None
+
+    def view_level(self, k: Kernel, n: Node) -> str | None:
+        src = self.home[n.args[0]][1]
+        level = k.level[src]
+        if n.fn == "reshape":
+            return level
+        if n.fn == "expand" and level == "red" and tuple(n.shape) == k.domain and \
+                _pad(src.shape, len(n.shape)) == k.keep_shape:
+            return "full"
+        if n.fn == "expand" and level == "full" and n.numel == src.numel:
+            return "full"
+        return None
+
+
+def schedule(program: Program, split_k: int = 1, torch_gemm: bool = False) -> tuple[list[Kernel], dict]:
+    """Kernels in launch order, and the buffer name of every stored program node. split_k > 1 splits each
+    GEMM's K loop over that many programs; torch_gemm leaves GEMMs to torch.mm/bmm (epilogues stay Triton)."""
+    if not program.nodes:
+        raise Unsupported("The forward computes nothing.")
+    return _Scheduler(program, split_k, torch_gemm).run()

@@ -1,0 +1,105 @@
+"""The search graph's shape, its termination rules and its propose node (no evaluator needed here)."""
+import time
+from pathlib import Path
+
+import pytest
+from langgraph.runtime import Runtime
+
+from agent.context import Run, RunConfig
+from agent.graph import (BudgetSpent, FloorReached, Plateau, TimeUp, build_graph, check_limits, propose,
+                         route_after_update, route_start)
+from agent.interfaces import Individual, Proposal, TaskContext
+from agent.llm import LLMError
+from agent.policies import GreedyPolicy
+from agent.runstore import RunStore
+from agent.state import State
+from tools.results import EvalResult, TaskSpec, Timing
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+def _done(i: int, ms: float, floor_fraction: float | None = None, interpreted: bool = False) -> Individual:
+    t = Timing(ms, 1.0, None, 0.1, 1.0 / ms, None, floor_fraction, 1.0, interpreted)
+    return Individual(i, f"src{i}", "template", None, result=EvalResult("correct", "ok", timing=t))
+
+
+class Scripted:
+    """A test operator that hands out fixed proposals (or raises), recording what it was asked."""
+
+    def __init__(self, name: str, proposals: list[Proposal] | Exception):
+        self.name, self.proposals, self.asked = name, proposals, []
+
+    def propose(self, task, parents, n):
+        self.asked.append(([p.id for p in parents], n))
+        if isinstance(self.proposals, Exception):
+            raise self.proposals
+        return self.proposals[:n]
+
+
+def _run(tmp_path, operators, **config) -> Run:
+    store = RunStore(tmp_path / "run.sqlite")
+    cfg = RunConfig(**config)
+    task = TaskContext("t", "src", {}, "cpu", "cpu")
+    return Run(config=cfg, run_id=store.create_run("t.py", cfg.to_json()), task=task, spec=TaskSpec("t.py"),
+               executor=None, policy=GreedyPolicy(), operators=operators, store=store, say=lambda s: None)
+
+
+def test_graph_has_the_search_nodes_in_order():
+    g = build_graph().get_graph()
+    assert {"retrieve", "select", "propose", "evaluate", "update", "terminate"} <= set(g.nodes)
+    edges = {(e.source, e.target) for e in g.edges}
+    assert {("retrieve", "select"), ("select", "propose"), ("propose", "evaluate"), ("evaluate", "update"),
+            ("update", "retrieve"), ("update", "terminate"), ("propose", "terminate"),
+            ("__start__", "evaluate")} <= edges
+
+
+def test_limits_end_the_search_with_typed_reasons(tmp_path):
+    run = _run(tmp_path, [], budget=3, plateau=2, floor_margin=0.1)
+    rt = Runtime(context=run)
+    archive = [_done(1, 2.0), _done(2, 1.0, floor_fraction=0.5)]
+    check_limits(State(archive=archive), run)  # nothing reached yet
+    assert route_after_update(State(archive=archive), rt) == "retrieve"
+    with pytest.raises(BudgetSpent, match="budget of 3"):
+        check_limits(State(archive=archive, pending=[_done(3, 1.0)]), run)
+    with pytest.raises(Plateau):
+        check_limits(State(archive=archive, stale=2), run)
+    with pytest.raises(FloorReached, match="91%"):
+        check_limits(State(archive=[_done(1, 1.0, floor_fraction=0.91)]), run)
+    # an interpreter time is never compared with the floor
+    check_limits(State(archive=[_done(1, 1.0, floor_fraction=0.99, interpreted=True)]), run)
+    run.started = time.monotonic() - run.config.time_limit_s
+    with pytest.raises(TimeUp):
+        check_limits(State(archive=archive), run)
+    assert route_after_update(State(archive=archive), rt) == "terminate"
+
+
+def test_a_resumed_run_evaluates_its_leftovers_first(tmp_path):
+    run = _run(tmp_path, [], budget=2)
+    rt = Runtime(context=run)
+    left = Individual(2, "x", "llm", None)
+    assert route_start(State(archive=[_done(1, 1.0)], pending=[left]), rt) == "evaluate"
+    assert route_start(State(archive=[_done(1, 1.0)]), rt) == "retrieve"
+    assert route_start(State(archive=[_done(1, 1.0), _done(2, 1.0)]), rt) == "terminate"
+
+
+def test_propose_stores_new_proposals_skips_duplicates_and_survives_a_dead_endpoint(tmp_path):
+    broken = Scripted("llm", LLMError("cannot reach the LLM endpoint at http://x (ConnectError)"))
+    offline = Scripted("template", [Proposal("src1", "template"), Proposal("new", "template", params={"B": 8})])
+    said = []
+    run = _run(tmp_path, [broken, offline], budget=10, batch_size=2)
+    run.say = said.append
+    state = State(archive=[_done(1, 1.0)], parents=[_done(1, 1.0)], round=1)
+    out = propose(state, Runtime(context=run))
+    assert [i.source for i in out["pending"]] == ["new"]  # "src1" is already in the archive
+    assert out["pending"][0].parent_id == 1 and out["pending"][0].params == {"B": 8}
+    assert [i.id for i in run.store.pending(run.run_id)] == [out["pending"][0].id]  # stored before evaluation
+    assert run.operators == [offline]  # the dead LLM operator is dropped, the run goes on
+    assert said == ["llm: cannot reach the LLM endpoint at http://x (ConnectError); "
+                    "the LLM operator is off for the rest of this run"]
+    assert broken.asked == [([1], 2)] and offline.asked == [([1], 2)]
+
+
+def test_propose_with_nothing_new_ends_the_search(tmp_path):
+    run = _run(tmp_path, [Scripted("template", [Proposal("src1", "template")])], budget=10)
+    state = State(archive=[_done(1, 1.0)], parents=[_done(1, 1.0)])
+    assert propose(state, Runtime(context=run)) == {"pending": []}

@@ -1,0 +1,134 @@
+"""The template and parameter operators. The search tests start from a deliberately bad configuration
+(one row per program: 128 interpreted programs for a 128-row softmax) and must find a much faster one
+from real CPU timings: interpreter wall time in a runner process here, the sandboxed evaluator in the
+slow test."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from agent.analysis import analyze
+from agent.interfaces import Individual, TaskContext
+from agent.operators.param import ParamOperator
+from agent.operators.template import TemplateOperator, config_key
+from agent.templates import BY_NAME
+from tools.results import EvalResult, Timing
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SOFTMAX = FIXTURES / "tpl_softmax_param.py"
+BAD = {"template": "rowwise", "mode": "one_pass", "BLOCK_O": 1, "BLOCK_R": 128, "num_warps": 1, "num_stages": 1}
+_spec = importlib.util.spec_from_file_location("tpl_client", FIXTURES / "tpl_client.py")
+tpl_client = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tpl_client)
+
+
+def task_context(path: Path) -> TaskContext:
+    source = path.read_text()
+    return TaskContext(path.stem, source, analyze(source, small=True).to_json(), "cpu", "cpu")
+
+
+def result(ms: float | None) -> EvalResult:
+    if ms is None:
+        return EvalResult("incorrect", "wrong")
+    return EvalResult("correct", "ok", timing=Timing(ms, None, None, None, None, None, None, 0.0, True))
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    r = tpl_client.Runner(tmp_path_factory.mktemp("candidates"))
+    yield r
+    r.close()
+
+
+def timed(runner, source: str) -> float | None:
+    """Interpreter wall time of the candidate (best of 2 after a checked run), or None when it is wrong."""
+    out = runner.run(SOFTMAX, source, time=True)
+    ok = out["error"] is None and all(e <= 1e-5 for e in out["rel_errors"])
+    return out["ms"] if ok else None
+
+
+def test_template_operator_proposes_defaults_then_variants_once():
+    task = task_context(FIXTURES / "tpl_softmax_epilogue.py")
+    op = TemplateOperator()
+    first = op.propose(task, [], 2)
+    assert [p.params["template"] for p in first] == ["rowwise", "rowwise"]
+    assert first[0].params == {"template": "rowwise", **BY_NAME["rowwise"].default(analyze(task.source, True))}
+    assert first[0].features["access"] == "one_pass" and first[1].features["access"] == "looped"
+    assert all(p.operator == "template" and "class ModelNew(Model)" in p.source for p in first)
+    rest = op.propose(task, [], 5)
+    assert not {p.source for p in rest} & {p.source for p in first}  # never the same candidate twice
+
+
+def test_template_operator_reports_unsupported_tasks():
+    op = TemplateOperator()
+    assert op.propose(task_context(FIXTURES / "tpl_unsupported.py"), [], 3) == []
+    assert "sort" in op.last_reason
+
+
+def test_seeds_come_first_fitted_to_this_task():
+    task = task_context(SOFTMAX)
+    seed = {"template": "rowwise", "BLOCK_O": 48, "num_warps": 4, "GROUP_M": 8, "mode": "looped"}
+    op = ParamOperator(seeds=[seed], seed=0)
+    first = op.propose(task, [], 1)[0]
+    assert first.params["BLOCK_O"] in (32, 64) and first.params["num_warps"] == 4
+    assert "GROUP_M" not in first.params  # not a parameter of this template
+    assert first.params["mode"] == "one_pass"  # "looped" is not offered for 96-wide rows: default kept
+    assert "known-good" in first.note
+
+
+def test_learns_which_values_are_fast_and_never_repeats_a_config():
+    task = task_context(SOFTMAX)
+    op = ParamOperator(seed=1)
+    archive = [Individual(0, "", "param", None, dict(BAD), result=result(100.0))]
+    seen = {config_key(BAD)}
+    for round_ in range(6):
+        op.observe(archive)
+        for p in op.propose(task, archive[-2:], 3):
+            key = config_key(p.params)
+            assert key not in seen
+            seen.add(key)
+            ms = 100.0 / p.params["BLOCK_O"]  # a synthetic landscape: more rows per program is faster
+            archive.append(Individual(len(archive), p.source, "param", 0, p.params, result=result(ms)))
+    stats = op.stats("rowwise")
+    assert stats[("BLOCK_O", 1)][0] < max(m for (k, _), (m, _) in stats.items() if k == "BLOCK_O")
+    assert max(i.fitness for i in archive) >= 8 * archive[0].fitness
+
+
+def test_param_search_improves_a_bad_start_under_cpu_timing(runner):
+    task = task_context(SOFTMAX)
+    a = analyze(task.source, small=True)
+    start_source = BY_NAME["rowwise"].render(a, {k: v for k, v in BAD.items() if k != "template"})
+    archive = [Individual(0, start_source, "param", None, dict(BAD), result=result(timed(runner, start_source)))]
+    op = ParamOperator(seed=0)
+    for _ in range(3):
+        op.observe(archive)
+        parents = sorted(archive, key=lambda i: -i.fitness)[:2]
+        for p in op.propose(task, parents, 2):
+            archive.append(Individual(len(archive), p.source, "param", parents[0].id, p.params,
+                                      result=result(timed(runner, p.source))))
+    start, best = archive[0].result.timing.ms, min(i.result.timing.ms for i in archive if i.result.correct)
+    assert best * 3 < start, (start, best, [i.params for i in archive])
+
+
+@pytest.mark.slow
+def test_param_search_improves_a_bad_start_through_the_evaluator():
+    from tools.evaluate import evaluate
+    from tools.results import EvalJob, TaskSpec
+    task = task_context(SOFTMAX)
+    a = analyze(task.source, small=True)
+    spec = TaskSpec(path=str(SOFTMAX), small=True)
+
+    def run(source: str) -> EvalResult:
+        return evaluate(EvalJob(spec, source, trials=1, timeout_s=120))
+
+    start = run(BY_NAME["rowwise"].render(a, {k: v for k, v in BAD.items() if k != "template"}))
+    assert start.correct and start.interpreted
+    archive = [Individual(0, "", "param", None, dict(BAD), result=start)]
+    op = ParamOperator(seed=0)
+    for _ in range(3):
+        op.observe(archive)
+        parents = sorted(archive, key=lambda i: -i.fitness)[:2]
+        for p in op.propose(task, parents, 2):
+            archive.append(Individual(len(archive), p.source, "param", parents[0].id, p.params, result=run(p.source)))
+    best = max(archive, key=lambda i: i.fitness)
+    assert best.result.timing.ms * 2 < start.timing.ms, [(i.params, i.result.timing.ms) for i in archive]

@@ -1,0 +1,134 @@
+"""The templates on small fixture tasks, run in the Triton interpreter: every family's default and
+structural variants match the reference, the pointwise generator handles chains it has never seen, and a
+candidate passes the real evaluator (no torch compute, correct on every trial).
+
+Candidates run in one interpreter subprocess (fixtures/tpl_runner.py): TRITON_INTERPRET must be set before
+triton is first imported, which other test modules may already have done in this process."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from agent.analysis import analyze
+from agent.templates import BY_NAME, base, matching, unsupported_reason
+from tools.rules import check_source
+
+FIXTURES = Path(__file__).parent / "fixtures"
+_spec = importlib.util.spec_from_file_location("tpl_client", FIXTURES / "tpl_client.py")
+tpl_client = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tpl_client)
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    r = tpl_client.Runner(tmp_path_factory.mktemp("candidates"))
+    yield r
+    r.close()
+
+
+def check(task: str, template: str, params: dict, runner) -> str:
+    a = analyze(str(FIXTURES / f"{task}.py"), small=True)
+    t = BY_NAME[template]
+    source = t.render(a, {**t.default(a), **params})
+    assert check_source(source) is None
+    assert "class ModelNew(Model)" in source and "@triton.jit" in source
+    out = runner.run(FIXTURES / f"{task}.py", source)
+    assert out["error"] is None, out["error"]
+    assert all(e <= 1e-4 for e in out["rel_errors"]) and all(out["exact"]), out
+    return source
+
+
+FAMILIES = [  # (fixture, template that must claim it)
+    ("tpl_chain_tanh_sigmoid", "elementwise"), ("tpl_softmax_epilogue", "rowwise"), ("tpl_norms", "rowwise"),
+    ("tpl_group_norm", "rowwise"), ("tpl_batch_norm_train", "rowwise"), ("tpl_losses", "rowwise"),
+    ("tpl_matvec", "rowwise"), ("tpl_reduce_middle", "axis_reduce"), ("tpl_argmin_middle", "axis_reduce"),
+    ("tpl_scans", "scan"), ("tpl_pooling", "pooling"), ("tpl_depthwise", "pooling"),
+    ("tpl_gemm_epilogue", "gemm"), ("tpl_bmm", "gemm"), ("tpl_matmul", "gemm"),
+]
+
+
+@pytest.mark.parametrize("task, template", FAMILIES)
+def test_family_default_and_variants_match_the_reference(task, template, runner):
+    a = analyze(str(FIXTURES / f"{task}.py"), small=True)
+    assert template in [t.NAME for t in matching(a)]
+    t = BY_NAME[template]
+    variants = t.variants(a)
+    assert variants[0] == t.default(a) and base.invalid(a, variants[0]) is None
+    space = t.space(a)
+    assert set(variants[0]) <= set(space)
+    for params in variants:
+        check(task, template, params, runner)
+
+
+@pytest.mark.parametrize("task", ["tpl_chain_tanh_sigmoid", "tpl_chain_where_bias", "tpl_chain_views",
+                                  "tpl_chain_mixed"])
+def test_unseen_pointwise_chains_become_one_pass(task, runner):
+    """Broadcast operands, parameters, constants, masks, strided and flipped inputs, reshapes and several
+    outputs: one flat kernel reading each input once."""
+    source = check(task, "elementwise", {}, runner)
+    assert source.count("_flat_kernel0[(") == 1 and "_kernel1" not in source  # one kernel, one launch
+
+
+@pytest.mark.parametrize("task, template, params", [
+    ("tpl_softmax_epilogue", "rowwise", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "online": 1}),
+    ("tpl_softmax_epilogue", "rowwise", {"mode": "looped", "BLOCK_R": 128, "online": 0, "num_warps": 2}),
+    ("tpl_norms", "rowwise", {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 4}),
+    ("tpl_losses", "rowwise", {"mode": "looped", "BLOCK_R": 8, "BLOCK_O": 2}),
+    ("tpl_matvec", "rowwise", {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 4}),
+    ("tpl_reduce_middle", "axis_reduce", {"BLOCK_R": 4, "BLOCK_I": 16}),
+    ("tpl_argmin_middle", "axis_reduce", {"BLOCK_R": 2, "BLOCK_I": 16}),
+    ("tpl_scans", "scan", {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 2}),
+    ("tpl_gemm_epilogue", "gemm", {"SPLIT_K": 3, "BLOCK_K": 16, "BLOCK_M": 16, "GROUP_M": 1}),
+    ("tpl_bmm", "gemm", {"SPLIT_K": 2, "BLOCK_K": 16}),
+    ("tpl_gemm_epilogue", "gemm", {"impl": "torch"}),
+])
+def test_structural_choices(task, template, params, runner):
+    source = check(task, template, params, runner)
+    if params.get("impl") == "torch":
+        assert "KERNELWRIGHT_TORCH_OPS = ['aten.mm']" in source and "torch.mm(" in source
+    if params.get("SPLIT_K", 1) > 1:  # partial products, then their sum with the epilogue
+        assert "_gemm_kernel0[(" in source and "_col_kernel1[(" in source
+
+
+def test_split_rows_for_a_full_reduction(runner):
+    """A loss over every element: SPLIT programs each write a partial sum, a combine kernel finishes."""
+    source = check("tpl_mse", "rowwise", {"mode": "looped", "BLOCK_R": 128, "SPLIT": 8}, runner)
+    assert "_row_kernel0_final[(" in source and "pid_s" in source
+
+
+def test_full_shapes_render_without_memory_and_index_in_64_bits():
+    a = analyze(str(FIXTURES / "tpl_chain_tanh_sigmoid.py"), small=False, shapes={"rows": 65536, "cols": 40000})
+    source = BY_NAME["elementwise"].render(a, BY_NAME["elementwise"].default(a))
+    assert "tl.int64" in source and "(65536, 40000)" in source
+
+
+def test_invalid_configurations_are_refused():
+    a = analyze(str(FIXTURES / "tpl_softmax_param.py"), small=False, shapes={"dim": 70000})
+    t = BY_NAME["rowwise"]
+    bad = {**t.default(a), "mode": "one_pass"}
+    assert base.invalid(a, bad)
+    with pytest.raises(ValueError, match="registers"):
+        t.render(a, bad)
+
+
+def test_unsupported_tasks_say_why():
+    a = analyze(str(FIXTURES / "tpl_unsupported.py"), small=True)
+    assert matching(a) == []
+    assert "sort" in unsupported_reason(a)
+
+
+@pytest.mark.slow
+def test_candidates_pass_the_evaluator():
+    """Through the real sandboxed evaluator: correct on every trial, no PyTorch compute (the torch GEMM
+    variant keeps only its declared aten.mm)."""
+    from tools.evaluate import evaluate
+    from tools.results import EvalJob, TaskSpec
+    for task, template, params in [("tpl_chain_where_bias", "elementwise", {}), ("tpl_losses", "rowwise", {}),
+                                   ("tpl_gemm_epilogue", "gemm", {"impl": "torch"})]:
+        a = analyze(str(FIXTURES / f"{task}.py"), small=True)
+        t = BY_NAME[template]
+        source = t.render(a, {**t.default(a), **params})
+        result = evaluate(EvalJob(TaskSpec(path=str(FIXTURES / f"{task}.py"), small=True), source, trials=2,
+                                  profile=False, timeout_s=120))
+        assert result.verdict == "correct", (task, result.reason)
+        assert result.torch_ops == ([] if params.get("impl") != "torch" else ["aten.mm"])

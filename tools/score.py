@@ -1,0 +1,101 @@
+"""Scoring a suite, in the KernelBench convention: speedups, geometric means, fast_p, correctness rate.
+
+    outcomes = [Outcome(correct=True, ms=0.8, eager_ms=1.2, compile_ms=1.0), ...]
+    speedup(outcomes[0], "eager")            # 1.5
+    fast_p(outcomes, 1.0, baseline="compile") # share of ALL tasks that are correct and > 1.0x torch.compile
+    summarize(outcomes).to_json()
+
+Pure functions, no I/O. A speedup exists only for a correct kernel timed on a GPU against a baseline
+measured in the same run; interpreter times (a CPU) never give one, so every figure built from speedups
+is None when no task has one. With `fallback=True` a task without a speedup, or slower than the
+baseline, counts as 1.0x: the baseline itself is what a user would keep running.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Literal
+
+Baseline = Literal["eager", "compile"]
+BASELINES: tuple[str, ...] = ("eager", "compile")
+FAST_P: tuple[float, ...] = (1.0, 1.5, 2.0)
+
+
+@dataclass
+class Outcome:
+    """What scoring needs of one task: was a correct kernel found, and its time beside the baselines."""
+
+    correct: bool
+    ms: float | None = None  # the best correct kernel's time
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    interpreted: bool = False  # Triton interpreter on a CPU: times, never speedups
+
+
+def speedup(o: Outcome, baseline: Baseline = "eager", fallback: bool = False) -> float | None:
+    """baseline time / kernel time for a correct, GPU-timed kernel; None otherwise.
+
+    With `fallback`, "no improvement counts as 1.0x": a missing or below-1.0 speedup becomes 1.0."""
+    if baseline not in BASELINES:
+        raise ValueError(f"baseline must be one of {BASELINES}, not {baseline!r}")
+    base = o.eager_ms if baseline == "eager" else o.compile_ms
+    value = None
+    if o.correct and not o.interpreted and o.ms and o.ms > 0 and base and base > 0:
+        value = base / o.ms
+    if fallback:
+        return max(value, 1.0) if value is not None else 1.0
+    return value
+
+
+def geomean(values: Iterable[float | None]) -> float | None:
+    """Geometric mean of the positive values given (None entries skipped); None when there are none."""
+    logs = [math.log(v) for v in values if v is not None and v > 0]
+    return math.exp(sum(logs) / len(logs)) if logs else None
+
+
+def measurable(outcomes: list[Outcome], baseline: Baseline) -> bool:
+    """True when at least one task has a GPU time and the baseline: speedup figures mean something."""
+    key = "eager_ms" if baseline == "eager" else "compile_ms"
+    return any(not o.interpreted and getattr(o, key) for o in outcomes)
+
+
+def correctness_rate(outcomes: list[Outcome]) -> float | None:
+    return sum(o.correct for o in outcomes) / len(outcomes) if outcomes else None
+
+
+def fast_p(outcomes: list[Outcome], p: float, baseline: Baseline = "eager") -> float | None:
+    """The share of all tasks whose kernel is correct and more than p times faster than the baseline.
+
+    fast_0 is the correctness rate. None when no task has a measurable speedup (a CPU run)."""
+    if not outcomes or not measurable(outcomes, baseline):
+        return None
+    fast = [s for s in (speedup(o, baseline) for o in outcomes) if s is not None and s > p]
+    return len(fast) / len(outcomes)
+
+
+@dataclass
+class Summary:
+    tasks: int
+    correct: int
+    correctness_rate: float | None
+    fast_p: dict[str, float | None] = field(default_factory=dict)  # "eager@1.5" -> share of tasks
+    geomean: dict[str, float | None] = field(default_factory=dict)  # "eager": over correct tasks only
+    geomean_fallback: dict[str, float | None] = field(default_factory=dict)  # over all tasks, floor 1.0x
+    interpreted: bool = False  # every timed task ran in the interpreter: no speedup figures
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def summarize(outcomes: list[Outcome], ps: tuple[float, ...] = FAST_P) -> Summary:
+    s = Summary(tasks=len(outcomes), correct=sum(o.correct for o in outcomes),
+                correctness_rate=correctness_rate(outcomes),
+                interpreted=any(o.interpreted for o in outcomes) and not any(
+                    not o.interpreted and o.ms for o in outcomes))
+    for b in BASELINES:
+        ok = measurable(outcomes, b)
+        for p in ps:
+            s.fast_p[f"{b}@{p:g}"] = fast_p(outcomes, p, b)
+        s.geomean[b] = geomean(speedup(o, b) for o in outcomes) if ok else None
+        s.geomean_fallback[b] = geomean(speedup(o, b, fallback=True) for o in outcomes) if ok else None
+    return s

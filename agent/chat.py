@@ -24,8 +24,6 @@ import uuid
 from pathlib import Path
 from typing import Annotated, Literal, TypedDict
 
-from langchain_core.messages import AnyMessage
-from langgraph.graph.message import add_messages
 
 EXIT_OK, EXIT_USAGE = 0, 2
 OFFLINE = ("No model is configured, so only the slash-commands work (type /help). To talk with the agent, "
@@ -204,18 +202,18 @@ class ChatTools:
 
 
 # --- the graph -----------------------------------------------------------------------------------------
-class ChatState(TypedDict):
-    messages: Annotated[list[AnyMessage], add_messages]
-    approved: bool  # the person's answer to the last confirmation
-
-
 def build_agent(chat, tools: ChatTools, checkpointer, device: str):
     """model -> (tool calls?) confirm -> tools -> model; confirm interrupts before GPU-spending tools."""
     import jinja2
-    from langchain_core.messages import SystemMessage, ToolMessage
+    from langchain_core.messages import AnyMessage, SystemMessage, ToolMessage
     from langchain_core.utils.function_calling import convert_to_openai_tool
     from langgraph.graph import END, START, StateGraph
+    from langgraph.graph.message import add_messages
     from langgraph.types import interrupt
+
+    # Defined here so that langgraph loads only when a chat starts, not for every `kernelwright` command.
+    ChatState = TypedDict("ChatState", {"messages": Annotated[list[AnyMessage], add_messages],
+                                        "approved": bool})  # approved: the answer to the last confirmation
 
     schemas = [convert_to_openai_tool(t) for t in tools.all()]
     hardware = "CPU" if device == "cpu" else "GPU"
@@ -224,10 +222,10 @@ def build_agent(chat, tools: ChatTools, checkpointer, device: str):
     system = env.get_template("chat_system.j2").render(
         device=device, tools=[(s["function"]["name"], s["function"]["description"].split("\n")[0]) for s in schemas])
 
-    def model(state: ChatState) -> dict:
+    def model(state: dict) -> dict:
         return {"messages": [chat.invoke([SystemMessage(system)] + state["messages"], tools=schemas)]}
 
-    def confirm(state: ChatState) -> dict:
+    def confirm(state: dict) -> dict:
         calls = [c for c in state["messages"][-1].tool_calls if c["name"] in LONG]
         if not calls:
             return {"approved": True}
@@ -235,7 +233,7 @@ def build_agent(chat, tools: ChatTools, checkpointer, device: str):
         answer = interrupt({"question": f"The agent wants to {actions}. This spends {hardware} time. Go ahead?"})
         return {"approved": str(answer).strip().lower() in ("y", "yes")}
 
-    def run_tools(state: ChatState) -> dict:
+    def run_tools(state: dict) -> dict:
         out = []
         for c in state["messages"][-1].tool_calls:
             declined = c["name"] in LONG and not state["approved"]
@@ -243,7 +241,7 @@ def build_agent(chat, tools: ChatTools, checkpointer, device: str):
             out.append(ToolMessage(text, tool_call_id=c["id"], name=c["name"]))
         return {"messages": out}
 
-    def route(state: ChatState) -> Literal["confirm", "__end__"]:
+    def route(state: dict) -> Literal["confirm", "__end__"]:
         return "confirm" if getattr(state["messages"][-1], "tool_calls", None) else END
 
     builder = StateGraph(ChatState)

@@ -1,7 +1,8 @@
 """The `kernelwright` command. Each subcommand lives beside what it drives and registers itself here.
 
-Exit codes: 0 success; 1 the work failed (a candidate incorrect or rejected, a gate tripped);
-2 bad input or usage; 130 interrupted (work done so far is kept)."""
+Exit codes: 0 success; 1 the work failed (a candidate incorrect or rejected, a task without a kernel);
+2 bad input or usage; 3 and 4 the `ci` gates (verification, performance); 130 interrupted (work done so
+far is kept)."""
 from __future__ import annotations
 
 import argparse
@@ -9,20 +10,15 @@ import sys
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from agent import batch, chat, ci, optimize
+    from knowledge import cli as kb
     from tools import cli_eval
     parser = argparse.ArgumentParser(prog="kernelwright", description="Find faster, verified Triton kernels "
                                      "for PyTorch operators.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    cli_eval.register(sub)
-    for module in ("agent.optimize", "agent.batch", "agent.ci", "agent.chat", "knowledge.cli"):
-        try:
-            __import__(module, fromlist=["register"]).register(sub)
-        except ImportError as e:
-            if e.name != module:  # a module that exists but fails to import is a real error
-                raise
+    for module in (cli_eval, optimize, batch, ci, chat, kb):
+        module.register(sub)
     return parser
-
-
 
 
 def main(argv: list[str] | None = None) -> int:

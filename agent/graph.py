@@ -133,22 +133,25 @@ def propose(state: State, runtime: Runtime[Run]) -> dict:
 
 
 def evaluate(state: State, runtime: Runtime[Run]) -> dict:
-    """Evaluates the pending candidates together; each result is stored as soon as it returns."""
-    run = runtime.context
-    cfg = run.config
+    """Evaluates the pending candidates together; each result is stored as soon as it returns. Until the
+    run has its eager and torch.compile baselines, the first candidate goes alone so that they are measured
+    once, not by every candidate of the round."""
+    run, cfg = runtime.context, runtime.context.config
     run.say(f"evaluating {' '.join(f'#{i.id}' for i in state.pending)}")
-    futures = {run.executor.submit(EvalJob(task=run.spec, candidate=i.source, timeout_s=cfg.eval_timeout_s,
-                                           trials=cfg.trials, seed=cfg.seed, baselines=state.baselines)): i
-               for i in state.pending}
-    done, baselines, broken = [], state.baselines, None
-    for future in as_completed(futures):
-        result = future.result()
-        ind = replace(futures[future], result=result)
-        run.store.record_result(run.run_id, ind.id, result)
-        done.append(ind)
-        baselines = baselines or result.baselines
-        broken = broken or (result.reason if result.task_error else None)
-        run.say(progress_line(ind, len(state.archive) + len(done), cfg.budget))
+    pending, done, baselines, broken = list(state.pending), [], state.baselines, None
+    groups = [pending[:1], pending[1:]] if baselines is None else [pending]
+    for group in filter(None, groups):
+        futures = {run.executor.submit(EvalJob(task=run.spec, candidate=i.source, timeout_s=cfg.eval_timeout_s,
+                                               trials=cfg.trials, seed=cfg.seed, baselines=baselines)): i
+                   for i in group}
+        for future in as_completed(futures):
+            result = future.result()
+            ind = replace(futures[future], result=result)
+            run.store.record_result(run.run_id, ind.id, result)
+            done.append(ind)
+            baselines = baselines or result.baselines
+            broken = broken or (result.reason if result.task_error else None)
+            run.say(progress_line(ind, len(state.archive) + len(done), cfg.budget))
     if broken:
         raise TaskUnusable(broken)
     return {"pending": [], "fresh": sorted(done, key=lambda i: i.id), "baselines": baselines}

@@ -1,6 +1,7 @@
 """The evaluator on a GPU: every task with a hand-written candidate in tasks/candidates/ is evaluated twice
-(the same kernel timed twice, in two fresh worker processes), and a table shows eager, torch.compile, floor
-and candidate times, the spread between the two timings, and the evaluator's seconds per candidate.
+(the same kernel timed twice, in two forked workers of one warm worker slot, as a search runs them), and a
+table shows eager, torch.compile, floor and candidate times, the spread between the two timings, and the
+evaluator's seconds per candidate, with where the second evaluation's seconds went.
 
     python benchmarks/eval_bench.py [--tasks tasks] [--json OUT.json]
 
@@ -11,12 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tools.evaluate import evaluate  # noqa: E402
+from tools.executor import LocalExecutor  # noqa: E402
 from tools.results import EvalJob  # noqa: E402
 from tools.task import load_suite  # noqa: E402
 
@@ -28,26 +28,29 @@ def main() -> int:
     args = parser.parse_args()
     specs = {Path(s.path).name: s for s in load_suite(args.tasks)}
     rows, raw = [], []
+    executor = LocalExecutor()
     for cand in sorted(Path(args.tasks).parent.glob("candidates/*.py") if args.tasks.endswith(".toml")
                        else Path(args.tasks).glob("candidates/*.py")):
         spec = specs.get(cand.name)
         if spec is None:
             continue
-        first = evaluate(EvalJob(spec, cand.read_text(), timeout_s=600))
-        second = evaluate(EvalJob(spec, cand.read_text(), timeout_s=600, baselines=first.baselines))
+        first = executor.submit(EvalJob(spec, cand.read_text(), timeout_s=600)).result()
+        second = executor.submit(EvalJob(spec, cand.read_text(), timeout_s=600, baselines=first.baselines)).result()
         raw.append({"task": cand.stem, "first": first.to_json(), "second": second.to_json()})
         print(f"{cand.stem}: {first.verdict} / {second.verdict} ({first.reason})", flush=True)
         if first.correct and second.correct:
             rows.append((cand.stem, first, second))
+    executor.close()
     print()
     print(f"{'task':<22}{'eager ms':>10}{'compile':>10}{'floor':>10}{'cand 1':>10}{'cand 2':>10}{'twice %':>9}"
-          f"{'in-run %':>9}{'vs eager':>9}{'vs comp':>9}{'floor/c':>8}{'eval1 s':>8}{'eval2 s':>8}")
+          f"{'in-run %':>9}{'vs eager':>9}{'vs comp':>9}{'floor/c':>8}{'eval1 s':>8}{'eval2 s':>8}  eval2 phases (s)")
     for name, a, b in rows:
         t, u = a.timing, b.timing
         twice = 100 * abs(t.ms - u.ms) / ((t.ms + u.ms) / 2)
         print(f"{name:<22}{t.eager_ms:>10.4f}{_f(t.compile_ms):>10}{_f(t.floor_ms):>10}{t.ms:>10.4f}{u.ms:>10.4f}"
               f"{twice:>9.2f}{t.spread_pct:>9.2f}{_x(t.speedup_vs_eager):>9}{_x(t.speedup_vs_compile):>9}"
-              f"{(t.floor_fraction or 0):>8.2f}{a.seconds:>8.1f}{b.seconds:>8.1f}")
+              f"{(t.floor_fraction or 0):>8.2f}{a.seconds:>8.1f}{b.seconds:>8.1f}  "
+              + " ".join(f"{k} {v:.2f}" for k, v in b.phase_seconds.items()))
     if args.json:
         Path(args.json).write_text(json.dumps(raw, indent=1))
     return 0 if len(rows) == len(raw) else 1

@@ -115,9 +115,9 @@ def device_ceilings(cache_dir: Path) -> dict:
 
 def _measure_ceilings() -> dict:
     n = 1 << 28  # 1 GiB of fp32
-    src, dst = torch.randn(n, device="cuda"), torch.empty(n, device="cuda")
-    copy = time_call(lambda: dst.copy_(src), torch.device("cuda")).median_ms
-    del src, dst
+    pair = [torch.randn(n, device="cuda"), torch.empty(n, device="cuda")]
+    copy = time_call(lambda: pair[1].copy_(pair[0]), torch.device("cuda")).median_ms
+    pair.clear()
     rates = {"copy_bytes_per_s": 2 * 4 * n / (copy * 1e-3)}
     m = 8192
     for key, dtype, tf32 in [("matmul_fp32_flops", torch.float32, False), ("matmul_tf32_flops", torch.float32, True),

@@ -92,7 +92,8 @@ class EvalResult:
     suspicious: bool = False  # faster than the speed-of-light floor: re-verified and flagged
     task_error: bool = False  # the task itself, not the candidate, could not be loaded
     baselines: Baselines | None = None
-    seconds: float = 0.0
+    seconds: float = 0.0  # the whole evaluation, as the caller saw it
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # setup, verify, profile, ... in the worker
 
     @property
     def correct(self) -> bool:

@@ -10,9 +10,10 @@ STATIC_RULES: list[tuple[str, str, str]] = [
     ("evaluator-access", r"\b(import\s+tools|from\s+tools\b|kernelwright)",
      "it imports the evaluator's own modules"),
     ("introspection", r"sys\._getframe|inspect\.(stack|currentframe|getouterframes)|gc\.get_objects|"
-                      r"gc\.get_referrers|sys\.settrace|sys\.setprofile",
-     "it inspects the evaluator's frames or objects"),
-    ("monkeypatch", "assigns-library-attribute", "it modifies PyTorch, Triton or Python builtins at run time"),
+                      r"gc\.get_referrers|sys\.settrace|sys\.setprofile|\bimportlib\b|__import__|\bkw_task\b|"
+                      r"sys\.modules",
+     "it inspects the evaluator's frames, modules or objects"),
+    ("monkeypatch", "assigns-foreign-attribute", "it modifies PyTorch, Triton or Python builtins at run time"),
     ("side-stream", r"torch\.cuda\.(Stream|stream|ExternalStream)\b|set_stream\(",
      "it launches work on a stream other than the evaluator's"),
     ("concurrency", r"\b(import\s+(threading|multiprocessing|subprocess|socket|asyncio|concurrent)|"
@@ -72,12 +73,18 @@ def check_source(source: str) -> str | None:
     return None
 
 
-def _assigns_library_attribute(source: str) -> bool:
-    """True when the code assigns an attribute of a library module (torch.softmax = ...) or setattr()s one."""
+def _assigns_foreign_attribute(source: str) -> bool:
+    """True when the code assigns (or setattr()s, or deletes) an attribute of something it did not define: a
+    library module, a name it imported (`from torch.nn import Module; Module.__call__ = ...`), or an object
+    reached by a call or subscript. Its own classes and `self` are its own."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return False  # loading the candidate reports the syntax error
+    imported = set(LIBRARY_NAMES)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imported |= {(a.asname or a.name).split(".")[0] for a in node.names}
     for node in ast.walk(tree):
         if isinstance(node, (ast.Assign, ast.Delete)):
             targets = [t for t in node.targets if isinstance(t, ast.Attribute)]
@@ -87,18 +94,21 @@ def _assigns_library_attribute(source: str) -> bool:
             targets = node.args[:1]
         else:
             continue
-        if any(_root_name(t) in LIBRARY_NAMES for t in targets):
-            return True
+        for target in targets:
+            root = _root_name(target)
+            if root is None and not isinstance(target, ast.Name) or root in imported:
+                return True
     return False
 
 
 def _root_name(node: ast.AST) -> str | None:
+    """The name an attribute chain starts from (`torch` in torch.nn.Module.x), or None if it starts elsewhere."""
     while isinstance(node, ast.Attribute):
         node = node.value
     return node.id if isinstance(node, ast.Name) else None
 
 
-SYNTAX_CHECKS = {"assigns-library-attribute": _assigns_library_attribute}
+SYNTAX_CHECKS = {"assigns-foreign-attribute": _assigns_foreign_attribute}
 
 
 def _strip_comments_and_strings(source: str) -> str:

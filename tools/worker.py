@@ -47,6 +47,7 @@ def evaluate_here(job):
     recorder.install()
 
     small = spec.small if spec.small is not None else not on_gpu
+    phases, lap = {}, _stopwatch()
     try:
         task = load_task_module(spec, small)
         torch.manual_seed(job.seed)
@@ -83,13 +84,17 @@ def evaluate_here(job):
         tol = (spec.atol if spec.atol is not None else tol[0], spec.rtol if spec.rtol is not None else tol[1], tol[2])
     setup = Setup(task, reference, candidate, device, dtype, tol, list(getattr(module, "KERNELWRIGHT_TORCH_OPS", [])),
                   recorder, spec.scale_inputs)
+    phases["setup"] = lap()
     try:
         checked = verify(setup, job.seed, job.trials)
+        phases["verify"] = lap()
         info = compile_info(recorder.first, on_gpu)
+        phases["compile_info"] = lap()
         timing, baselines, suspicious = None, None, False
         if job.profile:
             from tools.measure import measure
             timing, baselines, suspicious = measure(setup, job, checked)
+            phases["profile"] = lap()
     except Failed as e:
         return EvalResult(e.verdict, f"{'Rejected' if e.verdict == 'rejected' else 'Incorrect'}: {e}".rstrip(".") + ".",
                           **base)
@@ -101,7 +106,18 @@ def evaluate_here(job):
         "; faster than the speed-of-light floor, so it was re-verified and is flagged" if suspicious else "") + "."
     return EvalResult("correct", reason, timing=timing, compile=info, max_abs_err=checked.max_abs_err,
                       rel_err=checked.rel_err, torch_ops=checked.torch_ops, suspicious=suspicious,
-                      baselines=baselines, **base)
+                      baselines=baselines, phase_seconds=phases, **base)
+
+
+def _stopwatch():
+    """Returns a function giving the seconds since its previous call (or since the stopwatch started)."""
+    last = [time.perf_counter()]
+
+    def lap() -> float:
+        now = time.perf_counter()
+        seconds, last[0] = now - last[0], now
+        return round(seconds, 3)
+    return lap
 
 
 def _describe(e: BaseException) -> str:

@@ -132,7 +132,7 @@ def _plane(kernel: Kernel, name: str, p: dict) -> KernelCode:
     bh, bw = min(p.get("BLOCK_H", 8), next_pow2(oh)), min(p.get("BLOCK_W", 64), next_pow2(ow))
     nh, nw = math.ceil(oh / bh), math.ceil(ow / bw)
     big = ".to(tl.int64)" if gen.big else ""
-    gen.top.lines += [f"pid = tl.program_id(0)", f"ro = (pid // {nh * nw}){big}", f"tile = pid % {nh * nw}",
+    gen.top.lines += ["pid = tl.program_id(0)", f"ro = (pid // {nh * nw}){big}", f"tile = pid % {nh * nw}",
                       f"rh = (tile // {nw}) * BLOCK_H + tl.arange(0, BLOCK_H)[:, None]",
                       f"rw = (tile % {nw}) * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]",
                       f"mask = (rh < {oh}) & (rw < {ow})"]
@@ -295,7 +295,7 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     red = [(m, b) for m, b in kernel.stores.items() if kernel.level[m] == "red"]
     block_o = meta["BLOCK_O"] if full else min(next_pow2(gen.O), max(1, 4096 // sp))
     lines = comb.top.lines
-    lines += [f"ro = tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]", f"rmask = ro < {gen.O}",
+    lines += ["ro = tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]", f"rmask = ro < {gen.O}",
               "pid_s = tl.program_id(1)", f"rs = tl.arange(0, {sp})[None, :]", f"pm = rmask & (rs < {split})"]
     it = iter(parts)
 

@@ -56,7 +56,7 @@ def kernel_default(kernel: Kernel) -> dict:
                 "num_warps": 4, "num_stages": 1}
     if layout in ("gemm", "torch"):
         a, b = kernel.nodes[0].args
-        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        m, n = a.shape[-2], b.shape[-1]
         bm, bn = min(128, max(16, next_pow2(m))), min(128, max(16, next_pow2(n)))
         return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 8 if bm * bn >= 8192 else 4,
                 "num_stages": 3}

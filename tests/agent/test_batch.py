@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import batch
+from agent import progress
 from agent.cli import main as run
 from agent.report_html import TaskRow
 
@@ -100,7 +100,7 @@ def test_a_task_without_a_correct_kernel_exits_1(tmp_path, capsys, monkeypatch):
 
 def test_live_progress_redraws_bars_in_place():
     stream = io.StringIO()
-    p = batch.Progress(total=2, budget=4, stream=stream, live=True)
+    p = progress.Progress(total=2, budget=4, stream=stream, live=True)
     p.started("gelu", 0)
     p.update("gelu", 2, "1.50x eager")
     p.detail("gelu | [2/4] #2 template: correct")  # summarized by the bars, not printed

@@ -34,6 +34,8 @@ CASES = [
     ("side_stream.py", "task_softmax.py", "rejected", "side-stream"),
     ("evaluator_access.py", "task_softmax.py", "rejected", "evaluator-access"),
     ("frame_peek.py", "task_softmax.py", "rejected", "introspection"),
+    ("reference_swap.py", "task_softmax.py", "rejected", "introspection"),
+    ("imported_class_patch.py", "task_softmax.py", "rejected", "monkeypatch"),
     ("hang.py", "task_softmax.py", "timeout", "did not finish within"),
     ("segfault.py", "task_softmax.py", "crash", "SIGSEGV"),
     ("raises.py", "task_softmax.py", "crash", "index out of range in the wrapper"),

@@ -3,7 +3,7 @@
 table shows eager, torch.compile, floor and candidate times, the spread between the two timings, and the
 evaluator's seconds per candidate, with where the second evaluation's seconds went.
 
-    python benchmarks/eval_bench.py [--tasks tasks] [--json OUT.json]
+    python benchmarks/eval_bench.py [--tasks tasks/suite.toml] [--isolation fork|persistent] [--json OUT.json]
 
 The first evaluation of a task measures the eager and torch.compile baselines; the second reuses them, as a
 search does, so its seconds are the evaluator's overhead per candidate once caches are warm."""
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tools.executor import LocalExecutor  # noqa: E402
+from tools.executor import ExecutorConfig, LocalExecutor  # noqa: E402
 from tools.results import EvalJob  # noqa: E402
 from tools.task import load_suite  # noqa: E402
 
@@ -25,10 +25,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="tasks/suite.toml")
     parser.add_argument("--json", help="write every result here")
+    parser.add_argument("--isolation", choices=["fork", "persistent"], default="fork",
+                        help="a fresh process per candidate (fork) or one warm process per GPU (persistent)")
     args = parser.parse_args()
     specs = {Path(s.path).name: s for s in load_suite(args.tasks)}
     rows, raw = [], []
-    executor = LocalExecutor()
+    executor = LocalExecutor(ExecutorConfig(isolation=args.isolation))
+    print(f"isolation: {args.isolation}", flush=True)
     for cand in sorted(Path(args.tasks).parent.glob("candidates/*.py") if args.tasks.endswith(".toml")
                        else Path(args.tasks).glob("candidates/*.py")):
         spec = specs.get(cand.name)

@@ -31,18 +31,36 @@ def evaluate(job: EvalJob, gpu: int | None = None) -> EvalResult:
         return worker.run(job)
 
 
+ISOLATIONS = ("fork", "persistent")
+
+
+def default_isolation() -> str:
+    """`fork` (a fresh process per candidate) unless KERNELWRIGHT_ISOLATION says `persistent`."""
+    isolation = os.environ.get("KERNELWRIGHT_ISOLATION", "fork")
+    if isolation not in ISOLATIONS:
+        raise ValueError(f"KERNELWRIGHT_ISOLATION must be one of {', '.join(ISOLATIONS)}, not {isolation!r}.")
+    return isolation
+
+
 class WarmWorker:
-    def __init__(self, gpu: int | None = None):
+    """One worker slot. isolation `fork`: each job in a fresh forked child; `persistent`: jobs run one after
+    another in the server itself, which is replaced after a crash or a timeout (tools/forkserver.py)."""
+
+    def __init__(self, gpu: int | None = None, isolation: str | None = None):
         self.gpu = gpu
+        self.isolation = isolation or default_isolation()
         self.server: subprocess.Popen | None = None
 
     def run(self, job: EvalJob) -> EvalResult:
         started = time.perf_counter()
         job = replace(job, task=replace(job.task, path=str(Path(job.task.path).resolve())))
         with tempfile.TemporaryDirectory(prefix="kw-eval-") as scratch:
+            # The candidate works in scratch/work; the job and its result stay one level up.
             job_path, result_path = os.path.join(scratch, "job.json"), os.path.join(scratch, "result.json")
+            work = os.path.join(scratch, "work")
+            os.mkdir(work)
             Path(job_path).write_text(json.dumps(job_to_json(job)))
-            run = self._run_child({"job": job_path, "result": result_path, "cwd": scratch}, job.timeout_s)
+            run = self._run_child({"job": job_path, "result": result_path, "cwd": work}, job.timeout_s)
             result = _read_result(result_path, run, job.timeout_s)
         result.seconds = time.perf_counter() - started
         return result
@@ -52,18 +70,25 @@ class WarmWorker:
         server.stdin.write(json.dumps(request) + "\n")
         server.stdin.flush()
         pid_line = self._read_line(START_TIMEOUT_S)
-        if not pid_line.startswith("pid "):
+        if not pid_line or not pid_line.startswith("pid "):
             self.close()
-            return SandboxResult(None, "", f"the worker's fork server failed: {pid_line or 'no answer'}", False)
+            return SandboxResult(None, "", f"the worker's server failed to start: {pid_line or 'no answer'}", False)
         pid = int(pid_line.split()[1])
         exit_line = self._read_line(timeout_s)
         stderr = _tail(os.path.join(request["cwd"], "stderr.txt"))
-        if not exit_line:  # timed out: kill the child's whole group; the server reaps it
+        if exit_line is None:  # timed out: kill the job's process group (in persistent mode, the server's)
             kill_group(pid)
             if not self._read_line(10.0):
                 self.close()
             return SandboxResult(None, "", stderr, timed_out=True)
-        return SandboxResult(int(exit_line.split()[1]), "", stderr, timed_out=False)
+        if not exit_line:  # the server itself died (persistent mode: the candidate took it down)
+            code = self.server.wait()
+            self.close()
+            return SandboxResult(code, "", stderr, timed_out=False)
+        status = exit_line.split()
+        if status[-1] == "final":  # a persistent server that will not take another job
+            self.close()
+        return SandboxResult(int(status[1]), "", stderr, timed_out=False)
 
     def _server(self) -> subprocess.Popen:
         if self.server is None or self.server.poll() is not None:
@@ -72,6 +97,7 @@ class WarmWorker:
                 "KERNELWRIGHT_CACHE": str(cache_dir()), "TRITON_CACHE_DIR": str(cache_dir() / "triton"),
                 "TORCHINDUCTOR_CACHE_DIR": str(cache_dir() / "inductor"),
                 "KERNELWRIGHT_DEVICE": "cpu" if not _has_gpu() else "cuda",
+                "KERNELWRIGHT_ISOLATION": self.isolation,
             })
             if self.gpu is not None:
                 env["CUDA_VISIBLE_DEVICES"] = str(self.gpu)
@@ -82,9 +108,10 @@ class WarmWorker:
                                            start_new_session=True)
         return self.server
 
-    def _read_line(self, timeout_s: float) -> str:
+    def _read_line(self, timeout_s: float) -> str | None:
+        """The server's next line; "" when it has exited, None when nothing came within the timeout."""
         ready, _, _ = select.select([self.server.stdout], [], [], timeout_s)
-        return self.server.stdout.readline().strip() if ready else ""
+        return self.server.stdout.readline().strip() if ready else None
 
     def close(self) -> None:
         if self.server is not None:
@@ -102,7 +129,7 @@ class WarmWorker:
 def _read_result(path: str, run: SandboxResult, timeout_s: float) -> EvalResult:
     if run.timed_out:
         return EvalResult("timeout", f"The evaluation did not finish within {timeout_s:g} s and was killed.")
-    if os.path.exists(path):
+    if run.returncode == 0 and os.path.exists(path):  # only a worker that finished wrote the result
         return EvalResult.from_json(json.loads(Path(path).read_text()))
     tail = [line for line in run.stderr.strip().splitlines() if line.strip()][-1:] or [""]
     if run.signal_name:

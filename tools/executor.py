@@ -16,6 +16,7 @@ from tools.results import EvalJob, EvalResult
 class ExecutorConfig:
     gpus: list[int] | None = None  # GPU indices to use; None: every visible GPU, or the CPU if none
     workers_per_device: int = 1  # more than one only where the device has room (a CPU's cores)
+    isolation: str | None = None  # "fork" or "persistent"; None: KERNELWRIGHT_ISOLATION, else "fork"
 
 
 def visible_gpus() -> list[int]:
@@ -30,7 +31,7 @@ class LocalExecutor:
         slots = [g for g in gpus for _ in range(self.config.workers_per_device)] or [None] * self.config.workers_per_device
         self.slots: queue.Queue = queue.Queue()
         for slot in slots:
-            self.slots.put(WarmWorker(slot))
+            self.slots.put(WarmWorker(slot, self.config.isolation))
         self.size = len(slots)
         self.pool = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="kw-eval")
 

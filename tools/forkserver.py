@@ -4,8 +4,15 @@ forks one child per job, so a candidate pays neither the interpreter's start nor
 as isolated as a fresh process: its own process group, scratch directory and HOME, and its own CUDA
 context (CUDA is first touched after the fork).
 
-Protocol, one line each way per job: in `{"job": PATH, "result": PATH, "cwd": DIR}`; out `pid N`, then
-`exit STATUS` (a negative status is the signal that killed the child)."""
+With KERNELWRIGHT_ISOLATION=persistent it forks nothing: jobs run in the server itself, one after another,
+so the CUDA context, library handles and compiled kernels stay warm between candidates. Each job still
+gets its own directory and HOME, fresh modules and a freed allocator; after a crash or a broken context
+the server exits and the next job starts a new one. Candidates share a process only with candidates of
+the same slot, one at a time, and the static rules forbid the ways one could leave state for the next.
+
+Protocol, one line each way per job: in `{"job": PATH, "result": PATH, "cwd": DIR}`; out `pid N` (the
+process to kill on a timeout), then `exit STATUS` (a negative status is the signal that killed the child),
+followed by ` final` when the server exits after this job."""
 from __future__ import annotations
 
 import json
@@ -22,26 +29,32 @@ def serve() -> None:
     from tools import worker  # noqa: F401
     from tools import compile_info, measure, verify  # noqa: F401
 
+    persistent = os.environ.get("KERNELWRIGHT_ISOLATION") == "persistent"
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)  # job output goes to files, never to this pipe
     for line in sys.stdin:
         request = json.loads(line)
+        if persistent:
+            print(f"pid {os.getpid()}", file=protocol, flush=True)
+            code, keep = _run_here(request)
+            print(f"exit {code}" + ("" if keep else " final"), file=protocol, flush=True)
+            if not keep:
+                return
+            continue
         pid = os.fork()
         if pid == 0:
+            protocol.close()
             _child(request)
-        print(f"pid {pid}", flush=True)
+        print(f"pid {pid}", file=protocol, flush=True)
         _, status = os.waitpid(pid, 0)
         code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        print(f"exit {code}", flush=True)
+        print(f"exit {code}", file=protocol, flush=True)
 
 
 def _child(request: dict) -> None:
     code = 1
     try:
         os.setsid()
-        os.chdir(request["cwd"])
-        os.environ["HOME"] = request["cwd"]
-        for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
-            out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            os.dup2(out, fd)
+        _enter(request)
         sys.stdin.close()
         from tools.worker import main
         main(request["job"], request["result"])
@@ -53,6 +66,42 @@ def _child(request: dict) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _run_here(request: dict) -> tuple[int, bool]:
+    """One job in this process: (exit status, whether this process may take the next job)."""
+    import gc
+    import traceback
+
+    import torch
+
+    from tools.worker import main
+    code, keep = 1, False
+    try:
+        _enter(request)
+        result = main(request["job"], request["result"])
+        code, keep = 0, result.verdict not in ("crash", "timeout")
+    except BaseException:  # a candidate that raised SystemExit, say: no result, and a fresh process next
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for name in ("kw_task", "kw_candidate"):
+            sys.modules.pop(name, None)
+        gc.collect()
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+    return code, keep
+
+
+def _enter(request: dict) -> None:
+    """The job's directory becomes the working directory and HOME; its output goes to files there."""
+    os.chdir(request["cwd"])
+    os.environ["HOME"] = request["cwd"]
+    for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
+        out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(out, fd)
+        os.close(out)
 
 
 if __name__ == "__main__":

@@ -41,8 +41,10 @@ class LaunchRecorder:
     def install(self) -> None:
         from triton.runtime.interpreter import InterpretedFunction
         from triton.runtime.jit import JITFunction
-        for cls in (JITFunction, InterpretedFunction):
-            cls.run = self._wrap(cls.run)
+        for cls in (JITFunction, InterpretedFunction):  # a persistent worker installs one per job:
+            original = cls.__dict__.get("_kw_unwrapped_run", cls.run)  # always wrap Triton's own
+            cls._kw_unwrapped_run = original
+            cls.run = self._wrap(original)
 
     def _wrap(self, run):
         recorder = self

@@ -5,10 +5,18 @@ from __future__ import annotations
 import ast
 import re
 
+# Pure-Python standard modules a candidate may import besides torch and triton (and their submodules).
+STDLIB_ALLOWED = frozenset("__future__ math typing functools itertools operator dataclasses collections numbers "
+                           "enum".split())
+BANNED_BUILTINS = frozenset("open exec eval compile exit quit input breakpoint __import__".split())
+
 # (rule, pattern in the candidate source or the name of a syntax check below, reason given to the user)
 STATIC_RULES: list[tuple[str, str, str]] = [
     ("evaluator-access", r"\b(import\s+tools|from\s+tools\b|kernelwright)",
      "it imports the evaluator's own modules"),
+    ("python-internals", r"__(setattr|delattr|dict|globals|builtins|subclasses|code|closure|class|bases|mro)__|"
+                         r"\b(globals|vars|locals)\(",
+     "it reaches into Python's internals (namespaces, classes or code objects) to change what it did not define"),
     ("introspection", r"sys\._getframe|inspect\.(stack|currentframe|getouterframes)|gc\.get_objects|"
                       r"gc\.get_referrers|sys\.settrace|sys\.setprofile|\bimportlib\b|__import__|\bkw_task\b|"
                       r"sys\.modules",
@@ -22,8 +30,14 @@ STATIC_RULES: list[tuple[str, str, str]] = [
      "it starts threads, processes or network connections"),
     ("torch-compiler", r"torch\.(compile|jit|_dynamo|_inductor|_export|export)\b",
      "it hands the work to a PyTorch compiler instead of writing a kernel"),
-    ("native-code", r"\b(ctypes|cffi|load_inline|cpp_extension)\b",
+    ("native-code", r"\b(ctypes|cffi|load_inline|cpp_extension|load_library)\b",
      "it loads native code outside Triton"),
+    ("file-io", r"\btorch\.(save|load|from_file|hub)\b|\.tofile\(",
+     "it reads or writes files"),
+    ("imports", "imports-outside-allow-list", "it imports a module kernels do not need (a candidate may import "
+                                             "only torch, triton and " + ", ".join(sorted(STDLIB_ALLOWED)) + ")"),
+    ("builtins", "dangerous-builtins", "it calls open, exec, eval, compile, exit or input, or looks attributes up "
+                                       "by computed names"),
 ]
 
 # ATen ops a candidate may run outside its Triton kernels: allocation, views and layout, never arithmetic.
@@ -77,19 +91,15 @@ def _assigns_foreign_attribute(source: str) -> bool:
     """True when the code assigns (or setattr()s, or deletes) an attribute of something it did not define: a
     library module, a name it imported (`from torch.nn import Module; Module.__call__ = ...`), or an object
     reached by a call or subscript. Its own classes and `self` are its own."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return False  # loading the candidate reports the syntax error
     imported = set(LIBRARY_NAMES)
-    for node in ast.walk(tree):
+    for node in _walk(source):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             imported |= {(a.asname or a.name).split(".")[0] for a in node.names}
-    for node in ast.walk(tree):
+    for node in _walk(source):
         if isinstance(node, (ast.Assign, ast.Delete)):
-            targets = [t for t in node.targets if isinstance(t, ast.Attribute)]
+            targets = [_written(t) for t in node.targets if isinstance(t, (ast.Attribute, ast.Subscript))]
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-            targets = [node.target] if isinstance(node.target, ast.Attribute) else []
+            targets = [_written(node.target)] if isinstance(node.target, (ast.Attribute, ast.Subscript)) else []
         elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("setattr", "delattr"):
             targets = node.args[:1]
         else:
@@ -101,6 +111,13 @@ def _assigns_foreign_attribute(source: str) -> bool:
     return False
 
 
+def _written(target: ast.AST) -> ast.AST:
+    """What an assignment writes into: `x.a` writes into x, `x.a[k]` (a dict or list) into x.a too."""
+    while isinstance(target, ast.Subscript):
+        target = target.value
+    return target
+
+
 def _root_name(node: ast.AST) -> str | None:
     """The name an attribute chain starts from (`torch` in torch.nn.Module.x), or None if it starts elsewhere."""
     while isinstance(node, ast.Attribute):
@@ -108,7 +125,41 @@ def _root_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-SYNTAX_CHECKS = {"assigns-foreign-attribute": _assigns_foreign_attribute}
+def _imports_outside_allow_list(source: str) -> bool:
+    for node in _walk(source):
+        if isinstance(node, ast.Import):
+            roots = [a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            roots = [(node.module or "").split(".")[0] if node.level == 0 else "."]
+        else:
+            continue
+        if any(r not in ("torch", "triton") and r not in STDLIB_ALLOWED for r in roots):
+            return True
+    return False
+
+
+def _dangerous_builtins(source: str) -> bool:
+    for node in _walk(source):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            name = node.func.id
+            if name in BANNED_BUILTINS:
+                return True
+            computed = len(node.args) > 1 and not isinstance(node.args[1], ast.Constant)
+            if name in ("getattr", "hasattr", "setattr", "delattr") and computed:
+                return True
+    return False
+
+
+def _walk(source: str):
+    try:
+        return ast.walk(ast.parse(source))
+    except SyntaxError:
+        return iter(())  # loading the candidate reports the syntax error
+
+
+SYNTAX_CHECKS = {"assigns-foreign-attribute": _assigns_foreign_attribute,
+                 "imports-outside-allow-list": _imports_outside_allow_list,
+                 "dangerous-builtins": _dangerous_builtins}
 
 
 def _strip_comments_and_strings(source: str) -> str:

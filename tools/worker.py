@@ -10,7 +10,7 @@ import time
 import traceback
 
 
-def main(job_path: str, result_path: str) -> None:
+def main(job_path: str, result_path: str):
     started = time.perf_counter()
     import torch
     if not torch.cuda.is_available():
@@ -24,6 +24,7 @@ def main(job_path: str, result_path: str) -> None:
     with open(result_path + ".tmp", "w") as f:
         json.dump(result.to_json(), f)
     os.replace(result_path + ".tmp", result_path)
+    return result
 
 
 def evaluate_here(job):

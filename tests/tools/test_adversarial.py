@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tools.evaluate import WarmWorker
 from tools.executor import ExecutorConfig, LocalExecutor
 from tools.results import EvalJob, TaskSpec
 
@@ -37,14 +38,16 @@ CASES = [
     ("reference_swap.py", "task_softmax.py", "rejected", "introspection"),
     ("imported_class_patch.py", "task_softmax.py", "rejected", "monkeypatch"),
     ("hang.py", "task_softmax.py", "timeout", "did not finish within"),
-    ("segfault.py", "task_softmax.py", "crash", "SIGSEGV"),
+    # A store far outside any allocation: the interpreter's process dies; on a GPU, an illegal address.
+    ("illegal_address.py", "task_softmax.py", "crash", "illegal memory access" if HAS_GPU else "SIGSEGV"),
     ("raises.py", "task_softmax.py", "crash", "index out of range in the wrapper"),
     # Triton reports a kernel that does not compile at its first launch: a compile error on a GPU, an
     # InterpreterError (the same NameError) in the interpreter.
     ("compile_error.py", "task_softmax.py", *(("error", "did not compile") if HAS_GPU else ("crash", "NameError"))),
     ("syntax_error.py", "task_softmax.py", "error", "SyntaxError"),
     ("no_modelnew.py", "task_softmax.py", "error", "no class ModelNew"),
-    ("reads_secret.py", "task_softmax.py", "crash", "key=None"),
+    ("reads_secret.py", "task_softmax.py", "rejected", "imports"),
+    ("writes_result.py", "task_softmax.py", "rejected", "builtins"),
 ]
 
 
@@ -74,10 +77,17 @@ def test_verdict(results, candidate, task, verdict, fragment):
     assert (r.verdict, fragment in r.reason) == (verdict, True), r.reason
 
 
-def test_secret_never_reaches_the_candidate(results):
-    r = results["reads_secret.py"]
-    assert SECRET not in r.reason
-    assert "home=/tmp/kw-eval-" in r.reason  # a scratch home, not the user's
+def test_secrets_never_reach_the_worker(monkeypatch, tmp_path):
+    """Candidates run in children of the worker's server: its environment is what they could read."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("MY_SERVICE_TOKEN", SECRET)
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path))
+    with WarmWorker() as worker:
+        job = EvalJob(TaskSpec(str(FIXTURES / "task_softmax.py")), (FIXTURES / "candidates" / "honest.py").read_text(),
+                      trials=1, profile=False)
+        assert worker.run(job).correct
+        environ = Path(f"/proc/{worker.server.pid}/environ").read_bytes().decode(errors="replace")
+    assert SECRET not in environ and "OPENAI_API_KEY" not in environ and "MY_SERVICE_TOKEN" not in environ
 
 
 def test_declared_gemm_is_reported(results):
@@ -108,3 +118,15 @@ def test_results_cached_by_address_never_pass():
     assert r.verdict in ("incorrect", "rejected"), r.reason
     catches = ("never launched a Triton kernel", "differs from the reference", "reuses earlier results")
     assert any(c in r.reason for c in catches), r.reason
+
+
+def test_a_result_file_counts_only_from_a_worker_that_finished(tmp_path):
+    """Defence in depth behind the static rules: a result.json left by a child that did not exit cleanly
+    (a candidate that wrote one and left) is never read."""
+    from tools.evaluate import _read_result
+    from tools.sandbox import SandboxResult
+    fake = tmp_path / "result.json"
+    fake.write_text('{"verdict": "correct", "reason": "Correct on every trial."}')
+    assert _read_result(str(fake), SandboxResult(1, "", "", False), 60).verdict == "crash"
+    assert _read_result(str(fake), SandboxResult(-11, "", "", False), 60).verdict == "crash"
+    assert _read_result(str(fake), SandboxResult(0, "", "", False), 60).verdict == "correct"

@@ -1,0 +1,41 @@
+"""The persistent worker mode: jobs share one warm process per slot, which is replaced after a crash or a
+timeout, and every verdict is the same as with a fresh process per candidate."""
+from pathlib import Path
+
+from tools.evaluate import WarmWorker
+from tools.results import EvalJob, TaskSpec
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TASK = TaskSpec(str(FIXTURES / "task_softmax.py"))
+
+
+def _job(candidate: str, **kw) -> EvalJob:
+    return EvalJob(TASK, (FIXTURES / "candidates" / candidate).read_text(), trials=2, **kw)
+
+
+def test_persistent_worker_keeps_its_process_and_is_replaced_after_a_crash_or_hang(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path))
+    with WarmWorker(isolation="persistent") as worker:
+        first = worker.run(_job("honest.py"))
+        pid = worker.server.pid
+        second = worker.run(_job("honest.py", profile=False))
+        assert (first.verdict, second.verdict, worker.server.pid) == ("correct", "correct", pid)
+
+        rejected = worker.run(_job("decoy_kernel.py", profile=False))
+        assert rejected.verdict == "rejected" and worker.server.pid == pid  # a verdict, not a broken process
+
+        crashed = worker.run(_job("illegal_address.py", profile=False))
+        assert crashed.verdict == "crash" and worker.server is None  # replaced at the next job
+        assert worker.run(_job("honest.py", profile=False)).correct and worker.server.pid != pid
+
+        hung = worker.run(_job("hang.py", timeout_s=8, profile=False))
+        assert hung.verdict == "timeout" and worker.server is None
+        after = worker.run(_job("honest.py"))
+        assert after.correct and after.timing.ms > 0
+
+
+def test_unknown_isolation_is_a_clear_error(monkeypatch):
+    import pytest
+    monkeypatch.setenv("KERNELWRIGHT_ISOLATION", "threads")
+    with pytest.raises(ValueError, match="KERNELWRIGHT_ISOLATION must be one of fork, persistent"):
+        WarmWorker()

@@ -72,7 +72,7 @@ class WarmWorker:
         pid_line = self._read_line(START_TIMEOUT_S)
         if not pid_line or not pid_line.startswith("pid "):
             self.close()
-            return SandboxResult(None, "", f"the worker's server failed to start: {pid_line or 'no answer'}", False)
+            return SandboxResult(None, f"the worker's server failed to start: {pid_line or 'no answer'}", False)
         pid = int(pid_line.split()[1])
         exit_line = self._read_line(timeout_s)
         stderr = _tail(os.path.join(request["cwd"], "stderr.txt"))
@@ -80,15 +80,15 @@ class WarmWorker:
             kill_group(pid)
             if not self._read_line(10.0):
                 self.close()
-            return SandboxResult(None, "", stderr, timed_out=True)
+            return SandboxResult(None, stderr, timed_out=True)
         if not exit_line:  # the server itself died (persistent mode: the candidate took it down)
             code = self.server.wait()
             self.close()
-            return SandboxResult(code, "", stderr, timed_out=False)
+            return SandboxResult(code, stderr, timed_out=False)
         status = exit_line.split()
         if status[-1] == "final":  # a persistent server that will not take another job
             self.close()
-        return SandboxResult(int(status[1]), "", stderr, timed_out=False)
+        return SandboxResult(int(status[1]), stderr, timed_out=False)
 
     def _server(self) -> subprocess.Popen:
         if self.server is None or self.server.poll() is not None:
@@ -96,7 +96,7 @@ class WarmWorker:
                 "PYTHONPATH": _import_path(), "PYTHONUNBUFFERED": "1",
                 "KERNELWRIGHT_CACHE": str(cache_dir()), "TRITON_CACHE_DIR": str(cache_dir() / "triton"),
                 "TORCHINDUCTOR_CACHE_DIR": str(cache_dir() / "inductor"),
-                "KERNELWRIGHT_DEVICE": "cpu" if not _has_gpu() else "cuda",
+                "KERNELWRIGHT_DEVICE": "cuda" if visible_gpus() else "cpu",
                 "KERNELWRIGHT_ISOLATION": self.isolation,
             })
             if self.gpu is not None:
@@ -148,9 +148,10 @@ def _tail(path: str, limit: int = 4000) -> str:
 
 
 @functools.cache
-def _has_gpu() -> bool:
+def visible_gpus() -> list[int]:
+    """Indices of the GPUs this process sees; empty on a CPU-only machine."""
     import torch
-    return torch.cuda.is_available()
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
 
 
 def _import_path() -> str:

@@ -8,7 +8,7 @@ import queue
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from tools.evaluate import WarmWorker
+from tools.evaluate import WarmWorker, visible_gpus
 from tools.results import EvalJob, EvalResult
 
 
@@ -17,11 +17,6 @@ class ExecutorConfig:
     gpus: list[int] | None = None  # GPU indices to use; None: every visible GPU, or the CPU if none
     workers_per_device: int = 1  # more than one only where the device has room (a CPU's cores)
     isolation: str | None = None  # "fork" or "persistent"; None: KERNELWRIGHT_ISOLATION, else "fork"
-
-
-def visible_gpus() -> list[int]:
-    import torch
-    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
 
 
 class LocalExecutor:

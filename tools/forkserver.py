@@ -23,6 +23,7 @@ import sys
 def serve() -> None:
     if os.environ.get("KERNELWRIGHT_DEVICE") == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # before the first import of triton
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns unless it is set
     import torch  # noqa: F401  (warm imports; nothing here may initialize CUDA)
     import triton  # noqa: F401
     import torch.utils.flop_counter  # noqa: F401

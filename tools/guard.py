@@ -47,12 +47,12 @@ class LaunchRecorder:
             cls.run = self._wrap(original)
 
     def _wrap(self, run):
-        recorder = self
+        recorder, on_gpu = self, torch.cuda.is_available()
 
         def recorded_run(fn, *args, grid, warmup, **kwargs):
             if warmup:
                 return run(fn, *args, grid=grid, warmup=warmup, **kwargs)
-            recorder.foreign_streams += _foreign_stream()
+            recorder.foreign_streams += on_gpu and torch.cuda.current_stream() != torch.cuda.default_stream()
             recorder.depth += 1
             try:
                 kernel = run(fn, *args, grid=grid, warmup=warmup, **kwargs)
@@ -72,12 +72,6 @@ def _light(values):
     if isinstance(values, dict):
         return {k: TensorArg(v.dtype) if isinstance(v, torch.Tensor) else v for k, v in values.items()}
     return tuple(TensorArg(v.dtype) if isinstance(v, torch.Tensor) else v for v in values)
-
-
-def _foreign_stream() -> bool:
-    if not torch.cuda.is_available():
-        return False
-    return torch.cuda.current_stream() != torch.cuda.default_stream()
 
 
 class OpRecorder(TorchDispatchMode):

@@ -17,7 +17,6 @@ SECRET_PREFIXES = ("OPENAI_", "ANTHROPIC_", "AWS_", "AZURE_", "GOOGLE_", "GCP_",
 @dataclass
 class SandboxResult:
     returncode: int | None  # None when killed on timeout
-    stdout: str
     stderr: str
     timed_out: bool
 

@@ -1,21 +1,15 @@
-"""The sandboxed side of an evaluation: `python -m tools.worker JOB.json RESULT.json`, run by
-tools/evaluate.py in a scratch directory. Loads the task and the candidate, verifies, profiles, and writes
-one EvalResult. Anything the candidate does wrong ends in a verdict; only a dead process ends in none."""
+"""The sandboxed side of an evaluation: `main(JOB.json, RESULT.json)`, called by tools/forkserver.py in a
+job's scratch directory. Loads the task and the candidate, verifies, profiles, and writes one EvalResult. Anything the candidate does wrong ends in a verdict; only a dead process ends in none."""
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 import traceback
 
 
 def main(job_path: str, result_path: str):
     started = time.perf_counter()
-    import torch
-    if not torch.cuda.is_available():
-        os.environ["TRITON_INTERPRET"] = "1"  # must precede the first import of triton
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     from tools.results import job_from_json
 
     job = job_from_json(json.loads(open(job_path).read()))
@@ -133,6 +127,3 @@ def _describe(e: BaseException) -> str:
         lines = [e.msg]
     return f"{type(e).__name__}: {lines[-1] if lines else ''}{where}"[:400]
 
-
-if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])

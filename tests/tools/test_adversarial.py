@@ -127,6 +127,6 @@ def test_a_result_file_counts_only_from_a_worker_that_finished(tmp_path):
     from tools.sandbox import SandboxResult
     fake = tmp_path / "result.json"
     fake.write_text('{"verdict": "correct", "reason": "Correct on every trial."}')
-    assert _read_result(str(fake), SandboxResult(1, "", "", False), 60).verdict == "crash"
-    assert _read_result(str(fake), SandboxResult(-11, "", "", False), 60).verdict == "crash"
-    assert _read_result(str(fake), SandboxResult(0, "", "", False), 60).verdict == "correct"
+    assert _read_result(str(fake), SandboxResult(1, "", False), 60).verdict == "crash"
+    assert _read_result(str(fake), SandboxResult(-11, "", False), 60).verdict == "crash"
+    assert _read_result(str(fake), SandboxResult(0, "", False), 60).verdict == "correct"

@@ -1,9 +1,9 @@
 """The evaluator on a GPU: every task with a hand-written candidate in tasks/candidates/ is evaluated twice
-(the same kernel timed twice, in two forked workers of one warm worker slot, as a search runs them), and a
+(the same kernel timed twice, by one warm worker slot, as a search runs them), and a
 table shows eager, torch.compile, floor and candidate times, the spread between the two timings, and the
 evaluator's seconds per candidate, with where the second evaluation's seconds went.
 
-    python benchmarks/eval_bench.py [--tasks tasks/suite.toml] [--isolation fork|persistent] [--json OUT.json]
+    python benchmarks/eval_bench.py [--tasks tasks/suite.toml] [--isolation persistent|fork] [--json OUT.json]
 
 The first evaluation of a task measures the eager and torch.compile baselines; the second reuses them, as a
 search does, so its seconds are the evaluator's overhead per candidate once caches are warm."""
@@ -25,7 +25,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="tasks/suite.toml")
     parser.add_argument("--json", help="write every result here")
-    parser.add_argument("--isolation", choices=["fork", "persistent"], default="fork",
+    parser.add_argument("--isolation", choices=["persistent", "fork"], default="persistent",
                         help="a fresh process per candidate (fork) or one warm process per GPU (persistent)")
     args = parser.parse_args()
     specs = {Path(s.path).name: s for s in load_suite(args.tasks)}

@@ -1,7 +1,6 @@
-"""The local executor: one worker slot per visible GPU (one on a CPU). Each slot keeps a warm fork server
-and runs every job in a fresh forked child on its slot's GPU, so a broken CUDA context never outlives its
-candidate. A cluster
-backend implements the same two methods (agent/interfaces.py: Executor)."""
+"""The local executor: one worker slot per visible GPU (one on a CPU). Each slot keeps a warm worker
+server on its GPU (tools/evaluate.py), replaced whenever a candidate breaks it. A cluster backend
+implements the same two methods (agent/interfaces.py: Executor)."""
 from __future__ import annotations
 
 import queue
@@ -16,7 +15,7 @@ from tools.results import EvalJob, EvalResult
 class ExecutorConfig:
     gpus: list[int] | None = None  # GPU indices to use; None: every visible GPU, or the CPU if none
     workers_per_device: int = 1  # more than one only where the device has room (a CPU's cores)
-    isolation: str | None = None  # "fork" or "persistent"; None: KERNELWRIGHT_ISOLATION, else "fork"
+    isolation: str | None = None  # "persistent" or "fork"; None: KERNELWRIGHT_ISOLATION, else "persistent"
 
 
 class LocalExecutor:

@@ -1,14 +1,16 @@
 """The warm side of a worker slot: `python -m tools.forkserver`, started by tools/evaluate.py with a
-scrubbed environment. It imports PyTorch, Triton and the evaluator once, without touching the GPU, then
-forks one child per job, so a candidate pays neither the interpreter's start nor the imports. Each child is
-as isolated as a fresh process: its own process group, scratch directory and HOME, and its own CUDA
-context (CUDA is first touched after the fork).
+scrubbed environment and KERNELWRIGHT_ISOLATION set. It imports PyTorch, Triton and the evaluator once,
+without touching the GPU, so a candidate pays neither the interpreter's start nor the imports.
 
-With KERNELWRIGHT_ISOLATION=persistent it forks nothing: jobs run in the server itself, one after another,
-so the CUDA context, library handles and compiled kernels stay warm between candidates. Each job still
-gets its own directory and HOME, fresh modules and a freed allocator; after a crash or a broken context
-the server exits and the next job starts a new one. Candidates share a process only with candidates of
-the same slot, one at a time, and the static rules forbid the ways one could leave state for the next.
+`persistent` (the default): jobs run in the server itself, one after another, so the CUDA context, library
+handles and compiled kernels stay warm between candidates. Each job still gets its own directory and HOME,
+fresh modules and a freed allocator; after a crash, a timeout or a broken context the server exits and the
+next job starts a new one. Candidates share a process only with candidates of the same slot, one at a
+time, and the static rules forbid the ways one could leave state for the next.
+
+`fork`: one forked child per job, as isolated as a fresh process: its own process group, scratch
+directory and HOME, and its own CUDA context (CUDA is first touched after the fork). Several times
+slower per candidate on a GPU, where each child pays for a new CUDA context.
 
 Protocol, one line each way per job: in `{"job": PATH, "result": PATH, "cwd": DIR}`; out `pid N` (the
 process to kill on a timeout), then `exit STATUS` (a negative status is the signal that killed the child),

@@ -51,8 +51,8 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def results(monkeypatch_module):
+@pytest.fixture(scope="module", params=["persistent", "fork"])
+def results(request, monkeypatch_module):
     monkeypatch_module.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch_module.setenv("MY_SERVICE_TOKEN", SECRET)
     jobs = []
@@ -60,7 +60,7 @@ def results(monkeypatch_module):
         jobs.append(EvalJob(TaskSpec(str(FIXTURES / task)), (FIXTURES / "candidates" / candidate).read_text(),
                             timeout_s=25 if candidate == "hang.py" else 180, trials=3,
                             profile=verdict == "correct"))
-    with LocalExecutor(ExecutorConfig(workers_per_device=2)) as ex:
+    with LocalExecutor(ExecutorConfig(workers_per_device=2, isolation=request.param)) as ex:
         return dict(zip([c[0] for c in CASES], ex.map(jobs)))
 
 

@@ -2,7 +2,7 @@
 timeout, and every verdict is the same as with a fresh process per candidate."""
 from pathlib import Path
 
-from tools.evaluate import WarmWorker
+from tools.evaluate import WarmWorker, device_name
 from tools.results import EvalJob, TaskSpec
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -39,3 +39,14 @@ def test_unknown_isolation_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("KERNELWRIGHT_ISOLATION", "threads")
     with pytest.raises(ValueError, match="KERNELWRIGHT_ISOLATION must be one of fork, persistent"):
         WarmWorker()
+
+
+def test_a_worker_lands_on_its_own_gpu_under_cuda_visible_devices(monkeypatch):
+    """A benchmark gives each process one GPU with CUDA_VISIBLE_DEVICES; that process's GPU 0 is the one
+    named there, not the machine's first (which a worker told "0" would share with another process)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3")
+    assert [device_name(0), device_name(1)] == ["2", "3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8f2c")
+    assert device_name(0) == "GPU-8f2c"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert device_name(1) == "1"

@@ -49,12 +49,14 @@ def main() -> int:
     executor.close()
     print()
     print(f"{'task':<22}{'GiB':>6}{'eager ms':>10}{'compile':>10}{'floor':>10}{'cand 1':>10}{'cand 2':>10}"
-          f"{'twice %':>9}{'in-run %':>9}{'vs eager':>9}{'vs comp':>9}{'floor/c':>8}{'eval1 s':>8}{'eval2 s':>8}  eval2 phases (s)")
+          f"{'twice %':>9}{'in-run %':>9}{'vs eager':>9}{'vs comp':>9}{'floor/c':>8}{'eval1 s':>8}{'eval2 s':>8}"
+          "  eval2 phases (s)")
     for name, a, b in rows:
         t, u = a.timing, b.timing
         twice = 100 * abs(t.ms - u.ms) / ((t.ms + u.ms) / 2)
         print(f"{name:<22}{t.bytes / 2**30:>6.1f}{t.eager_ms:>10.4f}{_f(t.compile_ms):>10}{_f(t.floor_ms):>10}"
-              f"{t.ms:>10.4f}{u.ms:>10.4f}{twice:>9.2f}{t.spread_pct:>9.2f}{_x(t.speedup_vs_eager):>9}{_x(t.speedup_vs_compile):>9}"
+              f"{t.ms:>10.4f}{u.ms:>10.4f}{twice:>9.2f}{t.spread_pct:>9.2f}{_x(t.speedup_vs_eager):>9}"
+              f"{_x(t.speedup_vs_compile):>9}"
               f"{(t.floor_fraction or 0):>8.2f}{a.seconds:>8.1f}{b.seconds:>8.1f}  "
               + " ".join(f"{k} {v:.2f}" for k, v in b.phase_seconds.items()))
     if args.json:

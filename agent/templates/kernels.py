@@ -224,7 +224,8 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
         if full_stores:
             gen.body = Scope()
             _store_lines(gen, full_stores)
-            gen.top.lines += _loop(gen, gen.body.lines, reverse=bool(kernel.scan_reverse))
+            reverse = bool(kernel.scan_reverse) if kernel.scan_reverse is not None else bool(p.get("tail_first"))
+            gen.top.lines += _loop(gen, gen.body.lines, reverse=reverse)
             gen.body = gen.top
         _store_lines(gen, red_stores)
     meta_names = ["BLOCK_O", "BLOCK_R"] if gen.layout == "row" else ["BLOCK_R", "BLOCK_I"]

@@ -79,6 +79,8 @@ def kernel_default(kernel: Kernel) -> dict:
             p["online"] = 1
         if r > 256 and welford_pairs(kernel):
             p["welford"] = 1
+        if r > 256 and _rewrites_row(kernel):
+            p["tail_first"] = 1
         if splittable(kernel) and o < 4 * SMS and r >= 65536:  # too few rows to fill the GPU
             p.update(mode="looped", BLOCK_O=1, BLOCK_R=4096, num_warps=8,
                      SPLIT=min(2048, next_pow2(math.ceil(8 * SMS / o)), next_pow2(r // 8192)))
@@ -115,12 +117,24 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
             space["online"] = [1, 0]
         if "looped" in space["mode"] and welford_pairs(kernel):
             space["welford"] = [1, 2, 0]  # pivoted sums, per-lane Welford, off (a separate variance pass)
+        if "looped" in space["mode"] and _rewrites_row(kernel):
+            space["tail_first"] = [1, 0]
         return space
     return {"BLOCK_I": [b for b in POW2 if 16 <= b <= max(16, min(1024, next_pow2(i)))],
             "BLOCK_R": [b for b in POW2 if b <= min(256, rp)], "num_warps": [1, 2, 4, 8, 16], "num_stages": [1, 2, 3]}
 
 
+def _rewrites_row(kernel: Kernel) -> bool:
+    """A looped row kernel that writes the whole row after its reductions (softmax, norms): its last pass
+    may walk the row from the end (`tail_first`), re-reading first what the previous pass left in L2."""
+    return kernel.scan_reverse is None and any(kernel.level[m] == "full" for m in kernel.stores) \
+        and any(m.op == "reduce" for m in kernel.nodes)
+
+
 PER_THREAD = 64  # tile elements per thread: beyond this, registers spill and compile times explode
+# A one-pass row keeps only the row and one temporary live: measured on an H200, a 16384-wide softmax row
+# over 4 warps (128 elements a thread, 168 registers, no spills) beat 8, 16 and 32 warps by 20-25%.
+PER_THREAD_ROW = 128
 
 
 def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
@@ -135,7 +149,8 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
         o, r, _ = sizes(kernel)
         width = next_pow2(r) if p.get("mode") == "one_pass" else min(p.get("BLOCK_R", 1024), next_pow2(r))
         tile = min(p.get("BLOCK_O", 1), next_pow2(o)) * width
-    if tile is not None and tile > PER_THREAD * threads:
+    per_thread = PER_THREAD_ROW if layout == "row" and p.get("mode") == "one_pass" else PER_THREAD
+    if tile is not None and tile > per_thread * threads:
         return f"a tile of {tile} elements over {threads} threads would spill registers"
     if layout == "row":
         o, r, _ = sizes(kernel)

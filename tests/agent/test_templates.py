@@ -72,7 +72,9 @@ def test_unseen_pointwise_chains_become_one_pass(task, runner):
 @pytest.mark.parametrize("task, template, params", [
     ("tpl_softmax_epilogue", "rowwise", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "online": 1}),
     ("tpl_softmax_epilogue", "rowwise", {"mode": "looped", "BLOCK_R": 128, "online": 0, "num_warps": 2}),
+    ("tpl_softmax_epilogue", "rowwise", {"mode": "looped", "BLOCK_R": 128, "online": 1, "tail_first": 1}),
     ("tpl_norms", "rowwise", {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 4}),
+    ("tpl_norms", "rowwise", {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 2, "tail_first": 0}),
     ("tpl_losses", "rowwise", {"mode": "looped", "BLOCK_R": 8, "BLOCK_O": 2}),
     ("tpl_matvec", "rowwise", {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 4}),
     ("tpl_reduce_middle", "axis_reduce", {"BLOCK_R": 4, "BLOCK_I": 16}),
@@ -86,6 +88,8 @@ def test_structural_choices(task, template, params, runner):
     source = check(task, template, params, runner)
     if params.get("impl") == "torch":
         assert "KERNELWRIGHT_TORCH_OPS = ['aten.mm']" in source and "torch.mm(" in source
+    if "tail_first" in params:  # the writing pass walks the row's chunks from the last one, or in order
+        assert ("for it in range(" in source) == bool(params["tail_first"]) and "for r0 in range(" in source
     if params.get("SPLIT_K", 1) > 1:  # partial products, then their sum with the epilogue
         assert "_gemm_kernel0[(" in source and "_col_kernel1[(" in source
 

@@ -37,7 +37,7 @@ ISOLATIONS = ("fork", "persistent")
 def default_isolation() -> str:
     """`persistent` (one warm process per slot, replaced after a crash or timeout) unless
     KERNELWRIGHT_ISOLATION says `fork` (a fresh process per candidate). Measured on an H200: about 1 s per
-    warm evaluation against 5-7 s, with the same verdicts (benchmarks/results/)."""
+    warm evaluation against 5-6 s forked, with the same verdicts (benchmarks/results/)."""
     isolation = os.environ.get("KERNELWRIGHT_ISOLATION", "persistent")
     if isolation not in ISOLATIONS:
         raise ValueError(f"KERNELWRIGHT_ISOLATION must be one of {', '.join(ISOLATIONS)}, not {isolation!r}.")

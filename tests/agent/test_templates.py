@@ -115,6 +115,16 @@ def test_invalid_configurations_are_refused():
         t.render(a, bad)
 
 
+def test_a_one_pass_row_may_hold_128_elements_a_thread():
+    """A 16K-wide row over 4 warps (the fastest softmax measured on an H200) is allowed; over 2 warps it is
+    256 a thread and refused, and a looped chunk keeps the general bound of 64."""
+    a = analyze(str(FIXTURES / "tpl_softmax_param.py"), small=False, shapes={"dim": 16384})
+    one_pass = {**BY_NAME["rowwise"].default(a), "mode": "one_pass", "BLOCK_O": 1}
+    assert base.invalid(a, {**one_pass, "num_warps": 4}) is None
+    assert "spill" in base.invalid(a, {**one_pass, "num_warps": 2})
+    assert "spill" in base.invalid(a, {**one_pass, "mode": "looped", "BLOCK_R": 16384, "num_warps": 4})
+
+
 def test_unsupported_tasks_say_why():
     a = analyze(str(FIXTURES / "tpl_unsupported.py"), small=True)
     assert matching(a) == []

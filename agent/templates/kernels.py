@@ -10,6 +10,7 @@ import torch
 
 from agent.templates.codegen import NEUTRAL, Gen, KernelCode, Launch, Scope, next_pow2
 from agent.templates.ir import Node
+from agent.templates.reductions import chan_merge
 from agent.templates.schedule import Kernel
 
 
@@ -170,6 +171,22 @@ def _loop(gen: Gen, body: list[str], reverse: bool = False) -> list[str]:
     return head + _indent(_chunk(gen, "r0") + body)
 
 
+def _accumulate(gen: Gen, plain: list, fused: list) -> list[str]:
+    """Starts the accumulators of these reductions (plain ones, and fused online-softmax or Welford pairs)
+    before the loop, and returns the loop body that updates them chunk by chunk."""
+    for r in plain:
+        gen.reduce_start(r)
+    for kind, second, first in fused:
+        getattr(gen, f"{kind}_start")(second, first)
+    gen.body = Scope()
+    for r in plain:
+        gen.reduce_step(r)
+    for kind, second, first in fused:
+        getattr(gen, f"{kind}_step")(second, first)
+    body, gen.body = gen.body.lines, gen.top
+    return body
+
+
 def _sizes(kernel: Kernel, gen: Gen, p: dict) -> dict:
     r = next_pow2(gen.R)
     if gen.layout == "row":
@@ -206,17 +223,7 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
             fused = [(kind, r, pairs[r]) for kind, pairs in (("online", online), ("welford", welford))
                      for r in todo if r in pairs and pairs[r] in todo]
             plain = [r for r in todo if r not in {x for _, a, b in fused for x in (a, b)}]
-            for r in plain:
-                gen.reduce_start(r)
-            for kind, second, first in fused:
-                getattr(gen, f"{kind}_start")(second, first)
-            gen.body = Scope()
-            for r in plain:
-                gen.reduce_step(r)
-            for kind, second, first in fused:
-                getattr(gen, f"{kind}_step")(second, first)
-            gen.top.lines += _loop(gen, gen.body.lines)
-            gen.body = gen.top
+            gen.top.lines += _loop(gen, _accumulate(gen, plain, fused))
             for r in plain:
                 gen.reduce_end(r)
             for kind, second, first in fused:
@@ -256,17 +263,7 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     plain = [r for r in kernel.nodes if r.op == "reduce" and r not in done]
     loop = f"for r0 in range(pid_s * {chunk}, pid_s * {chunk} + {chunk}, BLOCK_R):"
     gen.top.lines += _prologue(gen, {**p, **meta}) + ["pid_s = tl.program_id(1)"]
-    for r in plain:
-        gen.reduce_start(r)
-    for kind, second, first in fused:
-        getattr(gen, f"{kind}_start")(second, first)
-    gen.body = Scope()
-    for r in plain:
-        gen.reduce_step(r)
-    for kind, second, first in fused:
-        getattr(gen, f"{kind}_step")(second, first)
-    gen.top.lines += [loop] + _indent(_chunk(gen, "r0") + gen.body.lines)
-    gen.body = gen.top
+    gen.top.lines += [loop] + _indent(_chunk(gen, "r0") + _accumulate(gen, plain, fused))
     parts: list[tuple[str, str]] = []  # (buffer, value) per partial result
 
     def part(value: str) -> str:
@@ -317,12 +314,8 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
             lines += [f"{a} = tl.max({m}, axis=1, keep_dims=True)",
                       f"{b_} = tl.sum({s} * tl.exp({m} - {a}), axis=1, keep_dims=True)"]
         else:
-            n, mean, m2 = load("0.0"), load("0.0"), load("0.0")
-            count, avg = comb.fresh("wc"), comb.fresh("wa")
-            lines += [f"{count} = tl.sum({n}, axis=1, keep_dims=True)",
-                      f"{avg} = tl.sum({n} * {mean}, axis=1, keep_dims=True) / tl.maximum({count}, 1.0)",
-                      f"{a} = {avg} * {count}",
-                      f"{b_} = tl.sum({m2} + {n} * ({mean} - {avg}) * ({mean} - {avg}), axis=1, keep_dims=True)"]
+            states = load("0.0"), load("0.0"), load("0.0")
+            lines += chan_merge(states, 1, (comb.fresh("wc"), comb.fresh("wa"), a, b_))
         comb.top.cache[first], comb.top.cache[second] = a, b_
     for r in kernel.nodes:
         if r.op == "reduce":

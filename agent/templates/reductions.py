@@ -157,12 +157,18 @@ class Reductions:
 
     def lane_welford_end(self, squares: Node, total: Node) -> None:
         n, mean, m2 = self.top.cache[("acc", total)]
-        ax = self.axis
         count, avg, rs, rq = self.fresh("wc"), self.fresh("wa"), self.fresh("r"), self.fresh("r")
-        self.top.lines += [f"{count} = tl.sum({n}, axis={ax}, keep_dims=True)",
-                           f"{avg} = tl.sum({n} * {mean}, axis={ax}, keep_dims=True) / tl.maximum({count}, 1.0)",
-                           f"{rs} = {avg} * {count}",
-                           f"{rq} = tl.sum({m2} + {n} * ({mean} - {avg}) * ({mean} - {avg}), axis={ax}, keep_dims=True)"]
+        self.top.lines += chan_merge((n, mean, m2), self.axis, (count, avg, rs, rq))
         self.top.cache[total], self.top.cache[squares] = rs, rq
         self.top.cache[("welford_parts", total)] = (count, avg, rq)
         self.kinds[total] = self.kinds[squares] = "f"
+
+
+def chan_merge(states: tuple[str, str, str], axis: int, out: tuple[str, str, str, str]) -> list[str]:
+    """Lines merging Welford states (count, mean, sum of squared deviations) along `axis` with Chan's
+    formula into the row's count, mean, sum and sum of squared deviations (the names in `out`)."""
+    (n, mean, m2), (count, avg, total, squares) = states, out
+    return [f"{count} = tl.sum({n}, axis={axis}, keep_dims=True)",
+            f"{avg} = tl.sum({n} * {mean}, axis={axis}, keep_dims=True) / tl.maximum({count}, 1.0)",
+            f"{total} = {avg} * {count}",
+            f"{squares} = tl.sum({m2} + {n} * ({mean} - {avg}) * ({mean} - {avg}), axis={axis}, keep_dims=True)"]

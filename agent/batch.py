@@ -97,12 +97,7 @@ class Settings:
 
 
 def main(args: argparse.Namespace) -> int:
-    try:
-        batch = plan_batch(args)
-    except UsageError as e:
-        print(f"kernelwright: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    return run_batch(batch)
+    return run_batch(plan_batch(args))
 
 
 # --- state --------------------------------------------------------------------------------------------

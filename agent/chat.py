@@ -352,10 +352,9 @@ def slash(line: str) -> bool:
         return True
     argv = {"eval": ["eval", *rest], "kb": ["kb", "search", " ".join(rest)],
             "optimize": ["optimize", rest[0], "--budget", rest[1] if len(rest) > 1 else "8"]}[cmd]
-    from agent.cli import build_parser
+    from agent.cli import build_parser, run
     try:
-        args = build_parser().parse_args(argv)
-        code = args.func(args)
+        code = run(build_parser().parse_args(argv))
     except SystemExit as e:  # argparse already said what was wrong
         code = e.code
     except KeyboardInterrupt:

@@ -53,7 +53,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report here")
     p.add_argument("--summary", metavar="FILE", help="write the Markdown summary here")
     p.add_argument("--out", metavar="DIR", help="output folder of the runs (default runs/ci-TIMESTAMP)")
-    p.set_defaults(func=main)
+    p.set_defaults(func=ci)
     return p
 
 
@@ -255,14 +255,6 @@ def _outcome(code: int) -> str:
 
 
 # --- the command ----------------------------------------------------------------------------------------
-def main(args: argparse.Namespace) -> int:
-    try:
-        return ci(args)
-    except UsageError as e:
-        print(f"kernelwright: {e}", file=sys.stderr)
-        return EXIT_USAGE
-
-
 def ci(args: argparse.Namespace) -> int:
     tasks = Path(args.tasks)
     if not tasks.is_dir():

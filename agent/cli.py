@@ -28,10 +28,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return args.func(args)
+        return run(args)
     except KeyboardInterrupt:
         print("kernelwright: interrupted; work finished so far is kept.", file=sys.stderr)
         return 130
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs a parsed subcommand; bad input it reports as a UsageError becomes one line and exit 2."""
+    from agent.optimize import UsageError
+    try:
+        return args.func(args)
+    except UsageError as e:
+        print(f"kernelwright: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

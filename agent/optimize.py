@@ -55,16 +55,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                                                 f"(default {d.plateau})")
     p.add_argument("--no-knowledge", action="store_true", help="no retrieval from or write-back to the "
                                                                "knowledge store")
-    p.set_defaults(func=main)
+    p.set_defaults(func=optimize)
     return p
-
-
-def main(args: argparse.Namespace) -> int:
-    try:
-        return optimize(args)
-    except UsageError as e:
-        print(f"kernelwright: {e}", file=sys.stderr)
-        return EXIT_USAGE
 
 
 def _say(line: str) -> None:

@@ -1,9 +1,11 @@
-"""GEMM template: mm/bmm/addmm/Linear with the following pointwise ops fused as an epilogue. Tiles of
+"""GEMM template: mm/bmm/addmm/Linear, and every convolution as an implicit GEMM (implicit_gemm.py), with the
+following pointwise ops fused as an epilogue. Tiles of
 BLOCK_M x BLOCK_N accumulate tl.dot products in fp32 (input_precision "ieee" unless the task allows TF32),
 programs walk the output in GROUP_M-row groups for L2 reuse, and SPLIT_K > 1 splits a long K over programs
 (the partial products are summed by a reduction kernel that also runs the epilogue). With impl="torch"
-the product stays a vendor GEMM (declared in KERNELWRIGHT_TORCH_OPS) and only the epilogue is Triton, for
-fp32 shapes where a Triton GEMM cannot win."""
+the product stays a vendor GEMM or cuDNN convolution (declared in KERNELWRIGHT_TORCH_OPS) and only the
+epilogue is Triton, for fp32 shapes where a Triton GEMM cannot win; never when the GEMM or convolution (with
+its own bias) is all the task does, which the evaluator would reject."""
 from __future__ import annotations
 
 import math
@@ -11,10 +13,12 @@ import math
 from agent.analysis import TaskAnalysis
 from agent.templates import base
 from agent.templates.codegen import next_pow2
+from agent.templates.implicit_gemm import gemm_dims
 from agent.templates.params import SMS, kernel_default, kernel_invalid, kernel_space
+from agent.templates.program import work
 
 NAME = "gemm"
-FAMILIES = ("matmul", "gemm_epilogue", "matvec")
+FAMILIES = ("matmul", "gemm_epilogue", "matvec", "conv")
 
 
 def match(analysis: TaskAnalysis) -> bool:
@@ -23,17 +27,18 @@ def match(analysis: TaskAnalysis) -> bool:
 
 
 def _gemm(analysis: TaskAnalysis):
+    """(plan, the largest GEMM kernel, M, K, N, batch, whether the task has work beyond its GEMMs)."""
     pl = base.plan(analysis)
-    k = next(x for x in pl.kernels if x.kind == "gemm")
-    a, b = k.nodes[0].args
-    epilogue = sum(1 for n in pl.program.nodes if n.op != "gemm") > 0
-    return pl, k, a.shape[-2], a.shape[-1], b.shape[-1], (a.shape[0] if len(a.shape) == 3 else 1), epilogue
+    k = max((x for x in pl.kernels if x.kind == "gemm"), key=lambda x: work(x))
+    batch, m, n, kk = gemm_dims(k.nodes[0])
+    epilogue = any(n.op != "gemm" and not n.attrs.get("conv_bias") for n in pl.program.nodes)
+    return pl, k, m, kk, n, batch, epilogue
 
 
 def space(analysis: TaskAnalysis) -> dict[str, list]:
     _, k, m, kk, n, batch, epilogue = _gemm(analysis)
     s = dict(kernel_space(k))
-    s["SPLIT_K"] = [1, 2, 4, 8, 16] if kk >= 2048 else [1]
+    s["SPLIT_K"] = [1, 2, 4, 8, 16] if kk >= 2048 and k.nodes[0].fn == "mm" else [1]
     s["impl"] = ["triton", "torch"] if epilogue else ["triton"]
     s["precision"] = ["ieee", "tf32"] if analysis.tf32 else ["ieee"]
     return s
@@ -44,7 +49,7 @@ def default(analysis: TaskAnalysis) -> dict:
     d = dict(kernel_default(k))
     tiles = math.ceil(m / d["BLOCK_M"]) * math.ceil(n / d["BLOCK_N"]) * batch
     split = 1
-    while tiles * split < SMS and kk // (split * 2) >= 1024 and split < 16:
+    while tiles * split < SMS and kk // (split * 2) >= 1024 and split < 16 and k.nodes[0].fn == "mm":
         split *= 2
     # in fp32 without TF32 a vendor GEMM runs at the FMA peak, which a Triton tl.dot does not reach: keep
     # it under the fused Triton epilogue when there is one (a bare GEMM must stay Triton to count)
@@ -58,7 +63,7 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     d = default(analysis)
     out = [d, {**d, "impl": "triton", "BLOCK_M": min(64, d["BLOCK_M"]), "BLOCK_N": min(64, d["BLOCK_N"]),
                "num_warps": 4, "num_stages": 4}]
-    if kk >= 4096:
+    if kk >= 4096 and k.nodes[0].fn == "mm":
         out.append({**d, "impl": "triton", "SPLIT_K": 1 if d["SPLIT_K"] > 1 else min(8, next_pow2(kk // 2048))})
     if epilogue:
         out.append({**d, "impl": "triton" if d["impl"] == "torch" else "torch"})

@@ -364,17 +364,27 @@ class _Builder:
         return self.add("reduce", REDUCE[base], [x], v.shape, v.dtype, dims=dims, keepdim=keepdim)
 
     def convolution(self, args, v) -> Value:
-        x, w, bias, stride, padding, dilation, transposed, _, groups = args[:9]
-        if transposed or len(x.shape) != 4 or groups != x.shape[1] or w.shape[1] != 1:
-            raise Unsupported("Only depthwise 2-D convolutions (groups = input channels) have a template.")
-        if not isinstance(x, Leaf) or not isinstance(w, Leaf):
-            raise Unsupported("The convolution's input must be a task input, not a computed value.")
-        out = self.add("window", "conv", [x, w], v.shape, v.dtype, kernel=tuple(w.shape[2:]), stride=tuple(stride),
-                       padding=tuple(padding), dilation=tuple(dilation), multiplier=w.shape[0] // groups)
+        """A depthwise 2-D convolution of a task input is a window op; every other convolution (1-, 2- or 3-D,
+        grouped, strided, padded, dilated, transposed) is an implicit GEMM node (fn "conv") over its output
+        positions and channels. A bias becomes an epilogue add marked `conv_bias` (part of the reference's
+        convolution op, so it does not count as work beyond it)."""
+        x, w, bias, stride, padding, dilation, transposed, output_padding, groups = args[:9]
+        depthwise = not transposed and len(x.shape) == 4 and groups == x.shape[1] and w.shape[1] == 1
+        if depthwise and isinstance(x, Leaf) and isinstance(w, Leaf):
+            out = self.add("window", "conv", [x, w], v.shape, v.dtype, kernel=tuple(w.shape[2:]),
+                           stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation),
+                           multiplier=w.shape[0] // groups)
+        else:
+            out = self.add("gemm", "conv", [x, w], v.shape, v.dtype, stride=tuple(stride), padding=tuple(padding),
+                           dilation=tuple(dilation), transposed=bool(transposed),
+                           output_padding=tuple(output_padding), groups=int(groups))
         if bias is not None:
-            b = Leaf(self.fresh(bias.name + "_"), (1, bias.shape[0], 1, 1), bias.dtype, base=bias.base,
-                     strides=(0, bias.strides[0], 0, 0), offset=bias.offset)
-            out = self.add("pw", "add", [out, b], v.shape, v.dtype)
+            if not isinstance(bias, Leaf):
+                raise Unsupported("The convolution's bias is a computed value; the templates read it from memory.")
+            rank = len(v.shape)
+            b = Leaf(self.fresh(bias.name + "_"), (1, bias.shape[0]) + (1,) * (rank - 2), bias.dtype, base=bias.base,
+                     strides=(0, bias.strides[0]) + (0,) * (rank - 2), offset=bias.offset)
+            out = self.add("pw", "add", [out, b], v.shape, v.dtype, conv_bias=True)
         return out
 
     def pool(self, base, args, v) -> Value:

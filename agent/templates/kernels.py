@@ -9,6 +9,7 @@ import math
 import torch
 
 from agent.templates.codegen import NEUTRAL, Gen, KernelCode, Launch, Scope, next_pow2
+from agent.templates.implicit_gemm import render_conv
 from agent.templates.ir import Node
 from agent.templates.reductions import chan_merge
 from agent.templates.schedule import Kernel
@@ -102,7 +103,7 @@ def _store_lines(gen: Gen, stores: list, red_mask: str = "rmask") -> None:
 
 def render_kernel(kernel: Kernel, name: str, p: dict) -> KernelCode:
     if kernel.layout == "gemm":
-        return _gemm(kernel, name, p)
+        return render_conv(kernel, name, p) if kernel.nodes[0].fn == "conv" else _gemm(kernel, name, p)
     if kernel.layout == "flat" or kernel.layout == "plane" and p.get("layout") == "flat":
         return _flat(kernel, name, p)
     if kernel.layout == "plane":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from agent.templates.codegen import next_pow2
+from agent.templates.implicit_gemm import gemm_dims
 from agent.templates.kernels import reduction_stages, online_pairs, welford_pairs
 from agent.templates.schedule import Kernel
 
@@ -55,8 +56,7 @@ def kernel_default(kernel: Kernel) -> dict:
         return {"layout": "plane", "BLOCK_H": max(1, min(next_pow2(kernel.domain[2]), 1024 // bw)), "BLOCK_W": bw,
                 "num_warps": 4, "num_stages": 1}
     if layout in ("gemm", "torch"):
-        a, b = kernel.nodes[0].args
-        m, n = a.shape[-2], b.shape[-1]
+        _, m, n, _ = gemm_dims(kernel.nodes[0])
         bm, bn = min(128, max(16, next_pow2(m))), min(128, max(16, next_pow2(n)))
         return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 8 if bm * bn >= 8192 else 4,
                 "num_stages": 3}

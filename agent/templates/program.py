@@ -11,6 +11,7 @@ import math
 import torch
 
 from agent.templates.codegen import KernelCode
+from agent.templates.implicit_gemm import gemm_dims
 from agent.templates.ir import Leaf, Program, contiguous_strides
 from agent.templates.kernels import render_kernel
 from agent.templates.params import kernel_default
@@ -40,7 +41,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     for i, k in enumerate(kernels):
         if k.kind == "torch_gemm":
             codes.append(None)
-            torch_ops.append("aten.bmm" if len(k.domain) == 3 else "aten.mm")
+            torch_ops.append(_vendor_op(k.nodes[0]))
             continue
         p = params if i == primary else kernel_default(k)
         codes.append(render_kernel(k, f"_{k.layout}_kernel{i}", p))
@@ -75,9 +76,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
             body.append(f"{name} = torch.empty({shape}, device={device}.device, dtype={_dtype(dtype)})")
     for k, c in zip(kernels, codes):
         if c is None:
-            g = k.nodes[0]
-            fn = "torch.bmm" if len(k.domain) == 3 else "torch.mm"
-            body.append(f"{buffers_of(k)} = {fn}({_host_view(g.args[0])}, {_host_view(g.args[1])})")
+            body.append(f"{buffers_of(k)} = {_vendor_call(k.nodes[0])}")
             continue
         for launch in c.launches:
             args = ", ".join(_local(a) for a in launch.args)
@@ -95,6 +94,23 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     lines += ["", sources, "", "", "class ModelNew(Model):", f"    def forward({signature}):"]
     lines += ["        " + line for line in body]
     return "\n".join(lines) + "\n"
+
+
+def _vendor_op(g) -> str:
+    """The ATen op a vendor GEMM or convolution runs as (what KERNELWRIGHT_TORCH_OPS declares)."""
+    if g.fn == "conv":
+        return "aten.convolution"
+    return "aten.bmm" if len(g.shape) == 3 else "aten.mm"
+
+
+def _vendor_call(g) -> str:
+    """The host call of a vendor GEMM or convolution (without bias: bias and the rest stay in Triton)."""
+    a, b = _host_view(g.args[0]), _host_view(g.args[1])
+    if g.fn != "conv":
+        return f"{'torch.bmm' if len(g.shape) == 3 else 'torch.mm'}({a}, {b})"
+    t = g.attrs
+    return (f"torch.convolution({a}, {b}, None, {list(t['stride'])}, {list(t['padding'])}, {list(t['dilation'])}, "
+            f"{t['transposed']}, {list(t['output_padding'])}, {t['groups']})")
 
 
 def buffers_of(kernel: Kernel) -> str:
@@ -117,7 +133,7 @@ def _render_tree(tree) -> str:
 def work(kernel: Kernel) -> float:
     """Rough size of a kernel's job, to pick the primary kernel whose parameters the search tunes."""
     if kernel.kind in ("gemm", "torch_gemm"):
-        a, b = kernel.nodes[0].args
-        return 8.0 * math.prod(kernel.domain) * a.shape[-1]
+        batch, m, n, k = gemm_dims(kernel.nodes[0])
+        return 8.0 * batch * m * n * k
     return float(math.prod(kernel.domain))
 

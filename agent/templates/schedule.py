@@ -212,17 +212,18 @@ class _Scheduler:
             else:
                 self.join(k, self.member(n, k), n, level)
             return
-        if n.op == "gemm":
-            if self.torch_gemm:  # a vendor GEMM on the host; the epilogue reads its buffer
+        if n.op == "gemm":  # a matrix product (fn "mm") or an implicit-GEMM convolution (fn "conv")
+            args = [self.leaf(a) for a in n.args]
+            if self.torch_gemm:  # a vendor GEMM or convolution on the host; the epilogue reads its buffer
                 k = Kernel("torch_gemm", n.shape)
-                self.join(k, Node(n.name, n.shape, n.dtype, op="gemm", fn="mm", args=[self.leaf(a) for a in n.args]),
+                self.join(k, Node(n.name, n.shape, n.dtype, op="gemm", fn=n.fn, args=args, attrs=dict(n.attrs)),
                           n, "full", new=True)
                 self.store(n)
                 return
-            if self.split_k > 1:
+            if self.split_k > 1 and n.fn == "mm":
                 k = Kernel("gemm", (self.split_k,) + n.shape)
-                part = Node(n.name + "_part", k.domain, n.dtype, op="gemm", fn="mm",
-                            args=[self.leaf(a) for a in n.args], attrs={"split_k": self.split_k})
+                part = Node(n.name + "_part", k.domain, n.dtype, op="gemm", fn="mm", args=args,
+                            attrs={"split_k": self.split_k})
                 k.nodes.append(part)
                 k.level[part] = "full"
                 self.kernels.append(k)
@@ -235,8 +236,8 @@ class _Scheduler:
                 self.join(tile, red, n, "red", new=True)
                 return
             k = Kernel("gemm", n.shape)
-            self.join(k, Node(n.name, n.shape, n.dtype, op="gemm", fn="mm", args=[self.leaf(a) for a in n.args],
-                              attrs=dict(n.attrs)), n, "full", new=True)
+            self.join(k, Node(n.name, n.shape, n.dtype, op="gemm", fn=n.fn, args=args, attrs=dict(n.attrs)), n,
+                      "full", new=True)
             return
         if n.op == "window":
             k = Kernel("tile", n.shape)

@@ -1,0 +1,87 @@
+"""Convolutions as implicit GEMMs in the interpreter: every kind (1-, 2-, 3-D; grouped, strided, padded,
+dilated; transposed with output padding) at small irregular shapes matches the reference, a convolution of a
+computed value runs under a fused epilogue, and the declared cuDNN variant passes the real evaluator."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from agent.analysis import analyze
+from agent.templates import BY_NAME, matching
+from tools.rules import check_source
+
+FIXTURES = Path(__file__).parent / "fixtures"
+_spec = importlib.util.spec_from_file_location("tpl_client", FIXTURES / "tpl_client.py")
+tpl_client = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tpl_client)
+
+KINDS = ["conv1d", "conv2d", "conv2d_grouped", "conv3d", "pointwise", "transposed1d", "transposed2d",
+         "transposed2d_grouped", "transposed3d"]
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    r = tpl_client.Runner(tmp_path_factory.mktemp("conv"))
+    yield r
+    r.close()
+
+
+def task_of(kind: str, folder: Path) -> Path:
+    """conv_kinds.py with `kind` set in its source (a candidate embeds the task's source as it is)."""
+    path = folder / f"conv_{kind}.py"
+    path.write_text((FIXTURES / "conv_kinds.py").read_text().replace('kind = "conv2d"', f'kind = "{kind}"'))
+    return path
+
+
+def run_ok(runner, task: Path, source: str) -> None:
+    assert check_source(source) is None
+    out = runner.run(task, source)
+    assert out["error"] is None, out["error"]
+    assert out["rel_errors"] and all(e <= 1e-5 for e in out["rel_errors"]), out
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_convolution_kind_is_an_implicit_gemm(kind, runner, tmp_path):
+    task = task_of(kind, tmp_path)
+    a = analyze(str(task), small=True)
+    assert [t.NAME for t in matching(a)] == ["gemm"]
+    t = BY_NAME["gemm"]
+    assert t.space(a)["impl"] == ["triton"]  # a bare convolution (with its bias) must be Triton to count
+    for params in t.variants(a)[:2]:
+        source = t.render(a, params)
+        assert "KERNELWRIGHT_TORCH_OPS" not in source and "torch.convolution(" not in source
+        run_ok(runner, task, source)
+
+
+def test_odd_tiles_and_a_k_loop_of_several_steps(runner, tmp_path):
+    task = task_of("conv3d", tmp_path)
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    source = t.render(a, {**t.default(a), "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2})
+    assert "for k0 in range(0, 54, BLOCK_K)" in source  # K = 3 input channels x 18 taps
+    run_ok(runner, task, source)
+
+
+def test_a_convolution_of_a_computed_value_under_an_epilogue(runner):
+    task = FIXTURES / "conv_epilogue.py"
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    assert t.space(a)["impl"] == ["triton", "torch"]
+    for params in ({}, {"impl": "torch"}):
+        source = t.render(a, {**t.default(a), **params})
+        if params:
+            assert "KERNELWRIGHT_TORCH_OPS = ['aten.convolution']" in source and "torch.convolution(" in source
+        run_ok(runner, task, source)
+
+
+@pytest.mark.slow
+def test_the_declared_cudnn_variant_passes_the_evaluator():
+    from tools.evaluate import evaluate
+    from tools.results import EvalJob, TaskSpec
+    task = FIXTURES / "conv_epilogue.py"
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    source = t.render(a, {**t.default(a), "impl": "torch"})
+    result = evaluate(EvalJob(TaskSpec(path=str(task), small=True), source, trials=2, profile=False, timeout_s=120))
+    assert result.verdict == "correct", result.reason
+    assert result.torch_ops == ["aten.convolution"]

@@ -71,16 +71,23 @@ def invalid(analysis: TaskAnalysis, params: dict) -> str | None:
         pl = plan(analysis, params)
     except Unsupported as e:
         return str(e)
-    return kernel_invalid(pl.main, _kernel_params(params))
+    return kernel_invalid(pl.main, fitted(pl.main, _kernel_params(params)))
 
 
 def _kernel_params(params: dict) -> dict:
     return {k: v for k, v in params.items() if k not in ("template", "SPLIT_K", "impl")}
 
 
+def fitted(kernel: Kernel, kp: dict) -> dict:
+    """`kp`, unless they are GEMM parameters and the tuned kernel is no GEMM: then that kernel's defaults.
+    With a vendor GEMM or convolution (impl "torch") the tuned Triton kernel is its epilogue, whose layout
+    GEMM parameters do not describe: a row reduction handed them would hold its whole row at once."""
+    return kernel_default(kernel) if "BLOCK_M" in kp and kernel.layout != "gemm" else kp
+
+
 def render(analysis: TaskAnalysis, params: dict, template: str) -> str:
     pl = plan(analysis, params)
-    kp = _kernel_params(params)
+    kp = fitted(pl.main, _kernel_params(params))
     reason = kernel_invalid(pl.main, kp)
     if reason:
         raise ValueError(f"Invalid parameters for the {template} template: {reason}.")

@@ -202,13 +202,17 @@ class Gen(Reductions):
         if leaf.kind == "iota":
             code = off if (leaf.value, leaf.step) == (0, 1) else f"({leaf.value!r} + {leaf.step!r} * ({off}))"
             return E(f"({code})", "f" if isinstance(leaf.value, float) or isinstance(leaf.step, float) else "i")
-        if level == "full" and self.layout in ("row", "col") and not self.per_element(off):
+        inside = self.bounds_check(leaf, shape, level)
+        if level == "full" and self.layout in ("row", "col") and not self.per_element(off + inside):
             level = "red"  # constant along the reduced axis: load once per row, outside any chunk loop
         scope = self.body if level == "full" else self.top
-        key = ("load", leaf.base, off, level)
+        key = ("load", leaf.base, off, level, inside)
         if key not in scope.cache:
             name = self.fresh("x")
-            mask = "" if not self.is_block(off) else f", mask={'mask' if level == 'full' else 'rmask'}, other=0"
+            mask = "mask" if level == "full" else "rmask"
+            if inside:
+                mask = f"{mask} & {inside}" if self.is_block(off + inside) else inside
+            mask = f", mask={mask}, other=0" if self.is_block(off) or inside else ""
             # floats compute in fp32 whatever the run-time dtype (a suite may cast inputs to bf16)
             cast = ".to(tl.float32)" if leaf.dtype.is_floating_point else ""
             scope.lines.append(f"{name} = tl.load({self.ptr(leaf.base)} + {off}{mask}){cast}")
@@ -230,6 +234,30 @@ class Gen(Reductions):
             return a
         return lit(a) if isinstance(a, (bool, int, float)) else a
 
+    def bounds_check(self, leaf: Leaf, shape: tuple, level: str) -> str:
+        """The condition that a leaf with `bounds` is read inside them ("" for a leaf without)."""
+        checks = []
+        for d, lo, hi in leaf.bounds:
+            unit = tuple(1 if j == d else 0 for j in range(len(leaf.shape)))
+            index = self.leaf_offset(Leaf("", leaf.shape, leaf.dtype, strides=unit), shape, level)
+            checks += ([f"({index} >= {lo})"] if lo > 0 else []) + ([f"({index} < {hi})"] if hi < leaf.shape[d] else [])
+        return " & ".join(checks)
+
+    def gather(self, m: Node, level: str) -> E:
+        """An indexed load: the source's address over the output dims it walks, plus each index value (negative
+        ones wrap) times the stride of the source dim it addresses."""
+        src, dims = m.args[0], m.attrs["src_dims"]
+        walk = Leaf(src.name, m.shape, src.dtype, base=src.base, offset=src.offset,
+                    strides=tuple(src.strides[d] if d >= 0 and src.shape[d] > 1 else 0 for d in dims))
+        terms = [self.leaf_offset(walk, m.shape, level)]
+        for index, d in zip(m.args[1:], m.attrs["index_dims"]):
+            i = self.arg(index, m, level).code
+            terms.append(f"tl.where({i} < 0, {i} + {src.shape[d]}, {i}).to(tl.int64) * {src.strides[d]}")
+        off = " + ".join(t for t in terms if t != "0")
+        mask = f", mask={'mask' if level == 'full' else 'rmask'}, other=0" if self.is_block(off) else ""
+        cast = ".to(tl.float32)" if src.dtype.is_floating_point else ""
+        return E(f"tl.load({self.ptr(src.base)} + {off}{mask}){cast}", kind_of(src.dtype))
+
     def value(self, m: Node) -> str:
         level = self.k.level[m]
         scope = self.body if level == "full" else self.top
@@ -241,7 +269,10 @@ class Gen(Reductions):
             name = self.value(m.args[0])
             self.kinds[m] = self.kinds[m.args[0]]
             return name
-        if m.op == "pw":
+        if m.op == "pw" and m.fn == "gather":
+            e = self.gather(m, level)
+            code = e.code
+        elif m.op == "pw":
             args = [self.arg(a, m, level) for a in m.args]
             e = POINTWISE[m.fn](args, m.attrs)
             code = e.code

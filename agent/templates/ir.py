@@ -49,6 +49,7 @@ class Leaf(Value):
     offset: int = 0  # element offset into the base
     value: float | int | bool | None = None  # const value; iota start
     step: float | int = 1  # iota step
+    bounds: tuple = ()  # ((dim, lo, hi), ...): read only where lo <= index < hi (a piece of a cat or a pad)
 
 
 @dataclass(eq=False, repr=False)
@@ -86,6 +87,8 @@ def restride(src: Leaf, shape: tuple, strides: tuple, offset: int) -> tuple[tupl
     were laid out contiguously (how the trace and the buffers lay it out). Handles flipped (negative) strides."""
     if src.kind == "const":
         return (0,) * len(shape), 0
+    if src.bounds:
+        return None
     if src.offset == 0 and src.strides == contiguous_strides(src.shape):
         return tuple(strides), offset
 
@@ -113,6 +116,22 @@ def broadcast_strides(shape: tuple, target: tuple) -> tuple:
     lead = len(target) - len(shape)
     return tuple(cs[j - lead] if j >= lead and shape[j - lead] == target[j] and target[j] > 1 else 0
                  for j in range(len(target)))
+
+
+def shift(leaf: Leaf, name: str, shape: tuple, lo: tuple) -> Leaf:
+    """`leaf` (broadcast right-aligned) placed at offset `lo` in a tensor of `shape`: position i reads
+    leaf[i - lo]; a tensor leaf gets `bounds` where it does not cover `shape`, so it is never read outside."""
+    lead = len(shape) - len(leaf.shape)
+    if leaf.kind == "const":
+        return Leaf(name, tuple(shape), leaf.dtype, kind="const", value=leaf.value, strides=(0,) * len(shape))
+    strides = (0,) * lead + tuple(st if n > 1 else 0 for n, st in zip(leaf.shape, leaf.strides))
+    bounds = tuple((j + lead, b_lo + lo[j + lead], b_hi + lo[j + lead]) for j, b_lo, b_hi in leaf.bounds)
+    if leaf.kind == "tensor":
+        bounds += tuple((j + lead, lo[j + lead], lo[j + lead] + n) for j, n in enumerate(leaf.shape)
+                        if n > 1 and (lo[j + lead] or n != shape[j + lead]))
+    return Leaf(name, tuple(shape), leaf.dtype, kind=leaf.kind, base=leaf.base, strides=strides,
+                offset=leaf.offset - sum(a * b for a, b in zip(lo, strides)), value=leaf.value, step=leaf.step,
+                bounds=bounds)
 
 
 def lower(analysis: TaskAnalysis) -> Program:
@@ -148,7 +167,14 @@ def _base_name(target) -> str:
 
 ORDER_VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "alias", "flatten"}
 STRIDED_VIEWS = {"permute", "t", "transpose", "select", "slice", "as_strided", "diagonal", "unfold"}
+SPLIT_VIEWS = {"unbind", "split", "split_with_sizes", "unsafe_split", "unsafe_split_with_sizes", "chunk",
+               "unsafe_chunk", "tensor_split"}  # one view per piece
 IDENTITY = {"detach", "alias", "clone", "lift_fresh_copy", "contiguous", "lift_fresh"}
+EMPTY = {"empty", "empty_like", "new_empty", "empty_strided", "empty_permuted"}  # unspecified contents: zeros
+RANDOM = {"bernoulli", "rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "normal", "uniform",
+          "native_dropout", "multinomial", "randperm", "exponential", "geometric", "cauchy", "log_normal",
+          "rrelu_with_noise"}
+GATHERS = {"index_select", "embedding", "gather", "index"}
 REDUCE = {"sum": "sum", "amax": "max", "amin": "min", "prod": "prod", "argmax": "argmax", "argmin": "argmin"}
 
 
@@ -247,8 +273,22 @@ class _Builder:
             start, step = (nums[0], nums[2] if len(nums) > 2 else 1) if len(nums) >= 2 else (0, 1)
             return Leaf(self.fresh("i"), tuple(v.shape), v.dtype, kind="iota", value=start, step=step,
                         strides=(1,))
-        if base in ORDER_VIEWS | STRIDED_VIEWS or base == "flip":
-            return self.view(base, args, v)
+        if base in ORDER_VIEWS | STRIDED_VIEWS | SPLIT_VIEWS or base == "flip":
+            return self.view(target, base, args, kwargs, v)
+        if base in EMPTY:
+            return Leaf(self.fresh("c"), tuple(v.shape), v.dtype, kind="const", value=False if v.dtype == torch.bool
+                        else 0, strides=(0,) * v.dim())
+        if base in RANDOM:
+            raise Unsupported(f"The forward draws random numbers ({target}, e.g. dropout in training mode), so the "
+                              f"reference is not deterministic.")
+        if base in ("tril", "triu"):
+            return self.triangle(base, args, v)
+        if base in ("cat", "stack"):
+            return self.cat(base, args, kwargs, v)
+        if base == "constant_pad_nd":
+            return self.pad(args, v)
+        if base in GATHERS:
+            return self.gather(base, args, v)
         if base in POINTWISE or base == "_to_copy":
             fn = "cast" if base == "_to_copy" else base
             return self.add("pw", fn, args, v.shape, v.dtype, attrs=kwargs)
@@ -276,15 +316,25 @@ class _Builder:
             return self.pool(base, args, v)
         raise Unsupported(f"No template lowers {target}.")
 
-    def view(self, base, args, v) -> Value:
+    def view(self, target, base, args, kwargs, v) -> Value:
+        """A view of args[0]. Its layout is taken relative to the source laid out contiguously (the view is
+        replayed on a contiguous meta tensor of the source's shape): the traced strides are relative to the
+        storage, which a clone the IR drops, or a strided source, would make wrong. Ops that split a tensor
+        (unbind, split, chunk) give a tuple of views."""
         src = args[0]
         if base == "flip":
             dims = tuple(d % len(src.shape) for d in args[1])
             cs = contiguous_strides(src.shape)
             layout = (tuple(-s if i in dims else s for i, s in enumerate(cs)),
+        if base in SPLIT_VIEWS:
+            pieces = target(torch.empty(src.shape, dtype=src.dtype, device="meta"), *args[1:], **kwargs)
+            return tuple(self.view(aten.as_strided.default, "as_strided", [src, p.shape, p.stride(),
+                                                                           p.storage_offset()], {}, p)
+                         for p in pieces)
                       sum((src.shape[d] - 1) * cs[d] for d in dims))
         else:
-            layout = (tuple(v.stride()), v.storage_offset())
+            replayed = target(torch.empty(src.shape, dtype=src.dtype, device="meta"), *args[1:], **kwargs)
+            layout = (tuple(replayed.stride()), replayed.storage_offset())
         sunk = self.sink(src, tuple(v.shape), *layout)
         if sunk is not None:
             return sunk
@@ -300,8 +350,7 @@ class _Builder:
             return self.add("view", "flip", [src], v.shape, v.dtype, dims=dims)
         if base in ORDER_VIEWS:
             return self.add("view", "expand" if base == "expand" else "reshape", [src], v.shape, v.dtype)
-        return self.add("view", "strided", [src], v.shape, v.dtype, strides=tuple(v.stride()),
-                        offset=v.storage_offset())
+        return self.add("view", "strided", [src], v.shape, v.dtype, strides=layout[0], offset=layout[1])
 
     def sink(self, value, shape: tuple, strides: tuple, offset: int) -> Value | None:
         """`value` seen through a view (shape, strides, offset relative to value's contiguous layout): a leaf
@@ -313,7 +362,7 @@ class _Builder:
                 return None
             return Leaf(self.fresh(value.name + "_"), tuple(shape), value.dtype, kind=value.kind, base=value.base,
                         strides=layout[0], offset=layout[1], value=value.value, step=value.step)
-        if not (isinstance(value, Node) and value.op == "pw"):
+        if not (isinstance(value, Node) and value.op == "pw") or value.fn == "gather":
             return None
         args = []
         for a in value.args:
@@ -330,6 +379,112 @@ class _Builder:
         """A GEMM node; a product with one output row or column becomes a multiply and a reduction."""
         m, n = a.shape[-2], b.shape[-1]
         if not (isinstance(a, Leaf) and isinstance(b, Leaf) and (n == 1 or m == 1)):
+    def index_along(self, d: int, shape: tuple) -> Leaf:
+        """The index along dim d at each position of `shape` (an iota broadcast over the other dims)."""
+        return Leaf(self.fresh("i"), tuple(shape), torch.int64, kind="iota", value=0, step=1,
+                    strides=tuple(1 if j == d else 0 for j in range(len(shape))))
+
+    def reshaped(self, value: Value, shape: tuple) -> Value:
+        """`value` reshaped to `shape` (same element count)."""
+        if tuple(value.shape) == tuple(shape):
+            return value
+        sunk = self.sink(value, tuple(shape), contiguous_strides(shape), 0)
+        return sunk if sunk is not None else self.add("view", "reshape", [value], shape, value.dtype)
+
+    def triangle(self, base, args, v) -> Value:
+        """tril/triu: keep x where col - row <= k (tril) or >= k (triu), else 0: iota comparisons and a where."""
+        x, k = args[0], args[1] if len(args) > 1 else 0
+        shape, rank = tuple(v.shape), len(v.shape)
+        diff = self.add("pw", "sub", [self.index_along(rank - 1, shape), self.index_along(rank - 2, shape)], shape,
+                        torch.int64)
+        keep = self.add("pw", "le" if base == "tril" else "ge", [diff, k], shape, torch.bool)
+        return self.add("pw", "where", [keep, x, False if v.dtype == torch.bool else 0], shape, v.dtype)
+
+    def shifted(self, value: Value, shape: tuple, lo: tuple) -> Value:
+        """`value` placed at offset `lo` in a tensor of `shape` (same rank): element i reads value[i - lo], and
+        positions outside value are left unspecified (its loads are masked there: leaves carry `bounds`). A
+        pointwise tree of leaves is rebuilt over shifted leaves; any other value becomes a "shift" view."""
+        if isinstance(value, Leaf):
+            return shift(value, self.fresh(value.name + "_"), shape, lo)
+        if isinstance(value, Node) and value.op == "pw" and value.fn != "gather":
+            args = [self.shifted(a, shape, lo) if isinstance(a, Value) else a for a in value.args]
+            return self.add("pw", value.fn, args, shape, value.dtype, attrs=value.attrs)
+        return self.add("view", "shift", [value], shape, value.dtype, lo=tuple(lo))
+
+    def cat(self, base, args, kwargs, v) -> Value:
+        """cat/stack along a dim: each piece shifted to its place, then a where chain on the index along dim."""
+        pieces, dim = list(args[0]), args[1] if len(args) > 1 else kwargs.get("dim", 0)
+        shape = tuple(v.shape)
+        d = dim % len(shape)
+        if base == "stack":
+            pieces = [self.reshaped(p, shape[:d] + (1,) + shape[d + 1:]) for p in pieces]
+        pieces = [p for p in pieces if p.numel > 0 and len(p.shape) == len(shape)]  # cat skips empty 1-D pieces
+        if len(pieces) == 1:
+            return pieces[0]
+        ends = [sum(p.shape[d] for p in pieces[:i + 1]) for i in range(len(pieces))]
+        index = self.index_along(d, shape)
+        out = None
+        for i in reversed(range(len(pieces))):
+            lo = tuple(ends[i] - pieces[i].shape[d] if j == d else 0 for j in range(len(shape)))
+            part = self.shifted(pieces[i], shape, lo)
+            if out is None:
+                out = part
+                continue
+            before = self.add("pw", "lt", [index, ends[i]], shape, torch.bool)
+            out = self.add("pw", "where", [before, part, out], shape, v.dtype)
+        return out
+
+    def pad(self, args, v) -> Value:
+        """constant_pad_nd: the input shifted by its leading pads (negative pads crop) and `value` outside."""
+        x, pads, value = args[0], list(args[1]), args[2] if len(args) > 2 else 0
+        shape, rank = tuple(v.shape), len(v.shape)
+        lo = [0] * rank
+        for i in range(len(pads) // 2):
+            lo[rank - 1 - i] = pads[2 * i]
+        inside = None
+        for d in range(rank):
+            checks = ([("ge", lo[d])] if lo[d] > 0 else []) + \
+                     ([("lt", lo[d] + x.shape[d])] if lo[d] + x.shape[d] < shape[d] else [])
+            for op, at in checks:
+                cond = self.add("pw", op, [self.index_along(d, shape), at], shape, torch.bool)
+                inside = cond if inside is None else self.add("pw", "logical_and", [inside, cond], shape, torch.bool)
+        part = self.shifted(x, shape, tuple(lo))
+        if inside is None:  # only crops: a plain view
+            return self.add("pw", "cast", [part], shape, v.dtype, attrs={"dtype": v.dtype})
+        return self.add("pw", "where", [inside, part, value], shape, v.dtype)
+
+    def gather(self, base, args, v) -> Value:
+        """Indexed loads (index_select, embedding, gather, index with tensor indices): a "gather" node whose
+        args are the source and the index values (shaped to broadcast against the output); attrs src_dims (per
+        output dim, the source dim it walks, or -1) and index_dims (the source dim each index addresses)."""
+        shape = tuple(v.shape)
+        if base == "embedding":
+            src, idx = args[0], args[1]
+            src_dims, index_dims = (-1,) * len(idx.shape) + (1,), (0,)
+            indices = [self.reshaped(idx, tuple(idx.shape) + (1,))]
+        elif base == "index":
+            src, given = args[0], list(args[1])
+            at = [j for j, t in enumerate(given) if t is not None]
+            if any(given[j].dtype == torch.bool for j in at):
+                raise Unsupported("Indexing with a boolean mask gives a data-dependent shape, which the templates "
+                                  "do not build.")
+            nb = len(shape) - (len(src.shape) - len(at))
+            rest = [j for j in range(len(src.shape)) if j not in at]
+            adjacent = at == list(range(at[0], at[-1] + 1))
+            before = [j for j in rest if j < at[0]] if adjacent else []
+            after = [j for j in rest if j not in before]
+            src_dims = tuple(before) + (-1,) * nb + tuple(after)
+            index_dims = tuple(at)
+            indices = [self.reshaped(given[j], (1,) * len(before) + (1,) * (nb - len(given[j].shape)) +
+                                     tuple(given[j].shape) + (1,) * len(after)) for j in at]
+        else:
+            src, d, idx = args[0], args[1] % max(len(args[0].shape), 1), args[2]
+            src_dims = tuple(j if j != d else -1 for j in range(len(shape)))
+            index_dims = (d,)
+            indices = [idx if base == "gather" else
+                       self.reshaped(idx, tuple(idx.numel if j == d else 1 for j in range(len(shape))))]
+        return self.add("pw", "gather", [src] + indices, shape, v.dtype, src_dims=src_dims, index_dims=index_dims)
+
             return self.add("gemm", "mm", [a, b], v.shape, v.dtype)
         batch = a.shape[:-2]
         if n == 1:  # (.., M, K) x (.., K, 1): multiply each row by b laid along K, sum over K

@@ -224,7 +224,48 @@ POINTWISE = {
     "remainder": lambda a, kw: E(f"({f(a[0])} - {f(a[1])} * tl.floor({f(a[0])} / {f(a[1])}))", "f"),
     "fmod": lambda a, kw: E(f"({f(a[0])} - {f(a[1])} * _trunc({f(a[0])} / {f(a[1])}))", "f"),
     "cast": _cast,
+    "xlogy": lambda a, kw: E(f"tl.where({f(a[1])} != {f(a[1])}, {f(a[1])}, tl.where({f(a[0])} == 0, 0.0, "
+                             f"{f(a[0])} * tl.log({f(a[1])})))", "f"),
+    "special_xlog1py": lambda a, kw: E(f"tl.where({f(a[1])} != {f(a[1])}, {f(a[1])}, tl.where({f(a[0])} == 0, 0.0, "
+                                       f"{f(a[0])} * tl.log(1.0 + {f(a[1])})))", "f"),
+    "square": lambda a, kw: E(f"({a[0].code} * {a[0].code})", _num(a[0])),
+    "logit": lambda a, kw: E(f"tl.log({_logit_clamp(a, kw)} / (1.0 - {_logit_clamp(a, kw)}))", "f"),
+    "asinh": _unary("tl.log({x} + tl.sqrt({x} * {x} + 1.0))"),
+    "acosh": _unary("tl.log({x} + tl.sqrt({x} * {x} - 1.0))"),
+    "atanh": _unary("(0.5 * tl.log((1.0 + {x}) / (1.0 - {x})))"),
+    "hypot": lambda a, kw: E(f"tl.sqrt({f(a[0])} * {f(a[0])} + {f(a[1])} * {f(a[1])})", "f"),
+    "logaddexp": lambda a, kw: E(f"(tl.maximum({f(a[0])}, {f(a[1])}) + tl.log(1.0 + tl.exp(-tl.abs({f(a[0])} - "
+                                 f"{f(a[1])}))))", "f"),
+    "copysign": lambda a, kw: E(f"tl.where({f(a[1])} < 0, -tl.abs({f(a[0])}), tl.abs({f(a[0])}))", "f"),
+    "signbit": lambda a, kw: E(f"({f(a[0])} < 0)", "b"),
+    "isfinite": lambda a, kw: E(f"(tl.abs({f(a[0])}) < float(\"inf\"))", "b"),
+    "isposinf": lambda a, kw: E(f"({f(a[0])} == float(\"inf\"))", "b"),
+    "isneginf": lambda a, kw: E(f"({f(a[0])} == -float(\"inf\"))", "b"),
+    "heaviside": lambda a, kw: E(f"tl.where({f(a[0])} == 0, {f(a[1])}, tl.where({f(a[0])} > 0, 1.0, 0.0))", "f"),
+    "hardshrink": lambda a, kw: E(f"tl.where(tl.abs({f(a[0])}) > {_arg(a, 1, kw, 'lambd', 0.5)!r}, {f(a[0])}, 0.0)",
+                                  "f"),
+    "softshrink": lambda a, kw: E(f"tl.where({f(a[0])} > {_arg(a, 1, kw, 'lambd', 0.5)!r}, {f(a[0])} - "
+                                  f"{_arg(a, 1, kw, 'lambd', 0.5)!r}, tl.where({f(a[0])} < "
+                                  f"-{_arg(a, 1, kw, 'lambd', 0.5)!r}, {f(a[0])} + {_arg(a, 1, kw, 'lambd', 0.5)!r}, "
+                                  f"0.0))", "f"),
+    "_prelu_kernel": lambda a, kw: E(f"tl.where({f(a[0])} > 0, {f(a[0])}, {f(a[1])} * {f(a[0])})", "f"),
+    "deg2rad": _unary("({x} * 0.017453292519943295)"),
+    "rad2deg": _unary("({x} * 57.29577951308232)"),
+    "nan_to_num": lambda a, kw: E(_nan_to_num(f(a[0]), _arg(a, 1, kw, "nan", 0.0), _arg(a, 2, kw, "posinf", None),
+                                              _arg(a, 3, kw, "neginf", None)), "f"),
 }
+
+
+def _logit_clamp(a, kw) -> str:
+    eps = _arg(a, 1, kw, "eps", None)
+    return f(a[0]) if eps is None else f"tl.minimum(tl.maximum({f(a[0])}, {eps!r}), {1.0 - eps!r})"
+
+
+def _nan_to_num(x: str, nan, posinf, neginf) -> str:
+    big = 3.4028234663852886e38  # float32's largest finite value
+    hi, lo = big if posinf is None else posinf, -big if neginf is None else neginf
+    return (f"tl.where({x} != {x}, {(nan or 0.0)!r}, tl.where({x} == float(\"inf\"), {float(hi)!r}, "
+            f"tl.where({x} == -float(\"inf\"), {float(lo)!r}, {x})))")
 
 # @triton.jit helpers the expressions above may call, added to a candidate when its kernels use them.
 HELPERS = {

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from agent.templates.ir import Leaf, Node, Program, Unsupported, Value, contiguous_strides, restride
+from agent.templates.ir import Leaf, Node, Program, Unsupported, Value, contiguous_strides, restride, shift
 
 
 @dataclass(eq=False)
@@ -137,22 +137,39 @@ class _Scheduler:
             return value
         if value in self.leaves:
             return self.leaves[value]
-        if value in self.inline and value not in self.home:  # computed once, ahead of everything
+        if value in self.inline and value not in self.home and value.op != "view":  # computed once, ahead of all
             k = Kernel("tile", value.shape)
             self.kernels.insert(0, k)
             self.join(k, self.member(value, k), value, "full")
         if value.op == "view":  # read the source's buffer through the view's strides
-            src = self.leaf(value.args[0])
-            layout = restride(src, value.shape, *view_strides(value))
-            if layout is None:
-                raise Unsupported("A view of a view of a computed value has no strided form.")
-            strides, offset = layout
-            leaf = Leaf(value.name + "_m", value.shape, value.dtype, base=src.base, strides=strides, offset=offset)
+            leaf = self.view_leaf(value, value.name + "_m")
         else:
             leaf = Leaf(value.name + "_m", value.shape, value.dtype, base=self.store(value),
                         strides=contiguous_strides(value.shape))
         self.leaves[value] = leaf
         return leaf
+
+    def view_leaf(self, n: Node, name: str) -> Leaf:
+        """A view node read from memory: its source's leaf seen through the view (a "shift" view places it at
+        an offset, its loads masked outside it). A view that no strides express over the source's leaf (a
+        reshape of a transpose) reads a contiguous copy of the source instead."""
+        src = self.leaf(n.args[0])
+        if n.fn == "shift":
+            return shift(src, name, n.shape, n.attrs["lo"])
+        layout = restride(src, n.shape, *view_strides(n))
+        if layout is None:
+            src = self.copy(n.args[0], src)
+            layout = restride(src, n.shape, *view_strides(n))
+        return Leaf(name, n.shape, n.dtype, base=src.base, strides=layout[0], offset=layout[1], kind=src.kind,
+                    value=src.value, step=src.step)
+
+    def copy(self, value: Value, leaf: Leaf) -> Leaf:
+        """`value`, read through `leaf`, copied by a flat kernel of its own into a contiguous buffer."""
+        node = Node(value.name + "_c", value.shape, value.dtype, op="pw", fn="cast", args=[leaf],
+                    attrs={"dtype": value.dtype})
+        self.join(Kernel("tile", value.shape), node, node, "full", new=True)
+        return Leaf(node.name + "_m", node.shape, node.dtype, base=self.store(node),
+                    strides=contiguous_strides(node.shape))
 
     def resolve(self, value, kernel: Kernel, consumer: Node | None = None):
         """An argument as seen from inside `kernel`: a member, a leaf, or a python scalar."""
@@ -175,8 +192,10 @@ class _Scheduler:
     def member(self, node: Node, kernel: Kernel, **changes) -> Node:
         attrs = dict(node.attrs)
         attrs.update(changes.pop("attrs", {}))
-        return Node(node.name, changes.pop("shape", node.shape), node.dtype, op=node.op, fn=node.fn,
-                    args=[self.resolve(a, kernel, node if node.op == "pw" else None) for a in node.args],
+        args = [self.resolve(a, kernel, node if node.op == "pw" else None) for a in node.args]
+        if node.fn == "gather":  # an indexed load reads its source from memory
+            args[0] = self.leaf(node.args[0])
+        return Node(node.name, changes.pop("shape", node.shape), node.dtype, op=node.op, fn=node.fn, args=args,
                     attrs=attrs)
 
     # --- placement ---------------------------------------------------------------------------------
@@ -191,10 +210,14 @@ class _Scheduler:
         return isinstance(a, Leaf) or a in self.inline and (a.op != "view" or a.numel == consumer.numel)
 
     def place(self, n: Node) -> None:
-        if n.op == "pw" and all(self.inlinable(a, n) for a in n.inputs) or \
+        # indexed and masked loads (gathers, pieces of a cat or a pad) are computed once, never recomputed inline
+        plain = n.fn != "gather" and not any(isinstance(a, Leaf) and a.bounds for a in n.args)
+        if n.op == "pw" and plain and all(self.inlinable(a, n) for a in n.inputs) or \
                 n.op == "view" and n.fn == "reshape" and n.args[0] in self.inline:
             self.inline.add(n)
             return
+        if n.fn == "gather":
+            self.leaf(n.args[0])  # its source in memory, before this kernel (the check below)
         k = self.current()
         if k is not None and any(a in self.leaves and self.leaves[a].base in k.stores.values() for a in n.inputs):
             k = None  # never read, in a kernel, a buffer that the same kernel writes
@@ -202,13 +225,7 @@ class _Scheduler:
             src = n.args[0]
             level = self.view_level(k, n) if k is not None and self.inside(src, k) else None
             if level is None:
-                src_leaf = self.leaf(src)
-                layout = restride(src_leaf, n.shape, *view_strides(n))
-                if layout is None:
-                    raise Unsupported("A view of a view of a computed value has no strided form.")
-                strides, offset = layout
-                self.leaves[n] = Leaf(n.name + "_v", n.shape, n.dtype, base=src_leaf.base, strides=strides,
-                                      offset=offset, kind=src_leaf.kind, value=src_leaf.value, step=src_leaf.step)
+                self.leaves[n] = self.view_leaf(n, n.name + "_v")
             else:
                 self.join(k, self.member(n, k), n, level)
             return

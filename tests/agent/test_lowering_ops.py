@@ -1,0 +1,69 @@
+"""The lowering's wider op set on small fixture tasks (fixtures/low_*.py), each candidate run in the Triton
+interpreter against the reference: tril/triu, cat/stack/pad (masked loads of shifted pieces), attention and
+split views, indexed loads (gathers), more pointwise ops; and a task with random numbers is refused."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from agent.analysis import analyze
+from agent.templates import matching, unsupported_reason
+from agent.templates.ir import lower
+from tools.rules import check_source
+
+FIXTURES = Path(__file__).parent / "fixtures"
+_spec = importlib.util.spec_from_file_location("tpl_client", FIXTURES / "tpl_client.py")
+tpl_client = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tpl_client)
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    r = tpl_client.Runner(tmp_path_factory.mktemp("candidates"))
+    yield r
+    r.close()
+
+
+def check(task: str, runner) -> str:
+    """The first matching template's default candidate: no torch compute, and every output matches."""
+    a = analyze(str(FIXTURES / f"{task}.py"), small=True)
+    assert unsupported_reason(a) is None, unsupported_reason(a)
+    t = matching(a)[0]
+    source = t.render(a, t.default(a))
+    assert check_source(source) is None
+    out = runner.run(FIXTURES / f"{task}.py", source)
+    assert out["error"] is None, out["error"]
+    assert out["rel_errors"] and all(e <= 1e-4 for e in out["rel_errors"]) and all(out["exact"]), out
+    return source
+
+
+def test_triangles_and_pads(runner):
+    source = check("low_triangle_pad", runner)
+    assert "tl.where(" in source and "-1.5" in source  # the pad value outside the shifted input
+
+
+def test_cat_and_stack_of_inputs_and_computed_values(runner):
+    source = check("low_cat", runner)
+    assert "torch.cat" not in source.split("class ModelNew")[1]
+
+
+def test_attention_split_views_and_heads_of_a_computed_value(runner):
+    a = analyze(str(FIXTURES / "low_attention.py"), small=True)
+    fns = {n.fn for n in lower(a).nodes}
+    assert "mm" in fns and "exp" in fns  # attention became batched products around a softmax
+    check("low_attention", runner)
+
+
+def test_indexed_loads(runner):
+    source = check("low_gather", runner)
+    assert "< 0, " in source  # negative indices wrap
+
+
+def test_more_pointwise_ops_and_identity_dropout(runner):
+    check("low_pointwise", runner)
+
+
+def test_random_numbers_are_refused():
+    a = analyze(str(FIXTURES / "low_random.py"), small=True)
+    assert matching(a) == []
+    assert "not deterministic" in unsupported_reason(a)

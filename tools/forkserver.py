@@ -29,6 +29,8 @@ def serve() -> None:
     import torch  # noqa: F401  (warm imports; nothing here may initialize CUDA)
     import triton  # noqa: F401
     import torch.utils.flop_counter  # noqa: F401
+    import torch._dynamo  # noqa: F401  (else imported inside the first candidate's forward, whose tensors its
+    # import-time reference cycles then hold)
     from tools import worker  # noqa: F401
     from tools import compile_info, measure, verify  # noqa: F401
 

@@ -3,6 +3,7 @@ launches (and on which stream), and which ATen ops it runs outside them, poisoni
 so that an output element the kernel never writes cannot pass."""
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 
 import torch
@@ -11,6 +12,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from tools.rules import ALLOWED_OPS, op_base
 
 ALLOCATING_OPS = frozenset("empty empty_like empty_strided new_empty new_empty_strided".split())
+# The Triton interpreter's launch leaves reference cycles that hold its tensor arguments until the next full
+# collection; after a launch over more than this, the recorder collects them at once.
+INTERPRETER_COLLECT_BYTES = 4 << 20
 
 
 @dataclass
@@ -59,6 +63,8 @@ class LaunchRecorder:
             finally:
                 recorder.depth -= 1
             recorder.count += 1
+            if not on_gpu and _tensor_bytes(args, kwargs) > INTERPRETER_COLLECT_BYTES:
+                gc.collect()
             name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", "kernel")
             if name not in recorder.first:
                 recorder.first[name] = Launch(name, fn, _light(args), _light(kwargs),
@@ -66,6 +72,10 @@ class LaunchRecorder:
             return kernel
 
         return recorded_run
+
+
+def _tensor_bytes(args: tuple, kwargs: dict) -> int:
+    return sum(v.numel() * v.element_size() for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor))
 
 
 def _light(values):

@@ -1,8 +1,15 @@
 """Correctness: fresh seeded inputs per trial, the candidate run before and after the reference,
-dtype-aware tolerances with a relative error norm, and the runtime anti-cheat rules."""
+dtype-aware tolerances with a relative error norm, and the runtime anti-cheat rules.
+
+Memory: a trial holds the inputs, at most two outputs and the task's parameters (the reference's and the
+candidate's), never a second copy of the inputs on the GPU once they are large (the snapshot that catches
+mutation goes to the host), and comparisons walk the tensors in pieces (PIECES), so their float64
+temporaries take under a byte per output element (a fifth of an fp32 output), never the eight of a copy."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import torch
 from torch.utils._pytree import tree_flatten
@@ -19,6 +26,8 @@ TOLERANCES = {
 }
 TF32_TOLERANCE = (1e-2, 1e-2, 2e-3)
 INPUT_SCALES = (1.0, 1.0, 4.5, 0.3, 1.7, 9.0)  # magnitude of float inputs per trial
+PIECES, MIN_PIECE = 64, 1 << 16  # comparisons walk a tensor in 64 pieces of at least 64Ki elements
+HOST_SNAPSHOT_BYTES = 256 << 20  # GPU inputs larger than this in all are snapshotted on the host
 
 
 class Failed(Exception):
@@ -53,32 +62,36 @@ class Setup:
 
 
 def make_inputs(setup: Setup, seed: int, scale: float = 1.0) -> list:
+    """The task's inputs for one trial, on the device, cast and scaled. Each input is replaced in the list as
+    soon as its scaled copy exists, so one input at most is held twice, and only for a moment (scaling in
+    place could compound on a tensor that get_inputs() returns every time)."""
     torch.manual_seed(seed)
     with torch.device(setup.device):
         inputs = list(setup.task.get_inputs())
-    out = []
-    for x in inputs:
-        if isinstance(x, torch.Tensor):
-            x = x.to(setup.device)
-            if x.is_floating_point():
-                x = (x.to(setup.dtype) if setup.dtype else x) * scale
-        out.append(x)
-    return out
+    for i in range(len(inputs)):
+        if isinstance(inputs[i], torch.Tensor):
+            inputs[i] = inputs[i].to(setup.device)
+            if inputs[i].is_floating_point():
+                if setup.dtype:
+                    inputs[i] = inputs[i].to(setup.dtype)
+                inputs[i] = inputs[i] * scale  # a copy even at 1.0: trials never share get_inputs()' tensors
+    return inputs
 
 
 def verify(setup: Setup, seed: int, trials: int) -> Checked:
     checked = Checked()
     for t in range(trials):
         scale = INPUT_SCALES[t % len(INPUT_SCALES)] if setup.scale_inputs else 1.0
-        inputs = make_inputs(setup, seed * 1000 + t, scale)
-        _trial(setup, inputs, checked, first=(t == 0))
+        _trial(setup, make_inputs(setup, seed * 1000 + t, scale), checked, first=(t == 0))  # inputs die with it
     return checked
 
 
 def _trial(setup: Setup, inputs: list, checked: Checked, first: bool) -> None:
-    snapshot = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    """Candidate, reference, candidate again; each output is compared, then let go, as soon as it can be."""
+    snapshot = _snapshot(inputs)
     before = run_recorded(setup, setup.candidate, inputs, checked)
     _check_inputs_unchanged(inputs, snapshot)
+    del snapshot
     _check_no_alias(before, inputs)
     recorder = OpRecorder(setup.launches, poison=False)
     with torch.no_grad(), recorder:
@@ -86,10 +99,11 @@ def _trial(setup: Setup, inputs: list, checked: Checked, first: bool) -> None:
     _sync(setup.device)
     if first:
         checked.reference_ops = recorder.compute_ops()
+    compare(before, expected, setup.tolerance, checked)
+    del before
     after = run_recorded(setup, setup.candidate, inputs, checked)
     _check_torch_work(setup, checked)
-    for out in (before, after):
-        compare(out, expected, setup.tolerance, checked)
+    compare(after, expected, setup.tolerance, checked)
 
 
 def run_recorded(setup: Setup, model, inputs: list, checked: Checked):
@@ -121,9 +135,21 @@ def _check_torch_work(setup: Setup, checked: Checked) -> None:
         raise Failed("rejected", RUNTIME_REASONS["all-in-torch"].format(ops=", ".join(checked.torch_ops)))
 
 
+def _snapshot(inputs: list) -> list:
+    """Copies of the inputs to compare with after the candidate ran: on the host when large GPU inputs
+    would otherwise be held twice on the device."""
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    host = any(x.is_cuda for x in tensors) and sum(x.numel() * x.element_size() for x in tensors) > HOST_SNAPSHOT_BYTES
+    return [(x.to("cpu", copy=True) if host else x.clone()) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
 def _check_inputs_unchanged(inputs: list, snapshot: list) -> None:
     for i, (x, x0) in enumerate(zip(inputs, snapshot)):
-        if isinstance(x, torch.Tensor) and not torch.equal(x.nan_to_num(), x0.nan_to_num()):
+        if not isinstance(x, torch.Tensor):
+            continue
+        same = x.shape == x0.shape and x.dtype == x0.dtype and all(
+            torch.equal(a.nan_to_num(), b.to(a.device).nan_to_num()) for a, b in _pieces(x, x0))
+        if not same:
             raise Failed("rejected", RUNTIME_REASONS["mutates-input"].format(which=i))
 
 
@@ -146,30 +172,74 @@ def compare(out, expected, tolerance: tuple[float, float, float], checked: Check
         if y.dtype != r.dtype:
             raise Failed("incorrect", f"{where} has dtype {y.dtype}, the reference {r.dtype}.")
         if not (r.is_floating_point() or r.is_complex()):
-            if not torch.equal(y, r):
-                raise Failed("incorrect", f"{where} differs from the reference in {(y != r).sum().item()} of "
+            if not all(torch.equal(a, b) for a, b in _pieces(y, r)):
+                differ = sum(int((a != b).sum().item()) for a, b in _pieces(y, r))
+                raise Failed("incorrect", f"{where} differs from the reference in {differ} of "
                                           f"{r.numel()} elements.")
             continue
-        y64, r64 = y.double(), r.double()
-        finite = torch.isfinite(r64)
-        if not torch.equal(torch.isfinite(y64), finite) or not torch.equal(y64[~finite].nan_to_num(),
-                                                                            r64[~finite].nan_to_num()):
-            bad = (~torch.isfinite(y64) & finite).sum().item()
+        bad, mismatched, ref_sq, finite = _finite_pattern(y, r)
+        if mismatched:
             raise Failed("incorrect", f"{where} has {bad} NaN or Inf elements where the reference is finite "
                                       f"(or an unwritten element).")
-        y64, r64 = y64[finite], r64[finite]
-        diff = (y64 - r64).abs()
-        ref_norm = r64.norm().item()
-        rms = ref_norm / max(r64.numel(), 1) ** 0.5
-        max_err = diff.max().item() if diff.numel() else 0.0
-        rel = diff.norm().item() / ref_norm if ref_norm > 0 else max_err
+        ref_norm = math.sqrt(ref_sq)
+        rms = ref_norm / max(finite, 1) ** 0.5
+        diff_sq, max_err, outside = _differences(y, r, atol_frac * max(rms, 1e-30), rtol)
+        rel = math.sqrt(diff_sq) / ref_norm if ref_norm > 0 else max_err
         checked.max_abs_err = max(checked.max_abs_err, max_err)
         checked.rel_err = max(checked.rel_err, rel)
-        outside = diff > atol_frac * max(rms, 1e-30) + rtol * r64.abs()
-        if rel > rel_bound or outside.any():
+        if rel > rel_bound or outside:
             raise Failed("incorrect", f"{where} differs from the reference: relative error {rel:.2e} "
                                       f"(bound {rel_bound:.0e}), max abs error {max_err:.2e}, "
-                                      f"{int(outside.sum().item())} of {r.numel()} elements out of tolerance.")
+                                      f"{outside} of {r.numel()} elements out of tolerance.")
+
+
+def _finite_pattern(y: torch.Tensor, r: torch.Tensor) -> tuple[int, bool, float, int]:
+    """(elements non-finite in y where r is finite, whether y's non-finite elements differ from r's at all,
+    the sum of squares of r's finite elements, how many there are), piece by piece, one sync at the end."""
+    bad = mismatched = finite = torch.zeros((), dtype=torch.long, device=r.device)
+    ref_sq = torch.zeros((), dtype=torch.float64, device=r.device)
+    for a, b in _pieces(y, r):
+        fin_a, fin_b = torch.isfinite(a), torch.isfinite(b)
+        bad = bad + (fin_b > fin_a).sum()
+        mismatched = mismatched + (fin_a != fin_b).sum() + ((a.nan_to_num() != b.nan_to_num()) > fin_b).sum()
+        finite = finite + fin_b.sum()
+        b64 = b.nan_to_num(0.0, 0.0, 0.0).double()
+        ref_sq = ref_sq + b64 @ b64
+    return int(bad.item()), bool(mismatched.item()), float(ref_sq.item()), int(finite.item())
+
+
+def _differences(y: torch.Tensor, r: torch.Tensor, atol: float, rtol: float) -> tuple[float, float, int]:
+    """(sum of squared differences, largest difference, elements out of tolerance) over r's finite elements,
+    y's non-finite elements being where r's are (_finite_pattern): their differences are NaN, counted as 0."""
+    diff_sq = max_err = torch.zeros((), dtype=torch.float64, device=r.device)
+    outside = torch.zeros((), dtype=torch.long, device=r.device)
+    for a, b in _pieces(y, r):
+        diff = (a.double() - b.double()).abs_().nan_to_num_(0.0, 0.0, 0.0)
+        diff_sq = diff_sq + diff @ diff
+        max_err = torch.maximum(max_err, diff.max())
+        outside = outside + (diff > b.abs().double().mul_(rtol).add_(atol)).sum()
+    return float(diff_sq.item()), float(max_err.item()), int(outside.item())
+
+
+def _pieces(x: torch.Tensor, y: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The same elements of two tensors of one shape, in order, as flat pieces of about 1/PIECES of them (at
+    least MIN_PIECE; an innermost run longer than a piece is cut too); only a piece is ever copied."""
+    for index in _slices(tuple(x.shape), max(MIN_PIECE, x.numel() // PIECES)):
+        if x.numel():
+            yield x[index].reshape(-1), y[index].reshape(-1)
+
+
+def _slices(shape: tuple[int, ...], size: int, prefix: tuple = ()) -> Iterator[tuple]:
+    inner = math.prod(shape[1:])
+    if not shape or math.prod(shape) <= size:
+        yield prefix
+    elif inner <= size:
+        step = size // inner
+        for i in range(0, shape[0], step):
+            yield prefix + (slice(i, i + step),)
+    else:
+        for i in range(shape[0]):
+            yield from _slices(shape[1:], size, prefix + (i,))
 
 
 def _tensors(value) -> list[torch.Tensor]:

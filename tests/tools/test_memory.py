@@ -1,0 +1,95 @@
+"""Memory discipline of the evaluator: a whole evaluation (load, verify, profile) holds at most three times the
+task's own footprint (inputs, outputs, parameters) plus the L2 flush buffer, and comparisons walk outputs in
+pieces with the same verdicts and figures as a comparison of whole tensors."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tools.verify import TOLERANCES, Checked, Failed, _pieces, compare
+
+ROOT = Path(__file__).parents[2]
+FIXTURES = Path(__file__).parent / "fixtures"
+PIECE_ALLOWANCE = 8 << 20  # float64 temporaries of a comparison's smallest pieces (MIN_PIECE elements)
+
+
+def probe(tmp_path: Path, shapes: dict) -> dict:
+    """One evaluation of the affine task in a fresh process (tests/tools/memory_probe.py): its peak and footprint."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_CACHE_DIR=str(Path(os.environ["KERNELWRIGHT_CACHE"]) / "triton"))
+    if not torch.cuda.is_available():
+        env["TRITON_INTERPRET"] = "1"
+    run = subprocess.run([sys.executable, str(Path(__file__).parent / "memory_probe.py"), str(FIXTURES / "task_affine.py"),
+                          str(FIXTURES / "candidates" / "affine.py"), json.dumps(shapes)],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_an_evaluation_holds_at_most_three_footprints(tmp_path):
+    got = probe(tmp_path, {"rows": 512, "cols": 2048})  # 4 MiB in, 4 MiB out
+    assert got["verdict"] == "correct", got["reason"]
+    assert got["footprint"] > 8 << 20 and got["flush"] == 0
+    # Before: a device clone of every input, three outputs alive at once and float64 copies of whole outputs
+    # in the comparison took the peak past 11 footprints.
+    assert got["peak"] <= 3 * got["footprint"] + PIECE_ALLOWANCE, got
+
+
+@pytest.mark.gpu
+def test_an_evaluation_holds_at_most_three_footprints_on_a_gpu(tmp_path):
+    got = probe(tmp_path, {"rows": 1 << 16, "cols": 4096})  # 1 GiB in, 1 GiB out
+    assert got["verdict"] == "correct", got["reason"]
+    assert 0 < got["flush"] <= 256 << 20
+    assert got["peak"] <= 3 * got["footprint"] + got["flush"] + PIECE_ALLOWANCE, got
+
+
+def reference_figures(y: torch.Tensor, r: torch.Tensor) -> tuple[float, float]:
+    """max abs error and relative error norm computed on whole tensors, as the evaluator did before pieces."""
+    y64, r64 = y.double(), r.double()
+    finite = torch.isfinite(r64)
+    diff = (y64[finite] - r64[finite]).abs()
+    return diff.max().item(), (diff.norm() / r64[finite].norm()).item()
+
+
+@pytest.mark.parametrize("shape", [(3, 70001), (300, 1000), (5, 7, 4099), (131072 * 3 + 5,), ()])
+def test_pieces_cover_every_element_once_in_order(shape):
+    x = torch.randn(shape)
+    for t in (x, x.t() if x.dim() == 2 else x, x[..., ::2] if x.dim() else x):
+        got = [a for a, _ in _pieces(t, t)]
+        assert torch.equal(torch.cat(got), t.reshape(-1))
+        assert len(got) == 1 or max(a.numel() for a in got) < t.numel()
+
+
+def test_piecewise_comparison_gives_the_whole_tensor_figures():
+    torch.manual_seed(0)
+    r = torch.randn(700, 3001)
+    y = r + 1e-4 * torch.randn_like(r)
+    r[5, 7], y[5, 7] = float("inf"), float("inf")  # a non-finite element the candidate matches
+    r[9, 9], y[9, 9] = float("nan"), float("nan")
+    checked = Checked()
+    compare(y.t().contiguous().t(), r, (1e-3, 1e-3, 1e-3), checked)  # a non-contiguous output
+    max_err, rel = reference_figures(y, r)
+    assert checked.max_abs_err == pytest.approx(max_err) and checked.rel_err == pytest.approx(rel, rel=1e-9)
+    with pytest.raises(Failed, match="relative error"):
+        compare(y, r, TOLERANCES[torch.float32], Checked())
+
+
+def test_piecewise_comparison_catches_one_bad_element_anywhere():
+    r = torch.randn(400, 2000)
+    for index, value, what in [((399, 1999), float("nan"), "1 NaN or Inf"), ((0, 0), 1e3, "1 of 800000 elements"),
+                               ((200, 5), float("-inf"), "1 NaN or Inf")]:
+        y = r.clone()
+        y[index] = value
+        with pytest.raises(Failed, match=what):
+            compare(y, r, TOLERANCES[torch.float32], Checked())
+    y = r.clone()
+    y[3, 3], r[3, 3] = float("inf"), float("-inf")  # non-finite in both, but not the same
+    with pytest.raises(Failed, match="NaN or Inf"):
+        compare(y, r, TOLERANCES[torch.float32], Checked())
+    ints = torch.arange(300000)
+    with pytest.raises(Failed, match="in 1 of 300000 elements"):
+        compare(torch.where(ints == 299999, 0, ints), ints, TOLERANCES[torch.float32], Checked())

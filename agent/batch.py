@@ -378,5 +378,5 @@ def best_text(t) -> str:
     if t is None:
         return ""
     if t.speedup_vs_eager is not None:
-        return f"{t.speedup_vs_eager:.2f}x eager"
+        return f"{t.speedup_vs_eager:.2f}x eager" + (" (slower)" if t.speedup_vs_eager < 1.0 else "")
     return f"{t.ms:.3g} ms" + (" (interpreter)" if t.interpreted else "")

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from agent.batch import EXIT_INTERRUPTED, Settings, add_run_options, new_batch, run_batch
 from agent.optimize import UsageError
-from agent.report_html import TaskRow
+from agent.report_html import TaskRow, kept_text
 from tools.results import TaskSpec
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_VERIFY, EXIT_REGRESSION = 0, 1, 2, 3, 4
@@ -223,14 +223,15 @@ def markdown(verdicts: list[Verdict], base: str, code: int, skipped: list[str], 
     if interp:
         lines += ["_Times are Triton-interpreter times on a CPU, not GPU times; no speedups are shown._", ""]
     if verdicts:
-        lines += [f"| task | result | best {unit} | " + ("" if interp else "x eager | x torch.compile | ")
-                  + f"baseline {unit} | change | evaluations |",
-                  "|---|---|---:|" + ("" if interp else "---:|---:|") + "---:|---:|---:|"]
+        lines += [f"| task | result | " + ("" if interp else "kept | ") + f"best {unit} | "
+                  + ("" if interp else "x eager | x torch.compile | ") + f"baseline {unit} | change | evaluations |",
+                  "|---|---|" + ("" if interp else "---|") + "---:|" + ("" if interp else "---:|---:|")
+                  + "---:|---:|---:|"]
         for v in verdicts:
             r = v.row
             result = {"": "pass", "verification": "FAIL: verification", "performance": "FAIL: slower",
                       "run": "ERROR"}[v.gate]
-            cells = [f"`{v.key}`", result, _num(r.best_ms)]
+            cells = [f"`{v.key}`", result] + ([] if interp else [kept_text(r) or "–"]) + [_num(r.best_ms)]
             if not interp:
                 cells += [_num(r.speedup_vs_eager, "x"), _num(r.speedup_vs_compile, "x")]
             cells += [_num(v.baseline_ms), f"{v.change:+.1%}" if v.change is not None else (v.note or "–"),
@@ -238,6 +239,9 @@ def markdown(verdicts: list[Verdict], base: str, code: int, skipped: list[str], 
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     lines += [f"- {v.key}: {v.message}" for v in verdicts if v.gate]
+    lines += [f"- {v.key}: no faster kernel; keep PyTorch (the best correct kernel runs at "
+              f"{v.row.speedup_vs_eager:.2f}x eager)" for v in verdicts if not v.gate and v.row.kept is False
+              and v.row.speedup_vs_eager is not None]
     lines += [f"- skipped (not a task file) {s}" for s in skipped]
     if updated is not None:
         lines.append(f"- baseline updated for {updated} task(s)")

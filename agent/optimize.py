@@ -5,9 +5,12 @@
     kernelwright optimize tasks/01_gelu.py --resume runs/gelu          # after an interrupt or a kill
 
 Writes DIR/run.sqlite (every candidate, as it is evaluated), DIR/best.py (the fastest correct candidate,
-a file `kernelwright eval` accepts), DIR/report.json, DIR/lineage.dot, and prints a short summary.
-Exit codes: 0 a correct candidate was found, 1 none was, 2 bad input (one sentence on stderr),
-130 interrupted (everything evaluated is kept; resume with --resume DIR).
+a file `kernelwright eval` accepts), DIR/report.json, DIR/lineage.dot, and prints a short summary. When the
+fastest correct candidate is slower than eager PyTorch on the GPU, it says so plainly ("no faster kernel;
+keep PyTorch"): best.py opens with a comment line saying it is slower, and report.json has
+"slower_than_eager": true.
+Exit codes: 0 a correct candidate was found (faster or not), 1 none was, 2 bad input (one sentence on
+stderr), 130 interrupted (everything evaluated is kept; resume with --resume DIR).
 """
 from __future__ import annotations
 
@@ -293,15 +296,17 @@ def write_outputs(run: Run, out: Path, stop: str, chat: ChatClient | None) -> In
     out.mkdir(parents=True, exist_ok=True)
     store, run_id = run.store, run.run_id
     best = best_of_store(store, run_id)
+    summary_of_best = best_summary(best)
+    slower = slower_than_eager(summary_of_best)
     if best is not None:
-        (out / "best.py").write_text(best.source)
+        (out / "best.py").write_text((slower_mark(summary_of_best) if slower else "") + best.source)
     (out / "lineage.dot").write_text(store.lineage_dot(run_id))
     counts = store.counts(run_id)
     llm_op = next((op for op in run.operators if op.name == "llm"), None)
     report = {
         "task": run.spec.path, "run": run_id, "device": run.task.device, "policy": run.config.policy,
         "stop_reason": stop, "budget": run.config.budget, "evaluated": sum(counts[v] for v in VERDICTS),
-        "counts": counts, "best": best_summary(best), "config": run.config.to_json(),
+        "counts": counts, "best": summary_of_best, "slower_than_eager": slower, "config": run.config.to_json(),
         "llm": None if chat is None else {
             "model": chat.config.model, "url": chat.config.url, "retries": chat.retried,
             "conversations": getattr(llm_op, "conversations", None),
@@ -324,6 +329,19 @@ def best_summary(best: Individual | None) -> dict | None:
             "device": best.result.device, "suspicious": best.result.suspicious, **figures}
 
 
+def slower_than_eager(best: dict | None) -> bool | None:
+    """Whether the best correct kernel is slower than eager PyTorch; None without GPU times to tell."""
+    if best is None or best.get("speedup_vs_eager") is None:
+        return None
+    return best["speedup_vs_eager"] < 1.0
+
+
+def slower_mark(best: dict) -> str:
+    """The line best.py opens with when PyTorch should be kept instead (no word of it trips the static rules)."""
+    return (f"# SLOWER THAN EAGER PYTORCH: {best['speedup_vs_eager']:.2f}x ({best['ms']:.4g} ms against "
+            f"{best['eager_ms']:.4g} ms on {best['device']}); no faster kernel was found, keep PyTorch.\n")
+
+
 def summary(report: dict, out: Path) -> str:
     counts = ", ".join(f"{n} {v}" for v, n in report["counts"].items() if n)
     lines = [f"{Path(report['task']).stem}: {report['evaluated']} evaluated ({counts or 'none'}); "
@@ -334,6 +352,10 @@ def summary(report: dict, out: Path) -> str:
     elif b.get("interpreted"):
         lines.append(f"best: #{b['id']} ({b['operator']}), {b['ms']:.4g} ms in the Triton interpreter on a CPU "
                      f"(not a GPU time; no speedup is claimed).")
+    elif report.get("slower_than_eager"):
+        lines.append(f"No faster kernel; keep PyTorch. The best correct kernel, #{b['id']} ({b['operator']}), takes "
+                     f"{b['ms']:.4g} ms on {b['device']} against eager PyTorch's {b['eager_ms']:.4g} ms "
+                     f"({b['speedup_vs_eager']:.2f}x); best.py keeps it, marked as slower.")
     elif b.get("ms") is not None:
         extra = [f"{b['speedup_vs_eager']:.2f}x eager" if b.get("speedup_vs_eager") else "",
                  f"{b['speedup_vs_compile']:.2f}x torch.compile" if b.get("speedup_vs_compile") else "",

@@ -55,7 +55,7 @@ class Progress:
                 return
             self.done += 1
             self.correct += row.verdict == "correct"
-            if row.speedup_vs_eager is not None and (self.best is None or row.speedup_vs_eager > self.best[0]):
+            if row.kept and (self.best is None or row.speedup_vs_eager > self.best[0]):  # a loss is no best
                 self.best = (row.speedup_vs_eager, name)
             if not quiet:
                 self.log(f"done {self.done}/{self.total} {name}: {row.brief()}")

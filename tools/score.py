@@ -1,14 +1,15 @@
 """Scoring a suite, in the KernelBench convention: speedups, geometric means, fast_p, correctness rate.
 
     outcomes = [Outcome(correct=True, ms=0.8, eager_ms=1.2, compile_ms=1.0), ...]
-    speedup(outcomes[0], "eager")            # 1.5
+    speedup(outcomes[0], "eager")            # 1.5: the kernel's own
+    kept_speedup(outcomes[0], "compile")     # 1.25: of the better of the kernel and eager PyTorch
     fast_p(outcomes, 1.0, baseline="compile") # share of ALL tasks that are correct and > 1.0x torch.compile
     summarize(outcomes).to_json()
 
 Pure functions, no I/O. A speedup exists only for a correct kernel timed on a GPU against a baseline
 measured in the same run; interpreter times (a CPU) never give one, so every figure built from speedups
-is None when no task has one. With `fallback=True` a task without a speedup, or slower than the
-baseline, counts as 1.0x: the baseline itself is what a user would keep running.
+is None when no task has one. A kernel slower than eager PyTorch is not kept: a user keeps running PyTorch,
+so in geomeans each task counts as the better of its kernel and eager (over eager, max(1, eager/kernel)).
 """
 from __future__ import annotations
 
@@ -32,19 +33,38 @@ class Outcome:
     interpreted: bool = False  # Triton interpreter on a CPU: times, never speedups
 
 
-def speedup(o: Outcome, baseline: Baseline = "eager", fallback: bool = False) -> float | None:
-    """baseline time / kernel time for a correct, GPU-timed kernel; None otherwise.
-
-    With `fallback`, "no improvement counts as 1.0x": a missing or below-1.0 speedup becomes 1.0."""
+def speedup(o: Outcome, baseline: Baseline = "eager") -> float | None:
+    """baseline time / kernel time for a correct, GPU-timed kernel; None otherwise. Below 1.0 the kernel is
+    slower than the baseline."""
     if baseline not in BASELINES:
         raise ValueError(f"baseline must be one of {BASELINES}, not {baseline!r}")
     base = o.eager_ms if baseline == "eager" else o.compile_ms
-    value = None
     if o.correct and not o.interpreted and o.ms and o.ms > 0 and base and base > 0:
-        value = base / o.ms
-    if fallback:
-        return max(value, 1.0) if value is not None else 1.0
-    return value
+        return base / o.ms
+    return None
+
+
+def kernel_kept(o: Outcome) -> bool | None:
+    """Whether the task's kernel is kept: correct and faster than eager PyTorch on a GPU. None when there are
+    no GPU times to tell (the interpreter on a CPU)."""
+    if o.interpreted:
+        return None
+    s = speedup(o, "eager")
+    return s is not None and s > 1.0
+
+
+def kept_speedup(o: Outcome, baseline: Baseline = "eager") -> float | None:
+    """The speedup of what a user keeps, the better of the kernel and eager PyTorch, over the baseline: over
+    eager max(1, eager/kernel) (1.0 without a correct kernel), over torch.compile compile / min(kernel,
+    eager). None on a CPU, and over torch.compile without both times."""
+    if baseline not in BASELINES:
+        raise ValueError(f"baseline must be one of {BASELINES}, not {baseline!r}")
+    if o.interpreted:
+        return None
+    if baseline == "eager":
+        return max(speedup(o, "eager") or 1.0, 1.0)
+    kept_ms = min(t for t in (o.ms if kernel_kept(o) else None, o.eager_ms) if t) if o.eager_ms else None
+    return o.compile_ms / kept_ms if o.compile_ms and kept_ms else None
 
 
 def geomean(values: Iterable[float | None]) -> float | None:
@@ -78,9 +98,9 @@ class Summary:
     tasks: int
     correct: int
     correctness_rate: float | None
+    kept: int | None = None  # tasks whose kernel is kept (correct and faster than eager); None on a CPU
     fast_p: dict[str, float | None] = field(default_factory=dict)  # "eager@1.5" -> share of tasks
-    geomean: dict[str, float | None] = field(default_factory=dict)  # "eager": over correct tasks only
-    geomean_fallback: dict[str, float | None] = field(default_factory=dict)  # over all tasks, floor 1.0x
+    geomean: dict[str, float | None] = field(default_factory=dict)  # over all tasks, each the better of kernel/eager
     interpreted: bool = False  # every timed task ran in the interpreter: no speedup figures
 
     def to_json(self) -> dict:
@@ -92,10 +112,11 @@ def summarize(outcomes: list[Outcome], ps: tuple[float, ...] = FAST_P) -> Summar
                 correctness_rate=correctness_rate(outcomes),
                 interpreted=any(o.interpreted for o in outcomes) and not any(
                     not o.interpreted and o.ms for o in outcomes))
+    if measurable(outcomes, "eager"):
+        s.kept = sum(bool(kernel_kept(o)) for o in outcomes)
     for b in BASELINES:
         ok = measurable(outcomes, b)
         for p in ps:
             s.fast_p[f"{b}@{p:g}"] = fast_p(outcomes, p, b)
-        s.geomean[b] = geomean(speedup(o, b) for o in outcomes) if ok else None
-        s.geomean_fallback[b] = geomean(speedup(o, b, fallback=True) for o in outcomes) if ok else None
+        s.geomean[b] = geomean(kept_speedup(o, b) for o in outcomes) if ok else None
     return s

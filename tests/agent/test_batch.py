@@ -100,15 +100,54 @@ def test_a_task_without_a_correct_kernel_exits_1(tmp_path, capsys, monkeypatch):
 
 def test_live_progress_redraws_bars_in_place():
     stream = io.StringIO()
-    p = progress.Progress(total=2, budget=4, stream=stream, live=True)
+    p = progress.Progress(total=3, budget=4, stream=stream, live=True)
     p.started("gelu", 0)
     p.update("gelu", 2, "1.50x eager")
     p.detail("gelu | [2/4] #2 template: correct")  # summarized by the bars, not printed
     p.finished("gelu", TaskRow("gelu", "g.py", "done", "correct", evaluations=4, best_ms=1.0, eager_ms=1.5,
-                               speedup_vs_eager=1.5, seconds=3.0))
+                               speedup_vs_eager=1.5, kept=True, seconds=3.0))
+    p.started("matmul", 0)  # correct, but slower than eager: PyTorch is kept, and it is no best
+    p.finished("matmul", TaskRow("matmul", "m.py", "done", "correct", evaluations=4, best_ms=2.0, eager_ms=1.0,
+                                 speedup_vs_eager=0.5, kept=False, seconds=3.0))
     p.close()
     text = stream.getvalue()
     assert "[##########..........]   2/4 1.50x eager" in text  # the task's bar
     assert "\x1b[2F\x1b[J" in text  # the two drawn lines cleared before each redraw
-    assert "done 1/2 gelu: correct, 1.50x eager" in text and "[2/4] #2" not in text
-    assert p.overall() == "1/2 tasks done, 1 with a correct kernel, best 1.50x eager (gelu)"
+    assert "done 1/3 gelu: correct, 1.50x eager" in text and "[2/4] #2" not in text
+    assert "done 2/3 matmul: correct but slower than eager PyTorch (0.50x): no faster kernel; keep PyTorch" in text
+    assert p.overall() == "2/3 tasks done, 2 with a correct kernel, best 1.50x eager (gelu)"
+    slow_only = progress.Progress(total=1, budget=4, stream=io.StringIO(), live=False)
+    slow_only.finished("matmul", TaskRow("matmul", "m.py", "done", "correct", speedup_vs_eager=0.5, kept=False))
+    assert slow_only.overall() == "1/1 tasks done, 1 with a correct kernel"  # a loss is never the best
+
+
+def gpu_report(ms: float | None, eager_ms: float = 1.0) -> dict:
+    """report.json of a finished optimize run on a GPU whose best kernel took `ms` (None: no correct kernel)."""
+    best = None if ms is None else {"id": 1, "operator": "template", "ms": ms, "eager_ms": eager_ms, "compile_ms": 0.8,
+                                    "floor_ms": 0.1, "floor_fraction": 0.1 / ms, "speedup_vs_eager": eager_ms / ms,
+                                    "speedup_vs_compile": 0.8 / ms, "interpreted": False, "device": "NVIDIA H200"}
+    node = {"id": 1, "status": "evaluated", "verdict": "correct" if best else "incorrect", "ms": ms}
+    return {"best": best, "counts": {"correct": 1} if best else {"incorrect": 1}, "lineage": {"nodes": [node]},
+            "stop_reason": "evaluation budget of 1 spent", "device": "NVIDIA H200"}
+
+
+def test_a_kernel_slower_than_eager_counts_as_no_improvement(tmp_path):
+    from agent.report_html import row_from_report, summary_lines, write_results
+    from tools.results import Baselines
+    rows = [row_from_report(name, f"{name}.py", gpu_report(ms), tmp_path / name, tmp_path, 1.0,
+                            Baselines(1.0, 0.8, "NVIDIA H200"))
+            for name, ms in (("fast", 0.5), ("slow", 2.0), ("wrong", None))]
+    assert [r.kept for r in rows] == [True, False, False] and rows[1].speedup_vs_eager == 0.5
+    assert "keep PyTorch" in rows[1].brief() and "0.50x" in rows[1].brief()
+    write_results(tmp_path, "suite", rows)
+    summary = json.loads((tmp_path / "results.json").read_text())["summary"]
+    assert summary["kept"] == 1 and summary["correct"] == 2
+    assert summary["geomean"]["eager"] == pytest.approx(2.0 ** (1 / 3))  # 2.0, 1.0 (PyTorch kept), 1.0
+    assert summary["geomean"]["compile"] == pytest.approx((1.6 * 0.8 * 0.8) ** (1 / 3))  # compile / kept time
+    table = (tmp_path / "results.csv").read_text().splitlines()
+    assert table[0].split(",")[3] == "kept" and [line.split(",")[3] for line in table[1:]] == ["True", "False", "False"]
+    text = "\n".join(summary_lines(rows, tmp_path))
+    assert "1 of 2 correct kernels are faster than eager PyTorch and kept" in text and "1.26x over eager" in text
+    assert "0.50x" not in text  # the loss is never presented as a result
+    page = (tmp_path / "report.html").read_text()
+    assert "<th scope=\"col\">kept</th>" in page and ">PyTorch<" in page and ">kernel<" in page

@@ -31,6 +31,7 @@ def test_optimize_without_llm_finishes_within_budget_and_writes_a_correct_best(t
     assert report["evaluated"] == 3 and report["llm"] is None and report["policy"] == "tree"
     assert sum(report["counts"].values()) == 3 and report["counts"]["correct"] >= 1
     assert report["best"]["interpreted"] is True and report["best"]["speedup_vs_eager"] is None
+    assert report["slower_than_eager"] is None  # interpreter times: no claim either way
     operators = {n["operator"] for n in report["lineage"]["nodes"]}
     assert operators <= {"template", "param"}
     assert (out / "lineage.dot").read_text().startswith("digraph")
@@ -38,3 +39,46 @@ def test_optimize_without_llm_finishes_within_budget_and_writes_a_correct_best(t
     best = (out / "best.py").read_text()
     result = evaluate(EvalJob(TaskSpec(TASK, name="scale_shift"), best, timeout_s=120, trials=1, profile=False))
     assert result.correct, result.reason
+
+
+def gpu_run(tmp_path, ms: float, eager_ms: float):
+    """A finished run whose only correct candidate took `ms` on a GPU against eager's `eager_ms` (results as
+    the evaluator writes them on a GPU; this machine has none)."""
+    from agent.context import Run, RunConfig
+    from agent.interfaces import Proposal, TaskContext
+    from agent.runstore import RunStore
+    from tools.results import EvalResult, Timing
+    store = RunStore(tmp_path / "run.sqlite")
+    run_id = store.create_run(TASK, RunConfig().to_json())
+    source = (Path(__file__).parent / "fixtures" / "scale_shift_good.py").read_text()
+    cand = store.add_proposed(run_id, Proposal(source, "template"), None)
+    timing = Timing(ms=ms, eager_ms=eager_ms, compile_ms=0.8, floor_ms=0.1, speedup_vs_eager=eager_ms / ms,
+                    speedup_vs_compile=0.8 / ms, floor_fraction=0.1 / ms, spread_pct=0.5, interpreted=False)
+    store.record_result(run_id, cand.id, EvalResult("correct", "Correct on every trial.", device="NVIDIA H200",
+                                                    timing=timing))
+    task = TaskContext("scale_shift", "", {}, "cuda:NVIDIA H200 (sm_90)", "sm_90")
+    return Run(config=RunConfig(), run_id=run_id, task=task, spec=TaskSpec(TASK, name="scale_shift"), executor=None,
+               policy=None, operators=[], store=store), source
+
+
+def test_a_best_kernel_slower_than_eager_is_said_plainly_and_marked(tmp_path, capsys):
+    from agent.optimize import write_outputs
+    from tools.rules import check_source
+    run, source = gpu_run(tmp_path, ms=2.0, eager_ms=1.0)
+    best = write_outputs(run, tmp_path / "out", "evaluation budget of 1 spent", None)
+    printed = capsys.readouterr().out
+    assert best is not None and "No faster kernel; keep PyTorch." in printed and "(0.50x)" in printed
+    first, rest = (tmp_path / "out" / "best.py").read_text().split("\n", 1)
+    assert first.startswith("# SLOWER THAN EAGER PYTORCH: 0.50x (2 ms against 1 ms on NVIDIA H200)")
+    assert rest == source and check_source(first + "\n" + rest) is None  # still a candidate eval accepts
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["slower_than_eager"] is True and report["best"]["speedup_vs_eager"] == 0.5
+
+
+def test_a_faster_kernel_is_written_as_it_is(tmp_path, capsys):
+    from agent.optimize import write_outputs
+    run, source = gpu_run(tmp_path, ms=0.5, eager_ms=1.0)
+    write_outputs(run, tmp_path / "out", "evaluation budget of 1 spent", None)
+    assert "2.00x eager" in capsys.readouterr().out
+    assert (tmp_path / "out" / "best.py").read_text() == source
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["slower_than_eager"] is False

@@ -1,9 +1,9 @@
-"""tools/score.py: speedups, geomeans, fast_p and correctness rate on hand-worked suites."""
+"""tools/score.py: speedups, kept kernels, geomeans, fast_p and correctness rate on hand-worked suites."""
 import math
 
 import pytest
 
-from tools.score import Outcome, correctness_rate, fast_p, geomean, speedup, summarize
+from tools.score import Outcome, correctness_rate, fast_p, geomean, kept_speedup, kernel_kept, speedup, summarize
 
 # eager / compile / kernel ms; speedups vs eager: 2.0, 1.25, 0.5; vs compile: 1.0, 2.0, 0.25
 FAST = Outcome(correct=True, ms=1.0, eager_ms=2.0, compile_ms=1.0)
@@ -25,18 +25,23 @@ def test_speedup_is_baseline_over_kernel_for_correct_gpu_kernels_only():
 
 def test_interpreter_times_never_give_a_speedup():
     cpu = Outcome(correct=True, ms=1.2, eager_ms=0.01, interpreted=True)
-    assert speedup(cpu) is None
+    assert speedup(cpu) is None and kept_speedup(cpu) is None and kernel_kept(cpu) is None
     assert fast_p([cpu], 1.0) is None and fast_p([cpu], 0.0) is None
     s = summarize([cpu, NONE])
-    assert s.interpreted and s.correctness_rate == 0.5
-    assert all(v is None for v in list(s.fast_p.values()) + list(s.geomean.values())
-               + list(s.geomean_fallback.values()))
+    assert s.interpreted and s.correctness_rate == 0.5 and s.kept is None
+    assert all(v is None for v in list(s.fast_p.values()) + list(s.geomean.values()))
 
 
-def test_fallback_counts_no_improvement_as_one():
-    assert speedup(SLOW, fallback=True) == 1.0  # 0.5x: keep the baseline
-    assert speedup(WRONG, fallback=True) == 1.0 and speedup(NONE, "compile", fallback=True) == 1.0
-    assert speedup(FAST, fallback=True) == 2.0
+def test_a_kernel_slower_than_eager_is_not_kept_and_counts_as_no_improvement():
+    assert [kernel_kept(o) for o in SUITE] == [True, True, False, False, False]
+    assert kept_speedup(SLOW) == 1.0  # 0.5x: PyTorch is kept
+    assert kept_speedup(SLOW, "compile") == pytest.approx(0.5)  # what is kept, eager, against torch.compile
+    assert kept_speedup(WRONG) == 1.0 and kept_speedup(WRONG, "compile") == pytest.approx(1.0)
+    assert kept_speedup(NONE) == 1.0 and kept_speedup(NONE, "compile") is None
+    assert kept_speedup(FAST) == 2.0 and kept_speedup(MID, "compile") == pytest.approx(2.0)
+    assert kept_speedup(Outcome(True, ms=1.0, eager_ms=1.0, compile_ms=2.0), "compile") == 2.0
+    with pytest.raises(ValueError):
+        kept_speedup(FAST, "inductor")
 
 
 def test_geomean():
@@ -60,7 +65,7 @@ def test_summary_in_kernelbench_convention():
     assert (s.tasks, s.correct, s.interpreted) == (5, 3, False)
     assert s.fast_p == pytest.approx({"eager@1": 0.4, "eager@1.5": 0.2, "eager@2": 0.0,
                                       "compile@1": 0.2, "compile@1.5": 0.2, "compile@2": 0.0})
-    assert s.geomean["eager"] == pytest.approx((2.0 * 1.25 * 0.5) ** (1 / 3))
-    assert s.geomean["compile"] == pytest.approx((1.0 * 2.0 * 0.25) ** (1 / 3))
-    assert s.geomean_fallback["eager"] == pytest.approx(math.exp(math.log(2.0 * 1.25) / 5))
+    assert s.kept == 2  # SLOW is correct but slower than eager
+    assert s.geomean["eager"] == pytest.approx(math.exp(math.log(2.0 * 1.25) / 5))  # every task, none below 1.0x
+    assert s.geomean["compile"] == pytest.approx((1.0 * 2.0 * 0.5 * 1.0) ** (1 / 4))  # NONE has no times
     assert s.to_json()["fast_p"]["eager@1"] == pytest.approx(0.4)

@@ -9,8 +9,11 @@ holds the batch's state. Tasks run N at a time (--workers) over one evaluator wh
 A kill loses nothing: every candidate is in its task's run store before it is evaluated, and --resume skips
 finished tasks and continues unfinished ones from their stores. Writes DIR/results.json, DIR/results.csv and
 DIR/report.html after every finished task, then prints the suite's scores.
+--max-seconds S stops a call cleanly after S seconds, as a first Ctrl-C does: evaluations in flight finish, and
+--resume continues (for runs in slices of a fixed length).
 Exit codes: 0 every task has a correct kernel; 1 some task has none; 2 bad input (one sentence on stderr);
-130 interrupted (the first Ctrl-C lets evaluations in flight finish, a second one quits at once).
+130 interrupted or stopped by --max-seconds (the first Ctrl-C lets evaluations in flight finish, a second one
+quits at once).
 """
 from __future__ import annotations
 
@@ -57,6 +60,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                                                             "1 on a CPU)")
     p.add_argument("--resume", action="store_true", help="continue the batch in --out: finished tasks are "
                                                          "kept, unfinished ones resume where they stopped")
+    p.add_argument("--max-seconds", type=float, metavar="S", help="stop this call cleanly after S seconds (evaluations "
+                                                                  "in flight finish); continue with --resume")
     p.set_defaults(func=main)
     return p
 
@@ -97,7 +102,9 @@ class Settings:
 
 
 def main(args: argparse.Namespace) -> int:
-    return run_batch(plan_batch(args))
+    if args.max_seconds is not None and args.max_seconds <= 0:
+        raise UsageError("--max-seconds must be positive.")
+    return run_batch(plan_batch(args), args.max_seconds)
 
 
 # --- state --------------------------------------------------------------------------------------------
@@ -213,7 +220,8 @@ class Shared:
     stop: threading.Event
 
 
-def run_batch(batch: Batch) -> int:
+def run_batch(batch: Batch, max_seconds: float | None = None) -> int:
+    """Runs the batch's unfinished tasks; with `max_seconds`, stops cleanly once they have passed."""
     try:
         llm = llm_config(batch.settings.model)
         if llm:
@@ -239,13 +247,19 @@ def run_batch(batch: Batch) -> int:
                     progress, threading.Event())
     real_stdout, sys.stdout = sys.stdout, StdoutLines(progress.log)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kw-task")
-    interrupted = False
+    interrupted = timed_out = False
+    deadline = time.monotonic() + max_seconds if max_seconds else None
     try:
         futures = {pool.submit(run_task, batch, s, shared): s for s in todo}
         pending = set(futures)
         while pending:
+            if deadline and time.monotonic() > deadline and not shared.stop.is_set():
+                interrupted = timed_out = True
+                shared.stop.set()
+                progress.log(f"stopping: --max-seconds {max_seconds:g} passed; letting evaluations in flight finish")
+            step = 0.5 if deadline is None or shared.stop.is_set() else min(0.5, max(deadline - time.monotonic(), 0))
             try:
-                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                done, pending = wait(pending, timeout=step, return_when=FIRST_COMPLETED)
             except KeyboardInterrupt:
                 if interrupted:
                     sys.stdout = real_stdout
@@ -273,7 +287,8 @@ def run_batch(batch: Batch) -> int:
     for line in summary_lines(rows, batch.out):
         print(line)
     if interrupted:
-        print(f"kernelwright: interrupted; resume with --resume --out {batch.out}", file=sys.stderr)
+        what = f"stopped after --max-seconds {max_seconds:g}" if timed_out else "interrupted"
+        print(f"kernelwright: {what}; resume with --resume --out {batch.out}", file=sys.stderr)
         return EXIT_INTERRUPTED
     failed = [r.task for r in rows if r.status == "failed"]
     if failed:

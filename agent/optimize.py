@@ -306,7 +306,8 @@ def write_outputs(run: Run, out: Path, stop: str, chat: ChatClient | None) -> In
     report = {
         "task": run.spec.path, "run": run_id, "device": run.task.device, "policy": run.config.policy,
         "stop_reason": stop, "budget": run.config.budget, "evaluated": sum(counts[v] for v in VERDICTS),
-        "counts": counts, "best": summary_of_best, "slower_than_eager": slower, "config": run.config.to_json(),
+        "counts": counts, "best": summary_of_best, "slower_than_eager": slower,
+        "failure": None if best is not None else common_failure(store.archive(run_id)), "config": run.config.to_json(),
         "llm": None if chat is None else {
             "model": chat.config.model, "url": chat.config.url, "retries": chat.retried,
             "conversations": getattr(llm_op, "conversations", None),
@@ -327,6 +328,16 @@ def best_summary(best: Individual | None) -> dict | None:
                                           "interpreted")} if t else {}
     return {"id": best.id, "operator": best.operator, "parent_id": best.parent_id, "verdict": best.result.verdict,
             "device": best.result.device, "suspicious": best.result.suspicious, **figures}
+
+
+def common_failure(archive: list[Individual]) -> str | None:
+    """Why no candidate was correct, in one sentence: the latest reason of the commonest failing verdict."""
+    failed = [i.result for i in archive if i.result is not None and not i.result.correct]
+    if not failed:
+        return None
+    verdicts = [r.verdict for r in failed]
+    commonest = max(verdicts, key=verdicts.count)
+    return next(r.reason for r in reversed(failed) if r.verdict == commonest)
 
 
 def slower_than_eager(best: dict | None) -> bool | None:

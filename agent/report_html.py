@@ -110,7 +110,7 @@ def row_from_report(task: str, path: str, report: dict, folder: Path, root: Path
             curve.append([k, low])
     failing = Counter({v: c for v, c in counts.items() if v not in ("correct", "proposed") and c})
     row = TaskRow(task, path, "done", "correct" if best else (failing.most_common(1)[0][0] if failing else "none"),
-                  reason="" if best else report.get("stop_reason", ""), evaluations=len(nodes),
+                  reason="" if best else report.get("failure") or report.get("stop_reason", ""), evaluations=len(nodes),
                   correct=counts.get("correct", 0), seconds=seconds, stop_reason=report.get("stop_reason", ""),
                   device=report.get("device", ""), progress=curve)
     if baselines is not None:
@@ -250,8 +250,8 @@ def _cells(r: TaskRow, interp: bool) -> list[dict]:
         return head + [ms(r.best_ms), ms(r.eager_ms)] + tail
     x = lambda v: _cell(v, f"{v:.2f}x" if v is not None else None)  # noqa: E731
     frac = _cell(r.floor_fraction, f"{r.floor_fraction:.0%}" if r.floor_fraction is not None else None)
-    return head + [_cell(kept_text(r))] + [ms(r.best_ms), ms(r.eager_ms), ms(r.compile_ms), ms(r.floor_ms), x(r.speedup_vs_eager),
-                   x(r.speedup_vs_compile), frac] + tail
+    return head + [_cell(kept_text(r)), ms(r.best_ms), ms(r.eager_ms), ms(r.compile_ms), ms(r.floor_ms),
+                   x(r.speedup_vs_eager), x(r.speedup_vs_compile), frac] + tail
 
 
 def kept_text(r: TaskRow) -> str | None:

@@ -128,7 +128,8 @@ def gpu_report(ms: float | None, eager_ms: float = 1.0) -> dict:
                                     "speedup_vs_compile": 0.8 / ms, "interpreted": False, "device": "NVIDIA H200"}
     node = {"id": 1, "status": "evaluated", "verdict": "correct" if best else "incorrect", "ms": ms}
     return {"best": best, "counts": {"correct": 1} if best else {"incorrect": 1}, "lineage": {"nodes": [node]},
-            "stop_reason": "evaluation budget of 1 spent", "device": "NVIDIA H200"}
+            "stop_reason": "evaluation budget of 1 spent", "device": "NVIDIA H200",
+            "failure": None if best else "Incorrect: the output differs from the reference."}
 
 
 def test_a_kernel_slower_than_eager_counts_as_no_improvement(tmp_path):
@@ -139,6 +140,7 @@ def test_a_kernel_slower_than_eager_counts_as_no_improvement(tmp_path):
             for name, ms in (("fast", 0.5), ("slow", 2.0), ("wrong", None))]
     assert [r.kept for r in rows] == [True, False, False] and rows[1].speedup_vs_eager == 0.5
     assert "keep PyTorch" in rows[1].brief() and "0.50x" in rows[1].brief()
+    assert rows[2].reason == "Incorrect: the output differs from the reference."  # why, not where it stopped
     write_results(tmp_path, "suite", rows)
     summary = json.loads((tmp_path / "results.json").read_text())["summary"]
     assert summary["kept"] == 1 and summary["correct"] == 2
@@ -151,3 +153,22 @@ def test_a_kernel_slower_than_eager_counts_as_no_improvement(tmp_path):
     assert "0.50x" not in text  # the loss is never presented as a result
     page = (tmp_path / "report.html").read_text()
     assert "<th scope=\"col\">kept</th>" in page and ">PyTorch<" in page and ">kernel<" in page
+
+
+def test_max_seconds_stops_cleanly_and_resume_finishes(tmp_path, capsys, monkeypatch):
+    for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    suite, out = tmp_path / "suite", tmp_path / "out"
+    suite.mkdir()
+    for name in ("a_sort.py", "b_sort.py"):
+        (suite / name).write_text((FIX / "tpl_unsupported.py").read_text())
+    common = ["batch", str(suite), "--budget", "1", "--workers", "1", "--out", str(out), "--no-knowledge"]
+    assert run(common + ["--max-seconds", "0.001"]) == 130
+    assert "stopped after --max-seconds 0.001; resume with --resume" in capsys.readouterr().err
+    state = json.loads((out / "batch.json").read_text())["tasks"]
+    assert any(t["status"] != "done" for t in state.values())  # the rest is left for the next call
+    assert run(common + ["--resume"]) == 1  # finished: no task has a correct kernel
+    assert [t["status"] for t in json.loads((out / "results.json").read_text())["tasks"]] == ["done", "done"]
+    capsys.readouterr()
+    assert run(common + ["--resume", "--max-seconds", "0"]) == 2
+    assert "--max-seconds must be positive" in capsys.readouterr().err

@@ -82,3 +82,14 @@ def test_a_faster_kernel_is_written_as_it_is(tmp_path, capsys):
     assert "2.00x eager" in capsys.readouterr().out
     assert (tmp_path / "out" / "best.py").read_text() == source
     assert json.loads((tmp_path / "out" / "report.json").read_text())["slower_than_eager"] is False
+
+
+def test_why_no_candidate_was_correct_is_the_commonest_failure():
+    from agent.interfaces import Individual
+    from agent.optimize import common_failure
+    from tools.results import EvalResult
+    results = [EvalResult("incorrect", "Incorrect: first."), EvalResult("crash", "The candidate crashed: x."),
+               EvalResult("incorrect", "Incorrect: latest."), EvalResult("correct", "Correct on every trial.")]
+    archive = [Individual(i, "", "template", None, result=r) for i, r in enumerate(results)]
+    assert common_failure(archive) == "Incorrect: latest."
+    assert common_failure(archive[3:]) is None

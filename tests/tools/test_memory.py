@@ -19,11 +19,13 @@ PIECE_ALLOWANCE = 8 << 20  # float64 temporaries of a comparison's smallest piec
 
 def probe(tmp_path: Path, shapes: dict) -> dict:
     """One evaluation of the affine task in a fresh process (tests/tools/memory_probe.py): its peak and footprint."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_CACHE_DIR=str(Path(os.environ["KERNELWRIGHT_CACHE"]) / "triton"))
+    cache = Path(os.environ["KERNELWRIGHT_CACHE"]) / "triton"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_CACHE_DIR=str(cache))
     if not torch.cuda.is_available():
         env["TRITON_INTERPRET"] = "1"
-    run = subprocess.run([sys.executable, str(Path(__file__).parent / "memory_probe.py"), str(FIXTURES / "task_affine.py"),
-                          str(FIXTURES / "candidates" / "affine.py"), json.dumps(shapes)],
+    task, candidate = FIXTURES / "task_affine.py", FIXTURES / "candidates" / "affine.py"
+    run = subprocess.run([sys.executable, str(Path(__file__).parent / "memory_probe.py"), str(task), str(candidate),
+                          json.dumps(shapes)],
                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     return json.loads(run.stdout.strip().splitlines()[-1])

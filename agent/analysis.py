@@ -4,25 +4,35 @@
     a.family, a.roofline, a.dominant_bytes_op, a.to_json()
 
 The task module is executed fresh (SMALL_SHAPES applied when `small`, then `shapes` overrides), the Model
-is built under torch.manual_seed(0) and traced with make_fx. Small shapes trace real CPU tensors; full
-shapes trace meta tensors, so a GPU-scale task costs no memory here. The description: every ATen op in
-order with shapes and dtypes, reduction axes, the pointwise chains that can fuse, FLOPs (flop_counter for
-matmul/conv, one per element otherwise) and bytes per op, the op dominating each, the minimum traffic
-(inputs and parameters read once, outputs written once), the roofline class against an arch's ridge
-point, and a family guess. `trace()` is shared with agent/templates, which traces with decompositions.
+is built under torch.manual_seed(0) and traced by the first capture that succeeds (CAPTURES: make_fx over
+fake tensors, then allowing real constants, then over a model built on the CPU, then over real tensors, then
+torch.export). Small shapes build the model on the CPU; full shapes build it on the meta device where it
+can be, so a GPU-scale task costs no memory here. The model's parameters, buffers and tensor attributes are
+graph placeholders; `Traced.access` gives the Python expression a candidate reads each from `self` with
+(self.network[0].weight). The description: every ATen op in order with shapes and dtypes, reduction axes,
+the pointwise chains that can fuse, FLOPs (flop_counter for matmul/conv, one per element otherwise) and bytes
+per op, the op dominating each, the minimum traffic (inputs and parameters read once, outputs written once),
+the roofline class against an arch's ridge point, and a family guess. `trace()` is shared with agent/templates, which traces with decompositions.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import inspect
+import keyword
 import math
 import operator
+import sys
 import types
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.func import functional_call
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 aten = torch.ops.aten
@@ -119,21 +129,69 @@ class Traced:
     """An ATen graph of a task's forward, with what each placeholder stands for."""
 
     gm: torch.fx.GraphModule
-    roles: list[tuple[str, str]]  # per placeholder: ("param"|"buffer", "linear.weight") or ("input", "x")
+    roles: list[tuple[str, str]]  # per placeholder: ("param"|"buffer"|"attribute", "linear.weight") or ("input", "x")
     arg_names: list[str]  # the forward's parameter names
     constants: dict  # non-tensor forward arguments, by name
     model: torch.nn.Module
     out_spec: object  # pytree spec of the forward's return value
+    capture: str = "make_fx"  # which of CAPTURES produced the graph
+
+    def access(self, path: str) -> str:
+        """The Python expression that reads the model state at `path` ("network.0.weight") from `self`."""
+        return attribute_expr(self.model, path)
+
+    def attribute_path(self, tensor: torch.Tensor) -> str | None:
+        """Where on the model a tensor the graph holds as a constant lives (a tensor in a list attribute), or None."""
+        for prefix, mod in self.model.named_modules():
+            for key, value in vars(mod).items():
+                items = enumerate(value) if isinstance(value, (list, tuple)) else \
+                    value.items() if isinstance(value, dict) else [(None, value)]
+                for index, item in items:
+                    if item is tensor:
+                        return prefix + ("." if prefix else "") + key + ("" if index is None else f".{index}")
+        return None
+
+
+def attribute_expr(root, path: str) -> str:
+    """`self.network[0].weight` for "network.0.weight": attribute access where Python allows it, an index into
+    a ModuleList, Sequential, list or dict, and getattr with a constant name otherwise."""
+    expr, obj = "self", root
+    for part in path.split("."):
+        if isinstance(obj, (list, tuple)):
+            obj, expr = obj[int(part)], f"{expr}[{part}]"
+            continue
+        if isinstance(obj, (dict, torch.nn.ModuleDict, torch.nn.ParameterDict)):
+            obj, expr = obj[part], f"{expr}[{part!r}]"
+            continue
+        child = getattr(obj, part)
+        if part.isdigit() and isinstance(obj, (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ParameterList)) \
+                and int(part) < len(obj) and obj[int(part)] is child:
+            expr = f"{expr}[{part}]"
+        elif part.isidentifier() and not keyword.iskeyword(part):
+            expr = f"{expr}.{part}"
+        else:
+            expr = f"getattr({expr}, {part!r})"
+        obj = child
+    return expr
 
 
 def load_task(source_or_path: str, small: bool, shapes: dict | None = None) -> tuple[types.ModuleType, str, dict]:
-    """Executes a task's source as a fresh module with its shape overrides; returns (module, source, overrides)."""
+    """Executes a task's source as a fresh module with its shape overrides; returns (module, source, overrides).
+    The module is importable by name while it executes (dataclasses and pickling look their class's module up)."""
     text, filename = source_or_path, "<task>"
     if "\n" not in source_or_path and source_or_path.endswith(".py") and Path(source_or_path).is_file():
         text, filename = Path(source_or_path).read_text(), source_or_path
     module = types.ModuleType("kw_analysis_task")
     module.__file__ = filename
-    exec(compile(text, filename, "exec"), module.__dict__)
+    previous = sys.modules.get(module.__name__)
+    sys.modules[module.__name__] = module
+    try:
+        exec(compile(text, filename, "exec"), module.__dict__)
+    finally:
+        if previous is None:
+            sys.modules.pop(module.__name__, None)
+        else:
+            sys.modules[module.__name__] = previous
     for required in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(module, required):
             raise ValueError(f"The task does not define {required} (KernelBench format).")
@@ -146,22 +204,95 @@ def load_task(source_or_path: str, small: bool, shapes: dict | None = None) -> t
     return module, text, overrides
 
 
-def trace(module: types.ModuleType, *, meta: bool, decompositions: dict | None = None) -> Traced:
-    """make_fx of Model(*get_init_inputs()).forward(*get_inputs()), built under manual_seed(0).
-    meta=True builds the model and inputs on the meta device (no memory, no values)."""
-    torch.manual_seed(0)
-    if meta:
-        with torch.device("meta"):
-            model = module.Model(*module.get_init_inputs())
-            inputs = list(module.get_inputs())
-    else:
-        model = module.Model(*module.get_init_inputs())
-        inputs = list(module.get_inputs())
-    arg_names = [p for p in inspect.signature(model.forward).parameters][:len(inputs)]
-    named = [("param", n, t) for n, t in model.named_parameters()] + [("buffer", n, t) for n, t in model.named_buffers()]
-    tensor_pos = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
-    constants = {arg_names[i]: x for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)}
+# --- tracing -----------------------------------------------------------------------------------------
+REAL_LIMIT = 1 << 30  # bytes the real-tensor capture may allocate building the model and inputs at full shapes
 
+
+class TraceError(RuntimeError):
+    """No capture could trace the task; the message names each capture and why it failed, in one sentence."""
+
+
+class _Skipped(Exception):
+    """A capture that did not try (the task is too large for it)."""
+
+
+def trace(module: types.ModuleType, *, meta: bool, decompositions: dict | None = None) -> Traced:
+    """The ATen graph of Model(*get_init_inputs()).forward(*get_inputs()), built under manual_seed(0), from the
+    first capture in CAPTURES that succeeds. meta=True builds the model on the meta device (no memory, no
+    values) where a capture can. Parameters, buffers and tensors stored as plain module attributes (an RNN's
+    initial hidden state) are placeholders of the graph, read by a candidate from `self`."""
+    failures = []
+    for name, capture in CAPTURES:
+        try:
+            traced = capture(module, meta, decompositions or {})
+        except _Skipped as e:
+            failures.append(f"{name} skipped ({e})")
+            continue
+        except Exception as e:
+            failures.append(f"{name} failed ({type(e).__name__}: {_first_line(e)})")
+            continue
+        traced.gm.graph.eliminate_dead_code()
+        traced.gm.recompile()
+        traced.capture = name
+        return traced
+    raise TraceError("The task could not be traced: " + "; ".join(failures) + ".")
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:200].rstrip(".") if text else "no message"
+
+
+def _build(module: types.ModuleType, meta: bool, limit: int | None = None) -> tuple[torch.nn.Module, list]:
+    """Model(*get_init_inputs()) and get_inputs() under manual_seed(0), on the meta device or on the CPU within
+    `limit` bytes (measured on the meta device first where the model builds there)."""
+    if limit:
+        try:
+            model, inputs = _build(module, True)
+        except Exception:  # it may not build on the meta device (.item() in __init__): build it and count
+            model = inputs = None
+        if model is not None:
+            tensors = [t for _, _, t in _state(model)] + [x for x in inputs if isinstance(x, torch.Tensor)]
+            if sum(t.numel() * t.element_size() for t in tensors) > limit:
+                raise _Skipped(f"the model and inputs at the task's shapes take more than {limit >> 30} GiB")
+    torch.manual_seed(0)
+    with torch.device("meta") if meta else _Budget(limit) if limit else contextlib.nullcontext():
+        return module.Model(*module.get_init_inputs()), list(module.get_inputs())
+
+
+def _state(model: torch.nn.Module) -> list[tuple[str, str, torch.Tensor]]:
+    """(role, path, tensor) of the model's parameters, buffers and plain tensor attributes, each tensor once."""
+    named = [("param", n, t) for n, t in model.named_parameters()]
+    named += [("buffer", n, t) for n, t in model.named_buffers()]
+    seen = {id(t) for _, _, t in named}
+    for prefix, mod in model.named_modules():
+        for key, value in vars(mod).items():
+            if isinstance(value, torch.Tensor) and id(value) not in seen:
+                seen.add(id(value))
+                named.append(("attribute", prefix + ("." if prefix else "") + key, value))
+    return named
+
+
+def _make_fx(module, meta: bool, decompositions: dict, *, build: str = "", real: bool = False,
+             constants: bool = False) -> Traced:
+    """make_fx over a functional call of the model: its state and the tensor inputs are the graph's
+    placeholders. The model is built on the meta device when `meta`, unless `build` is "real" (on the CPU, at
+    most REAL_LIMIT bytes). Fake placeholders live on the CPU even for a meta-built model, so a tensor the
+    forward creates on its input's device is a constant with a value; `real` traces real tensors instead."""
+    if build == "real" and not meta:
+        raise _Skipped("the model is built on the CPU already")
+    on_meta = meta and not real and build != "real"
+    model, inputs = _build(module, on_meta, REAL_LIMIT if meta and not on_meta else None)
+    arg_names = list(inspect.signature(model.forward).parameters)[:len(inputs)]
+    named = _state(model)
+    tensor_pos = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+    placeholders = [t for _, _, t in named] + [inputs[i] for i in tensor_pos]
+    if not real:
+        mode = FakeTensorMode(allow_non_fake_inputs=constants, allow_fallback_kernels=True, static_shapes=True,
+                              shape_env=ShapeEnv())
+        with mode:
+            placeholders = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+                            .requires_grad_(t.requires_grad) for t in placeholders]
     out_spec = []
 
     def forward(state: list, *tensors):
@@ -172,12 +303,82 @@ def trace(module: types.ModuleType, *, meta: bool, decompositions: dict | None =
         out_spec.append(torch.utils._pytree.tree_flatten(out)[1])
         return out
 
-    gm = make_fx(forward, tracing_mode="fake", decomposition_table=decompositions or {})(
-        [t for _, _, t in named], *[inputs[i] for i in tensor_pos])
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
+    state = placeholders[:len(named)]
+    gm = make_fx(forward, tracing_mode="real" if real else "fake", decomposition_table=decompositions,
+                 _allow_non_fake_inputs=constants)(state, *placeholders[len(named):])
     roles = [(kind, name) for kind, name, _ in named] + [("input", arg_names[i]) for i in tensor_pos]
-    return Traced(gm, roles, arg_names, constants, model, out_spec[-1])
+    constants_ = {arg_names[i]: x for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)}
+    return Traced(gm, roles, arg_names, constants_, model, out_spec[-1])
+
+
+class _Budget(TorchDispatchMode):
+    """Counts the bytes of the storages the ops inside it create; stops the work once they pass `limit`."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit, self.used, self.seen = limit, 0, set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.device.type != "meta" and not isinstance(t, FakeTensor):
+                storage = t.untyped_storage()
+                if storage.data_ptr() not in self.seen:
+                    self.seen.add(storage.data_ptr())
+                    self.used += storage.nbytes()
+        if self.used > self.limit:
+            raise _Skipped(f"the model and inputs at the task's shapes take more than {self.limit >> 30} GiB")
+        return out
+
+
+def _export(module, meta: bool, decompositions: dict) -> Traced:
+    """torch.export of the model, decomposed to the ATen level make_fx gives. Constants the forward creates
+    become get_attr nodes; buffer mutations the export returns are dropped (module bookkeeping)."""
+    model, inputs = _build(module, meta)
+    arg_names = list(inspect.signature(model.forward).parameters)[:len(inputs)]
+    table = torch.export.default_decompositions()
+    for op, fn in decompositions.items():
+        table[op] = fn
+    ep = torch.export.export(model, tuple(inputs), strict=False).run_decompositions(table)
+    gm, sig = ep.graph_module, ep.graph_signature
+    kinds = {"PARAMETER": "param", "BUFFER": "buffer", "CONSTANT_TENSOR": "attribute"}
+    user = iter(arg_names[i] for i, x in enumerate(inputs) if isinstance(x, torch.Tensor))
+    roles, placeholders = [], [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for spec, node in zip(sig.input_specs, placeholders):
+        kind = spec.kind.name
+        if kind == "USER_INPUT":
+            roles.append(("input", next(user)))
+        elif kind == "CONSTANT_TENSOR" and not _on_model(model, spec.target):
+            gm.register_buffer(spec.target.replace(".", "_"), ep.constants[spec.target])
+            with gm.graph.inserting_before(node):
+                node.replace_all_uses_with(gm.graph.get_attr(spec.target.replace(".", "_")))
+            gm.graph.erase_node(node)
+        elif kind in kinds:
+            roles.append((kinds[kind], spec.target))
+        else:
+            raise ValueError(f"the export has an input of kind {kind}")
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    keep = [o for o, spec in zip(output.args[0], sig.output_specs) if spec.kind.name == "USER_OUTPUT"]
+    output.args = (tuple(keep),)
+    constants = {arg_names[i]: x for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)}
+    return Traced(gm, roles, arg_names, constants, model, ep.call_spec.out_spec)
+
+
+def _on_model(model: torch.nn.Module, path: str) -> bool:
+    try:
+        functools.reduce(getattr, path.split("."), model)
+    except AttributeError:
+        return False
+    return True
+
+
+CAPTURES = [  # (name, capture), tried in order
+    ("make_fx", functools.partial(_make_fx, constants=False)),
+    ("make_fx with non-fake constants", functools.partial(_make_fx, constants=True)),
+    ("make_fx of a model built on the CPU", functools.partial(_make_fx, build="real", constants=True)),
+    ("make_fx with real tensors", functools.partial(_make_fx, real=True)),
+    ("torch.export", _export),
+]
 
 
 def analyze(task_source_or_path: str, small: bool, *, shapes: dict | None = None, arch: str = "sm_90",

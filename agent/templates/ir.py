@@ -200,12 +200,13 @@ class _Builder:
         gm = self.t.gm
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         float_base = None
-        # module buffers may be updated in place (BatchNorm's batch counter); the candidate returns the
-        # forward's outputs and leaves such bookkeeping out, inputs and parameters are never mutated
-        self.buffers = {f"self.{name}" for role, name in self.t.roles if role == "buffer"}
+        # module buffers and tensor attributes may be updated in place (BatchNorm's batch counter, an RNN's
+        # hidden state); the candidate returns the forward's outputs and leaves such bookkeeping out, inputs
+        # and parameters are never mutated. Model state is read from `self` (self.network[0].weight).
+        self.buffers = {self.t.access(name) for role, name in self.t.roles if role in ("buffer", "attribute")}
         for (role, name), ph in zip(self.t.roles, placeholders):
             v = _val(ph)
-            base = f"self.{name}" if role != "input" else name
+            base = self.t.access(name) if role != "input" else name
             leaf = Leaf(base, tuple(v.shape), v.dtype, kind="tensor", base=base, strides=tuple(v.stride()))
             self.bases[base] = leaf
             self.env[ph] = leaf
@@ -232,8 +233,20 @@ class _Builder:
         return Program(order[::-1], outputs, spec, list(self.t.arg_names), self.bases, float_base)
 
     def constant(self, tensor) -> Leaf:
+        """A tensor the graph holds: a tensor the model keeps (in a list attribute, say) is read from `self`
+        like a buffer; any other is a scalar whose value the kernels inline."""
+        path = self.t.attribute_path(tensor)
+        if path is not None:
+            base = self.t.access(path)
+            leaf = Leaf(base, tuple(tensor.shape), tensor.dtype, kind="tensor", base=base,
+                        strides=tuple(tensor.stride()))
+            self.bases[base] = leaf
+            return leaf
         if tensor.numel() != 1:
-            raise Unsupported("The forward uses a tensor constant with more than one element.")
+            raise Unsupported("The forward uses a tensor constant with more than one element that the model "
+                              "does not hold.")
+        if tensor.is_meta:
+            raise Unsupported("The forward uses a scalar tensor made on the meta device, whose value is unknown.")
         return Leaf(self.fresh("c"), tuple(tensor.shape), tensor.dtype, kind="const", value=tensor.item(),
                     strides=(0,) * tensor.dim())
 

@@ -7,6 +7,7 @@ variant, torch.mm/bmm declared in KERNELWRIGHT_TORCH_OPS.
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
@@ -19,8 +20,17 @@ from agent.templates.pointwise_ops import HELPERS
 from agent.templates.schedule import Kernel
 
 
+def _from_self(base: str) -> bool:
+    """Whether a base is model state read from `self` (self.linear.weight, self.network[0].weight) rather than
+    a forward argument."""
+    return re.match(r"(getattr\()*self\b", base) is not None
+
+
 def _local(base: str) -> str:
-    return "w_" + base.replace("self.", "").replace(".", "_") if base.startswith("self.") else base
+    """The forward's local name for a base: the argument itself, or w_network_0_weight for model state."""
+    if not _from_self(base):
+        return base
+    return "w_" + re.sub(r"\W+", "_", re.sub(r"getattr\(|\bself\b", "", base)).strip("_")
 
 
 def _dtype(dtype: torch.dtype) -> str:
@@ -48,7 +58,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     sources = "\n\n\n".join(c.source for c in codes if c is not None)
     helpers = [HELPERS[h] for h in HELPERS if h + "(" in sources or h + "," in sources]
 
-    inputs = [b for b, leaf in program.bases.items() if not b.startswith("self.")]
+    inputs = [b for b, leaf in program.bases.items() if not _from_self(b)]
     tensor_inputs = [b for b in inputs if b in program.arg_names]
     device = tensor_inputs[0] if tensor_inputs else _local(next(iter(program.bases)))
     body = []
@@ -60,7 +70,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     used = {a for c in codes if c for launch in c.launches for a in launch.args}
     used |= {leaf.base for k in kernels if k.kind == "torch_gemm" for leaf in k.nodes[0].args}
     for b in program.bases:
-        if b.startswith("self.") and b in used:
+        if _from_self(b) and b in used:
             body.append(f"{_local(b)} = {b}.detach()")
     outputs = set(program.outputs)
     float_dt = f"{program.float_base}.dtype" if program.float_base else None

@@ -13,11 +13,12 @@ Sizes are concrete (rendered from the analysis), so masks, strides and loop boun
 """
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass, field
 
-from agent.templates.ir import Leaf, Node, contiguous_strides
+from agent.templates.ir import Leaf, Node, Value, contiguous_strides
 from agent.templates.pointwise_ops import POINTWISE, E, f, kind_of, lit
 from agent.templates.reductions import INT32_MAX, NEUTRAL, Reductions
 from agent.templates.schedule import Kernel
@@ -32,6 +33,14 @@ class Launch:
     meta: dict  # constexpr values
     num_warps: int
     num_stages: int
+
+
+@dataclass
+class _Axis:
+    """One spatial axis of a window op: its taps (tap index, input position, bounds checks) and the window's
+    element count (an int, or an expression per output)."""
+    taps: list[tuple[int, str, list[str]]]
+    size: int | str
 
 
 @dataclass
@@ -66,8 +75,9 @@ class Gen(Reductions):
         kept = [d for d in range(len(self.D)) if d not in kernel.rdims]
         if self.layout == "flat":
             self.groups = [(list(range(len(self.D))), "offs")]
-        elif self.layout == "plane":  # (N, C) per program, a [BLOCK_H, BLOCK_W] tile of the output plane
-            self.groups = [([0, 1], "ro"), ([2], "rh"), ([3], "rw")]
+        elif self.layout == "plane":  # the leading dims per program, a [BLOCK_H, BLOCK_W] tile of the last two
+            rank = len(self.D)
+            self.groups = [(list(range(rank - 2)), "ro"), ([rank - 2], "rh"), ([rank - 1], "rw")]
         elif self.layout == "row":
             self.groups = [(kept, "ro"), (list(kernel.rdims), "rr")]
         elif self.layout == "col":
@@ -83,6 +93,7 @@ class Gen(Reductions):
         self.axis = 1 if self.layout == "row" else 0
         self.top = Scope()
         self.body = self.top
+        self.tiles: set[str] = set()  # variables holding a tile of indices (see hoist)
 
     # --- names and pointers ------------------------------------------------------------------------
     def fresh(self, prefix: str = "t") -> str:
@@ -140,7 +151,8 @@ class Gen(Reductions):
         shape = self.D if level == "full" else self.k.keep_shape
         cs = contiguous_strides(shape)
         code = self.offset([(d, cs[d]) for d in range(len(shape)) if shape[d] > 1])
-        if code.lstrip("-").isdigit():  # a single position: give it the tile's shape so stores are blocks
+        if code.lstrip("-").isdigit() or self.layout == "plane" and not self.is_block(code):
+            # a single position (a plane of one output): give it the tile's shape so stores are blocks
             code = f"{ {'flat': 'offs', 'row': 'ro', 'col': 'ri', 'plane': 'rh * 0 + rw'}.get(self.layout, 'rm * 0 + rn')} * 0 + {code}"
         if code.isidentifier():
             return code
@@ -188,7 +200,8 @@ class Gen(Reductions):
     def is_block(self, code: str) -> bool:
         """Whether an index expression is a tile (not one scalar per program)."""
         names = {"flat": "offs", "row": "ro|rr", "col": "rr|ri", "plane": "rh|rw", "gemm": "rm|rn"}[self.layout]
-        return re.search(rf"\b({names}|lin\d+)\b", code) is not None
+        names = "|".join([names, r"lin\d+"] + sorted(self.tiles))
+        return re.search(rf"\b({names})\b", code) is not None
 
     def per_element(self, code: str) -> bool:
         """Whether an index expression varies along the reduced axis (uses rr or a full linear index)."""
@@ -317,71 +330,166 @@ class Gen(Reductions):
 
     # --- window ops (pooling, depthwise convolution) -----------------------------------------------
     def window(self, m: Node) -> str:
-        """Each output element reads its KH x KW window (taps unrolled; bounds checks only where a tap can
-        fall in the padding)."""
-        x = m.args[0]
+        """Each output element reads its window over the input's trailing len(kernel) dims, taps unrolled, and
+        takes their max, their average or (conv) their sum weighted by its channel's filter. The input is a leaf
+        or a pointwise tree of leaves recomputed at each tap; a tap is bounds-checked only where some output's
+        tap falls outside the input (padding, ceil_mode, adaptive windows)."""
+        x, a = m.args[0], m.attrs
+        lead = len(m.shape) - len(a["kernel"])
+        axes = [self.window_axis(m, d) for d in range(lead, len(m.shape))]
+        index: list = list(range(lead))  # x's leading dims are the domain's, but for a channel multiplier
+        if a.get("multiplier", 1) > 1:
+            index[1] = f"({self.dim_index(1)} // {a['multiplier']})"
         lines = self.body.lines
-        a = m.attrs
-        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = a["kernel"], a["stride"], a["padding"], a["dilation"]
-        H, W = x.shape[2], x.shape[3]
-        n, c, oh, ow = (self.dim_index(d) for d in range(4))
-        mult = a.get("multiplier", 1)
-        if mult == 1:
-            base = self.offset([(d, x.strides[d]) for d in (0, 1) if x.strides[d] and self.D[d] > 1], x.offset)
-        else:
-            base = f"{n} * {x.strides[0]} + ({c} // {mult}) * {x.strides[1]} + {x.offset}"
-
-        def start(idx: str, stride: int, pad: int):
-            if idx == "0":
-                return -pad
-            name = self.fresh("st")
-            lines.append(f"{name} = {idx} * {stride} - {pad}")
-            return name
-
-        def clip(lo, hi, fn):
-            return (min if fn == "min" else max)(lo, hi) if isinstance(lo, int) and isinstance(hi, int) \
-                else f"tl.{'minimum' if fn == 'min' else 'maximum'}({lo}, {hi})"
-
-        hs, ws = start(oh, sh, ph), start(ow, sw, pw)
         acc = self.fresh("acc")
         neutral = NEUTRAL["max"] if m.fn == "max" else "0.0"
         lines.append(f"{acc} = tl.full({self.tile('full')}, {neutral}, tl.float32)")
-        ptr = self.ptr(x.base)
-        for i in range(kh):
-            ih = hs + i * dh if isinstance(hs, int) else f"({hs} + {i * dh})"
-            if isinstance(ih, int) and not 0 <= ih < H:
-                continue
-            ch = [] if isinstance(ih, int) else [f"({ih} >= 0)", f"({ih} < {H})"]
-            for j in range(kw):
-                iw = ws + j * dw if isinstance(ws, int) else f"({ws} + {j * dw})"
-                if isinstance(iw, int) and not 0 <= iw < W:
-                    continue
-                cw = [] if isinstance(iw, int) else [f"({iw} >= 0)", f"({iw} < {W})"]
-                ok = " & ".join(["mask"] + ch + cw)
-                xv = self.fresh("xv")
-                lines.append(f"{xv} = tl.load({ptr} + {base} + {ih} * {x.strides[2]} + {iw} * {x.strides[3]}, "
-                             f"mask={ok}, other={neutral}).to(tl.float32)")
-                if m.fn == "max":
-                    lines.append(f"{acc} = tl.maximum({acc}, {xv})")
-                elif m.fn == "avg":
-                    lines.append(f"{acc} += {xv}")
-                else:
-                    w = m.args[1]
-                    woff = f"{c} * {w.strides[0]} + {i * w.strides[2] + j * w.strides[3] + w.offset}"
-                    wmask = ", mask=mask, other=0.0" if self.is_block(woff) else ""
-                    lines.append(f"{acc} += {xv} * tl.load({self.ptr(w.base)} + {woff}{wmask}).to(tl.float32)")
-        if m.fn == "avg":
-            if a.get("divisor"):
-                div = str(a["divisor"])
-            elif a.get("count_include_pad", True):
-                div = f"(({clip(f'{hs} + {kh}' if not isinstance(hs, int) else hs + kh, H + ph, 'min')} - {hs}) * " \
-                      f"({clip(f'{ws} + {kw}' if not isinstance(ws, int) else ws + kw, W + pw, 'min')} - {ws}))"
+        for taps in itertools.product(*(axis.taps for axis in axes)):
+            checks = [[]] * lead + [c for _, _, c in taps]
+            xv = self.at(x, index + [pos for _, pos, _ in taps], checks, neutral)
+            read = isinstance(x, Leaf) and all(n > 1 and st for cs, n, st in zip(checks, x.shape, x.strides) if cs)
+            if any(checks) and not read:  # a computed tap, or a checked dim the load skips: the neutral value
+                xv = E(f"tl.where({self.all_of([c for cs in checks for c in cs])}, {f(xv)}, {neutral})", "f")
+            if m.fn == "max":
+                lines.append(f"{acc} = tl.maximum({acc}, {f(xv)})")
+            elif m.fn == "avg":
+                lines.append(f"{acc} += {f(xv)}")
             else:
-                div = f"(({clip(f'{hs} + {kh}' if not isinstance(hs, int) else hs + kh, H, 'min')} - " \
-                      f"{clip(hs, 0, 'max')}) * ({clip(f'{ws} + {kw}' if not isinstance(ws, int) else ws + kw, W, 'min')}" \
-                      f" - {clip(ws, 0, 'max')}))"
-            lines.append(f"{acc} = {acc} / {div}")
+                w = m.args[1]
+                woff = f"{self.dim_index(1)} * {w.strides[0]} + " \
+                       f"{sum(t * w.strides[2 + j] for j, (t, _, _) in enumerate(taps)) + w.offset}"
+                wmask = ", mask=mask, other=0.0" if self.is_block(woff) else ""
+                lines.append(f"{acc} += {f(xv)} * tl.load({self.ptr(w.base)} + {woff}{wmask}).to(tl.float32)")
+        if m.fn == "avg":
+            sizes = [axis.size for axis in axes]
+            div = a["divisor"] if a.get("divisor") else \
+                math.prod(sizes) if all(isinstance(z, int) for z in sizes) else " * ".join(map(str, sizes))
+            lines.append(f"{acc} = {acc} / ({div})")
         return acc
+
+    def window_axis(self, m: Node, d: int) -> _Axis:
+        """The taps of a window along domain dim d: a pooling or convolution window (stride, padding,
+        dilation) or an adaptive one, [floor(o * I / O), ceil((o + 1) * I / O)); and its element count."""
+        a = m.attrs
+        j = d - (len(m.shape) - len(a["kernel"]))
+        size, I, O = a["kernel"][j], m.args[0].shape[d], m.shape[d]
+        o = self.dim_index(d)
+        if a.get("adaptive", (False,) * len(a["kernel"]))[j]:
+            shortest = min(-(-(i + 1) * I // O) - i * I // O for i in range(O))
+            big = ".to(tl.int64)" if O * I + O > INT32_MAX else ""
+            start = self.hoist("st", f"({o}{big} * {I}) // {O}")
+            end = self.hoist("en", f"({o}{big} * {I} + {I + O - 1}) // {O}")
+            taps = [(t, f"({start} + {t})", [] if t < shortest else [f"({start} + {t} < {end})"]) for t in range(size)]
+            return _Axis(taps, f"({end} - {start})")
+        s, p, dil = a["stride"][j], a["padding"][j], a["dilation"][j]
+        first, last = -p, (O - 1) * s - p  # where the first and the last output's windows start
+        if o == "0":
+            start = -p
+        elif s == 1 and p == 0:
+            start = o
+        else:
+            start = self.hoist("st", f"{o} * {s} - {p}" if p else f"{o} * {s}")
+        taps = []
+        for t in range(size):
+            lo, hi = first + t * dil, last + t * dil
+            if hi < 0 or lo >= I:  # outside the input for every output
+                continue
+            pos = str(start + t * dil) if isinstance(start, int) else f"({start} + {t * dil})" if t else start
+            taps.append((t, pos, ([f"({pos} >= 0)"] if lo < 0 else []) + ([f"({pos} < {I})"] if hi >= I else [])))
+        # the average's divisor: the window clipped to the padded input, or (count_include_pad off) to the input
+        pad_hi = I + p if a.get("count_include_pad", True) else I
+        pad_lo = -p if a.get("count_include_pad", True) else 0
+        if last + size <= pad_hi and first >= pad_lo:
+            return _Axis(taps, size)
+        if isinstance(start, int):
+            return _Axis(taps, min(start + size, pad_hi) - max(start, pad_lo))
+        hi_code = f"{start} + {size}" if last + size <= pad_hi else f"tl.minimum({start} + {size}, {pad_hi})"
+        lo_code = start if first >= pad_lo else f"tl.maximum({start}, {pad_lo})"
+        return _Axis(taps, f"({hi_code} - {lo_code})")
+
+    def at(self, v, index: list, checks: list[list[str]], other: str = "0") -> E:
+        """`v` (a leaf, or a pointwise tree of leaves this kernel recomputes) at one position per lane: `index`
+        has, per dim of v, a domain dim (int d: the lane's index along D's dim d) or an index expression (str),
+        and `checks` the bounds checks of each dim's position. A leaf's load is masked by the checks of the dims
+        it reads, its masked lanes reading `other`."""
+        if isinstance(v, Leaf):
+            if v.kind == "const":
+                return lit(v.value)
+            off = self.tap_offset(v, index)
+            read = [c for n, st, cs in zip(v.shape, v.strides, checks) if n > 1 and st for c in cs]
+            if v.kind == "iota":
+                code = off if (v.value, v.step) == (0, 1) else f"({v.value!r} + {v.step!r} * ({off}))"
+                return E(f"({code})", "f" if isinstance(v.value, float) or isinstance(v.step, float) else "i")
+            # a tile of addresses is masked by the tile and its checks; one address per program (its positions
+            # static or per program) only by its checks
+            ok = self.all_of(read) if self.is_block(off) else " & ".join(dict.fromkeys(read))
+            key = ("tap", v.base, off, ok, other)
+            if key not in self.body.cache:
+                name = self.fresh("xv")
+                cast = ".to(tl.float32)" if v.dtype.is_floating_point else ""
+                mask = f", mask={ok}, other={other}" if ok else ""
+                self.body.lines.append(f"{name} = tl.load({self.ptr(v.base)} + {off}{mask}){cast}")
+                self.body.cache[key] = E(name, kind_of(v.dtype))
+            return self.body.cache[key]
+        key = ("tap", v, tuple(index), tuple(map(tuple, checks)))
+        if key in self.body.cache:
+            return self.body.cache[key]
+        if v.op == "view":  # a reshape: the source's indices from the linear position
+            src = v.args[0]
+            terms = [f"{self.dim_index(i) if isinstance(i, int) else i} * {c}"
+                     for i, c, n in zip(index, contiguous_strides(v.shape), v.shape) if n > 1]
+            lin = self.hoist("ix", " + ".join(terms) or "0")
+            merged = list(dict.fromkeys(c for cs in checks for c in cs))
+            e = self.at(src, [f"(({lin} // {c}) % {n})" for c, n in zip(contiguous_strides(src.shape), src.shape)],
+                        [merged] * len(src.shape))
+        else:
+            args = []
+            for arg in v.args:
+                if isinstance(arg, Value):  # broadcast: right-aligned, size-1 dims read index 0
+                    lead = len(v.shape) - len(arg.shape)
+                    args.append(self.at(arg, [i if n > 1 else "0" for i, n in zip(index[lead:], arg.shape)],
+                                        [cs if n > 1 else [] for cs, n in zip(checks[lead:], arg.shape)]))
+                else:
+                    args.append(lit(arg) if isinstance(arg, (bool, int, float)) else arg)
+            e = POINTWISE[v.fn](args, v.attrs)
+            name = self.fresh("v")
+            self.body.lines.append(f"{name} = {e.code}")
+            e = E(name, e.kind)
+        self.body.cache[key] = e
+        return e
+
+    def tap_offset(self, leaf: Leaf, index: list) -> str:
+        """A leaf's element offset at `index` (see `at`); the part over domain dims is computed once."""
+        dom, code = [], []
+        for i, n, st in zip(index, leaf.shape, leaf.strides):
+            if n == 1 or st == 0 or i == "0":
+                continue
+            if isinstance(i, int):
+                dom.append((i, st))
+            else:
+                code.append(i if st == 1 else f"{i} * {st}")
+        base = self.offset(dom, leaf.offset)
+        if dom and not base.isidentifier():
+            base = self.hoist("xb", base)
+        return " + ".join([base] + code) if base != "0" or not code else " + ".join(code)
+
+    def all_of(self, checks: list[str]) -> str:
+        """The tile mask and these bounds checks; checks of one scalar per program select the mask whole."""
+        checks = list(dict.fromkeys(checks))
+        ok = " & ".join(["mask"] + [c for c in checks if self.is_block(c)])
+        scalar = [c for c in checks if not self.is_block(c)]
+        return f"tl.where({' & '.join(scalar)}, {ok}, False)" if scalar else ok
+
+    def hoist(self, prefix: str, code: str) -> str:
+        """An index expression computed once into a variable of this scope (marked a tile when it is one)."""
+        key = ("hoist", code)
+        if key not in self.body.cache:
+            name = self.fresh(prefix)
+            self.body.lines.append(f"{name} = {code}")
+            if self.is_block(code):
+                self.tiles.add(name)
+            self.body.cache[key] = name
+        return self.body.cache[key]
 
     # --- scans -------------------------------------------------------------------------------------
     def scan(self, m: Node) -> str:

@@ -176,6 +176,8 @@ RANDOM = {"bernoulli", "rand", "randn", "rand_like", "randn_like", "randint", "r
           "rrelu_with_noise"}
 GATHERS = {"index_select", "embedding", "gather", "index"}
 REDUCE = {"sum": "sum", "amax": "max", "amin": "min", "prod": "prod", "argmax": "argmax", "argmin": "argmin"}
+POOLS = {"max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool2d", "avg_pool3d", "_adaptive_avg_pool2d",
+         "_adaptive_avg_pool3d", "adaptive_max_pool2d", "adaptive_max_pool3d"}
 
 
 class _Builder:
@@ -325,8 +327,8 @@ class _Builder:
             return out
         if base == "convolution":
             return self.convolution(args, v)
-        if base in ("max_pool2d_with_indices", "avg_pool2d"):
-            return self.pool(base, args, v)
+        if base in POOLS:
+            return self.pool(target, base, args, kwargs, v)
         raise Unsupported(f"No template lowers {target}.")
 
     def view(self, target, base, args, kwargs, v) -> Value:
@@ -555,24 +557,52 @@ class _Builder:
             out = self.add("pw", "add", [out, b], v.shape, v.dtype, conv_bias=True)
         return out
 
-    def pool(self, base, args, v) -> Value:
-        x = args[0]
-        if not isinstance(x, Leaf) or len(x.shape) != 4:
-            raise Unsupported("Pooling templates read 4-D task inputs (N, C, H, W) only.")
-        kernel = tuple(args[1])
-        kernel = kernel * 2 if len(kernel) == 1 else kernel
-        stride = tuple(args[2]) if len(args) > 2 and args[2] else kernel
-        stride = stride * 2 if len(stride) == 1 else stride
-        padding = tuple(args[3]) if len(args) > 3 else (0, 0)
-        padding = padding * 2 if len(padding) == 1 else padding
-        if base == "avg_pool2d":
-            count_pad = args[5] if len(args) > 5 else True
-            divisor = args[6] if len(args) > 6 else None
-            return self.add("window", "avg", [x], v.shape, v.dtype, kernel=kernel, stride=stride, padding=padding,
-                            dilation=(1, 1), count_include_pad=count_pad, divisor=divisor)
-        dilation = tuple(args[4]) if len(args) > 4 else (1, 1)
-        dilation = dilation * 2 if len(dilation) == 1 else dilation
-        shape = v[0].shape
-        out = self.add("window", "max", [x], shape, x.dtype, kernel=kernel, stride=stride, padding=padding,
-                       dilation=dilation)
-        return (out, None)
+    def pool(self, target, base, args, kwargs, v) -> Value:
+        """Max, average and adaptive pooling over the trailing 2 or 3 dims of any value (1-D pooling arrives as
+        2-D over an unsqueezed axis; the leading dims, batch and channels or channels alone, are kept): a window
+        node, or a reduction when an adaptive pool's output is one element per plane. Max pooling returns
+        (values, None): the indices are not computed."""
+        a = _bound(target, args, kwargs)
+        x, rank = a["self"], 3 if base.endswith("3d") else 2
+        fn = "max" if "max" in base else "avg"
+        val = v[0] if isinstance(v, (tuple, list)) else v
+        shape, dtype = tuple(val.shape), val.dtype
+        ins, outs = x.shape[-rank:], shape[-rank:]
+        dims = tuple(range(len(shape) - rank, len(shape)))
+        if "adaptive" in base and all(o == 1 for o in outs):
+            out = self.add("reduce", "sum" if fn == "avg" else "max", [x], shape, dtype, dims=dims, keepdim=True)
+            if fn == "avg":
+                out = self.add("pw", "mul", [out, 1.0 / math.prod(ins)], shape, dtype)
+        elif "adaptive" in base:  # windows [floor(o * I / O), ceil((o + 1) * I / O)) along dims O does not divide
+            even = tuple(i % o == 0 for i, o in zip(ins, outs))
+            kernel = tuple(i // o if e else max(-(-(j + 1) * i // o) - j * i // o for j in range(o))
+                           for i, o, e in zip(ins, outs, even))
+            stride = tuple(i // o if e else 1 for i, o, e in zip(ins, outs, even))
+            out = self.add("window", fn, [x], shape, dtype, kernel=kernel, stride=stride, padding=(0,) * rank,
+                           dilation=(1,) * rank, adaptive=tuple(not e for e in even))
+        else:
+            kernel = _per_dim(a["kernel_size"], rank)
+            stride = _per_dim(a["stride"], rank) or kernel
+            out = self.add("window", fn, [x], shape, dtype, kernel=kernel, stride=stride,
+                           padding=_per_dim(a["padding"], rank), dilation=_per_dim(a.get("dilation", 1), rank),
+                           count_include_pad=a.get("count_include_pad", True), divisor=a.get("divisor_override"))
+        return (out, None) if fn == "max" else out
+
+
+def _bound(target, args, kwargs) -> dict:
+    """An ATen call's arguments by name, defaults filled in from its schema."""
+    out = {}
+    for i, arg in enumerate(target._schema.arguments):
+        if i < len(args):
+            out[arg.name] = args[i]
+        elif arg.name in kwargs:
+            out[arg.name] = kwargs[arg.name]
+        else:
+            out[arg.name] = arg.default_value if arg.has_default_value() else None
+    return out
+
+
+def _per_dim(value, rank: int) -> tuple:
+    """A pooling size argument (an int, or a list of one or `rank` ints; empty for a default) per dim."""
+    value = (value,) if isinstance(value, int) else tuple(value)
+    return value * rank if len(value) == 1 else value

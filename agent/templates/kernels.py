@@ -127,10 +127,11 @@ def _flat(kernel: Kernel, name: str, p: dict) -> KernelCode:
 
 
 def _plane(kernel: Kernel, name: str, p: dict) -> KernelCode:
-    """Window ops over (N, C, H, W) outputs: one (n, c) plane per program, a 2-D tile of it, so input rows
-    are read contiguously and per-channel weights are scalars."""
+    """Window ops over outputs of rank 3 or more ((N, C, H, W), (N, C, D, H, W), (N, C, 1, L), unbatched
+    forms): one plane of the last two dims per program, a 2-D tile of it, so input rows are read contiguously
+    and per-channel weights are scalars."""
     gen = Gen(kernel, name, p)
-    nc, oh, ow = kernel.domain[0] * kernel.domain[1], kernel.domain[2], kernel.domain[3]
+    nc, oh, ow = math.prod(kernel.domain[:-2]), kernel.domain[-2], kernel.domain[-1]
     bh, bw = min(p.get("BLOCK_H", 8), next_pow2(oh)), min(p.get("BLOCK_W", 64), next_pow2(ow))
     nh, nw = math.ceil(oh / bh), math.ceil(ow / bw)
     big = ".to(tl.int64)" if gen.big else ""

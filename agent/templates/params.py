@@ -52,8 +52,8 @@ def kernel_default(kernel: Kernel) -> dict:
     if layout == "flat":
         return {"BLOCK": 1024, "num_warps": 4, "num_stages": 1}
     if layout == "plane":
-        bw = min(next_pow2(kernel.domain[3]), 256)  # wide rows of outputs: the input rows they read coalesce
-        return {"layout": "plane", "BLOCK_H": max(1, min(next_pow2(kernel.domain[2]), 1024 // bw)), "BLOCK_W": bw,
+        bw = min(next_pow2(kernel.domain[-1]), 256)  # wide rows of outputs: the input rows they read coalesce
+        return {"layout": "plane", "BLOCK_H": max(1, min(next_pow2(kernel.domain[-2]), 1024 // bw)), "BLOCK_W": bw,
                 "num_warps": 4, "num_stages": 1}
     if layout in ("gemm", "torch"):
         _, m, n, _ = gemm_dims(kernel.nodes[0])
@@ -98,8 +98,8 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
     if layout == "flat":
         return {"BLOCK": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [1, 2, 4, 8, 16], "num_stages": [1]}
     if layout == "plane":
-        return {"layout": ["plane", "flat"], "BLOCK_H": [b for b in POW2[:8] if b <= next_pow2(kernel.domain[2])],
-                "BLOCK_W": [b for b in POW2 if 16 <= b <= max(16, min(1024, next_pow2(kernel.domain[3])))],
+        return {"layout": ["plane", "flat"], "BLOCK_H": [b for b in POW2[:8] if b <= next_pow2(kernel.domain[-2])],
+                "BLOCK_W": [b for b in POW2 if 16 <= b <= max(16, min(1024, next_pow2(kernel.domain[-1])))],
                 "BLOCK": [256, 1024, 4096], "num_warps": [1, 2, 4, 8], "num_stages": [1]}
     if layout == "gemm":
         return {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128],

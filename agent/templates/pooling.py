@@ -1,6 +1,7 @@
-"""Window template: max/avg pooling (1-D and 2-D, padding, stride, dilation, count_include_pad) and
-depthwise 2-D convolution (with bias and channel multiplier), each output element reading its window
-with static loops and masks, plus any fused pointwise epilogue."""
+"""Window template: max/avg pooling in 1-D, 2-D and 3-D (padding, stride, dilation, ceil_mode,
+count_include_pad, divisor_override), adaptive pooling, and depthwise 2-D convolution (with bias and channel
+multiplier), each output element reading its window with unrolled taps and masks, plus any fused pointwise
+epilogue. The pooled value may be computed: a stored buffer, or a pointwise chain recomputed at each tap."""
 from __future__ import annotations
 
 from agent.analysis import TaskAnalysis

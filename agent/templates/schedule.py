@@ -34,7 +34,7 @@ class Kernel:
         if self.kind in ("gemm", "torch_gemm"):
             return "gemm" if self.kind == "gemm" else "torch"
         if not self.rdims:
-            return "plane" if self.has_window and len(self.domain) == 4 else "flat"
+            return "plane" if self.has_window and len(self.domain) >= 3 else "flat"
         inner = [k for k in range(len(self.domain)) if self.domain[k] > 1]
         return "row" if not inner or inner[-1] in self.rdims or max(self.rdims) > inner[-1] else "col"
 

@@ -1,0 +1,97 @@
+"""Pooling of any rank and of computed values, run in the Triton interpreter against the reference: max and
+average pooling in 1-D, 2-D and 3-D (padding, stride, dilation, ceil_mode, count_include_pad, divisor
+override, unbatched inputs), adaptive pooling (uneven windows, evenly dividing sizes, one output per plane),
+and pools of pointwise chains (recomputed at every tap), of stored values and of a Linear's output."""
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from agent.analysis import analyze
+from agent.templates import BY_NAME, base, matching
+from agent.templates.ir import lower
+from tools.rules import check_source
+
+FIXTURES = Path(__file__).parent / "fixtures"
+_spec = importlib.util.spec_from_file_location("tpl_client", FIXTURES / "tpl_client.py")
+tpl_client = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tpl_client)
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    r = tpl_client.Runner(tmp_path_factory.mktemp("candidates"))
+    yield r
+    r.close()
+
+
+def render(task: str, template: str, params: dict | None = None) -> str:
+    a = analyze(str(FIXTURES / f"{task}.py"), small=True)
+    assert template in [t.NAME for t in matching(a)]
+    t = BY_NAME[template]
+    return t.render(a, {**t.default(a), **(params or {})})
+
+
+def check(task: str, source: str, runner) -> None:
+    assert check_source(source) is None
+    out = runner.run(FIXTURES / f"{task}.py", source)
+    assert out["error"] is None, out["error"]
+    assert out["rel_errors"] and all(e <= 1e-5 for e in out["rel_errors"]), out
+
+
+def kernels(source: str, layout: str) -> list[str]:
+    """The bodies of the generated kernels of one layout."""
+    return re.findall(rf"def _{layout}_kernel\d+\(.*?(?=\n\n|\Z)", source, re.S)
+
+
+@pytest.mark.parametrize("task", ["pool_max_nd", "pool_avg_nd"])
+@pytest.mark.parametrize("layout", ["plane", "flat"])
+def test_pooling_of_any_rank_matches_the_reference(task, layout, runner):
+    source = render(task, "pooling", {"layout": layout})
+    assert len(kernels(source, "plane")) >= 3  # one window kernel per pool, whatever its rank
+    flat = re.search(r"_plane_kernel\d+\[[^]]*\]\([^)]*BLOCK=", source) is not None
+    assert flat == (layout == "flat")  # the tuned (largest) window kernel may run flat
+    check(task, source, runner)
+
+
+def test_adaptive_pooling_matches_the_reference(runner):
+    a = analyze(str(FIXTURES / "pool_adaptive.py"), small=True)
+    windows = [n for n in lower(a).nodes if n.op == "window"]
+    # (13, 10) -> (5, 3) and (7, 13, 10) -> (3, 4, 5): uneven windows but along 10 -> 5; 45 -> 7 and 45 -> 9
+    # (even), (13, 10) -> (6, 4) uneven; the two pools to one output per plane are reductions
+    assert [n.attrs["adaptive"] for n in windows] == [(True, True), (True, True, False), (False, True),
+                                                      (True, True), (False, False)]
+    assert windows[1].attrs["kernel"] == (3, 4, 2) and windows[4].attrs["kernel"] == (1, 5)
+    assert sum(1 for n in lower(a).nodes if n.op == "reduce") == 2
+    check("pool_adaptive", render("pool_adaptive", "pooling"), runner)
+
+
+def test_pools_of_computed_values(runner):
+    """An LP pool and a max pool of a per-channel affine sigmoid recompute their chains at every tap (no
+    buffer for them), the sum over each pooled plane runs in the pooling kernel, a softmax is stored first."""
+    a = analyze(str(FIXTURES / "pool_of_pointwise.py"), small=True)
+    pl = base.plan(a)
+    stored = {n.fn if n.op != "window" else "window" for n in pl.buffers}
+    assert stored == {"window", "pow", "sum", "div"}, stored  # the outputs (an LP pool ends in a pow), the softmax
+    source = render("pool_of_pointwise", "pooling")
+    assert any("tl.sigmoid" in k and "tl.maximum(acc" in k and "tl.sum(" in k for k in kernels(source, "row"))
+    check("pool_of_pointwise", source, runner)
+
+
+def test_one_dimensional_pools_after_a_linear(runner):
+    """MaxPool1d/AvgPool1d of an unsqueezed GEMM output read the GEMM's buffer; windows that tile the row
+    exactly need no bounds checks."""
+    source = render("pool_after_linear", "gemm")
+    planes = kernels(source, "plane")
+    assert len(planes) == 2 and not any(">= 0" in k or "< 45)" in k for k in planes)
+    check("pool_after_linear", source, runner)
+
+
+def test_pooling_corner_cases(runner):
+    """Padding around a dim of size 1 (the load skips that dim, a select keeps the padding out), windows past
+    a 3-D input's depth over planes of one output (per-program checks, stores still tiles), and a pool of a
+    broadcast value."""
+    source = render("pool_edges", "pooling")
+    assert "tl.where((st" in source or "mask=(st" in source  # a depth check of one scalar per program
+    check("pool_edges", source, runner)

@@ -35,12 +35,14 @@ from torch.func import functional_call
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
+from agent import recurrent_ops
+
 aten = torch.ops.aten
 
 # (peak fp32 FLOP/s, peak DRAM B/s). A CPU is classed by intensity against the sm_90 ridge point.
 PEAKS = {"sm_90": (51e12, 4.27e12)}
 FAMILIES = ("elementwise", "softmax", "norm", "reduction", "argreduce", "scan", "pooling", "loss", "matvec",
-            "matmul", "gemm_epilogue", "conv", "unknown")
+            "matmul", "gemm_epilogue", "conv", "recurrent", "unknown")
 
 REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "prod", "var", "std", "var_mean", "logsumexp",
               "linalg_vector_norm", "norm", "any", "all"}
@@ -48,6 +50,7 @@ ARGREDUCTIONS = {"argmax", "argmin"}
 SCANS = {"cumsum", "cumprod", "logcumsumexp", "cummax", "cummin"}
 MATMULS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "dot", "mv", "addmv"}
 CONVS = {"convolution", "_convolution", "conv2d", "conv1d"}
+RECURRENT = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}  # gates per unit
 POOLS = {"max_pool2d_with_indices", "max_pool1d", "max_pool2d", "avg_pool2d", "avg_pool1d", "max_pool3d_with_indices",
          "avg_pool3d", "adaptive_avg_pool2d", "_adaptive_avg_pool2d", "adaptive_max_pool2d"}
 NORMS = {"native_layer_norm", "native_group_norm", "native_batch_norm", "_native_batch_norm_legit",
@@ -224,7 +227,8 @@ def trace(module: types.ModuleType, *, meta: bool, decompositions: dict | None =
     failures = []
     for name, capture in CAPTURES:
         try:
-            traced = capture(module, meta, decompositions or {})
+            with recurrent_ops.kept():  # one node per recurrent layer stack, not one per time step
+                traced = capture(module, meta, decompositions or {})
         except _Skipped as e:
             failures.append(f"{name} skipped ({e})")
             continue
@@ -425,8 +429,8 @@ def _kind(target) -> str:
     base = _base(target)
     if base in VIEWS:
         return "view"
-    for kind, names in (("reduction", REDUCTIONS), ("argreduce", ARGREDUCTIONS), ("scan", SCANS),
-                        ("matmul", MATMULS), ("conv", CONVS), ("pool", POOLS), ("norm", NORMS),
+    for kind, names in (("recurrent", RECURRENT), ("reduction", REDUCTIONS), ("argreduce", ARGREDUCTIONS),
+                        ("scan", SCANS), ("matmul", MATMULS), ("conv", CONVS), ("pool", POOLS), ("norm", NORMS),
                         ("softmax", SOFTMAXES), ("loss", LOSSES)):
         if base in names:
             return kind
@@ -478,6 +482,11 @@ def _axes(node) -> list[int] | None:
 
 
 def _node_flops(node, kind: str) -> float:
+    if kind == "recurrent":  # per step, layer and direction: the gates' input and hidden products
+        x, hx, weights = node.args[:3]
+        per = 4 if node.args[3] else 2
+        batch_steps = _val(x).numel() // _val(x).shape[-1]
+        return float(sum(2 * batch_steps * _val(w).numel() for i, w in enumerate(weights) if i % per < 2))
     if kind in ("matmul", "conv"):
         args = torch.utils._pytree.tree_map(
             lambda a: torch.empty_strided(_val(a).shape, _val(a).stride(), dtype=_val(a).dtype, device="meta")
@@ -541,6 +550,8 @@ def _family(ops: list[OpInfo], outputs: list[TensorInfo], inputs: list[TensorInf
     bases = {o.target.split(".")[1] if o.target.startswith("aten.") else o.target for o in compute}
     if not compute:
         return "unknown"
+    if "recurrent" in kinds:
+        return "recurrent"
     if "conv" in kinds:
         return "conv"
     if "matmul" in kinds:

@@ -48,6 +48,8 @@ class KernelCode:
     source: str
     launches: list[Launch]
     temps: dict = field(default_factory=dict)  # scratch buffers the launches need: name -> (shape, torch dtype)
+    host: list[str] = field(default_factory=list)  # forward lines run instead of `launches` (a loop over time)
+    host_args: dict = field(default_factory=dict)  # tensors the host lines read: base -> their {field} name
 
 
 def next_pow2(n: int) -> int:
@@ -232,21 +234,6 @@ class Gen(Reductions):
             scope.cache[key] = E(name, kind_of(leaf.dtype))
         return scope.cache[key]
 
-    # --- values ------------------------------------------------------------------------------------
-    def arg(self, a, consumer: Node, level: str, shape: tuple | None = None):
-        if a is None:
-            return None
-        shape = consumer.shape if shape is None else shape
-        if isinstance(a, Leaf):
-            return self.load(a, shape, level)
-        if isinstance(a, Node) and a not in self.k.level:
-            return self.inline(a, shape, level)
-        if isinstance(a, Node):
-            return E(self.value(a), self.kinds[a])
-        if isinstance(a, (list, tuple)):
-            return a
-        return lit(a) if isinstance(a, (bool, int, float)) else a
-
     def bounds_check(self, leaf: Leaf, shape: tuple, level: str) -> str:
         """The condition that a leaf with `bounds` is read inside them ("" for a leaf without)."""
         checks = []
@@ -270,6 +257,21 @@ class Gen(Reductions):
         mask = f", mask={'mask' if level == 'full' else 'rmask'}, other=0" if self.is_block(off) else ""
         cast = ".to(tl.float32)" if src.dtype.is_floating_point else ""
         return E(f"tl.load({self.ptr(src.base)} + {off}{mask}){cast}", kind_of(src.dtype))
+
+    # --- values ------------------------------------------------------------------------------------
+    def arg(self, a, consumer: Node, level: str, shape: tuple | None = None):
+        if a is None:
+            return None
+        shape = consumer.shape if shape is None else shape
+        if isinstance(a, Leaf):
+            return self.load(a, shape, level)
+        if isinstance(a, Node) and a not in self.k.level:
+            return self.inline(a, shape, level)
+        if isinstance(a, Node):
+            return E(self.value(a), self.kinds[a])
+        if isinstance(a, (list, tuple)):
+            return a
+        return lit(a) if isinstance(a, (bool, int, float)) else a
 
     def value(self, m: Node) -> str:
         level = self.k.level[m]

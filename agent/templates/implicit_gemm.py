@@ -78,7 +78,7 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
              "gsize = tl.minimum(num_m - first_m, GROUP_M)", "pid_m = first_m + (pid % width) % gsize",
              "pid_n = (pid % width) // gsize", f"pid_g = tl.program_id(1){big}",
              f"rm1 = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){big}",
-             f"rn1 = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){big}", "rk = tl.arange(0, BLOCK_K)"]
+             f"rn1 = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){big}", f"rk = tl.arange(0, BLOCK_K){big}"]
     lines += _split_index("rm1", (kernel.domain[0],) + tuple(spatial), "q")  # q0: batch, q1..: output position
     lines += [f"o{i} = q{i + 1}" for i in range(len(spatial))]
     lines.append(f"x_row = {xp} + {x.offset} + q0 * {sx[0]} + pid_g * {cin_g * sx[1]}")

@@ -327,6 +327,8 @@ class _Builder:
             return out
         if base == "convolution":
             return self.convolution(args, v)
+        if base in ("lstm", "gru", "rnn_tanh", "rnn_relu"):
+            return self.recurrent(base, args, v)
         if base in POOLS:
             return self.pool(target, base, args, kwargs, v)
         raise Unsupported(f"No template lowers {target}.")
@@ -337,15 +339,15 @@ class _Builder:
         storage, which a clone the IR drops, or a strided source, would make wrong. Ops that split a tensor
         (unbind, split, chunk) give a tuple of views."""
         src = args[0]
-        if base == "flip":
-            dims = tuple(d % len(src.shape) for d in args[1])
-            cs = contiguous_strides(src.shape)
-            layout = (tuple(-s if i in dims else s for i, s in enumerate(cs)),
         if base in SPLIT_VIEWS:
             pieces = target(torch.empty(src.shape, dtype=src.dtype, device="meta"), *args[1:], **kwargs)
             return tuple(self.view(aten.as_strided.default, "as_strided", [src, p.shape, p.stride(),
                                                                            p.storage_offset()], {}, p)
                          for p in pieces)
+        if base == "flip":
+            dims = tuple(d % len(src.shape) for d in args[1])
+            cs = contiguous_strides(src.shape)
+            layout = (tuple(-s if i in dims else s for i, s in enumerate(cs)),
                       sum((src.shape[d] - 1) * cs[d] for d in dims))
         else:
             replayed = target(torch.empty(src.shape, dtype=src.dtype, device="meta"), *args[1:], **kwargs)
@@ -390,10 +392,6 @@ class _Builder:
             args.append(a)
         return self.add("pw", value.fn, args, shape, value.dtype, attrs=value.attrs)
 
-    def matmul(self, a, b, v) -> Value:
-        """A GEMM node; a product with one output row or column becomes a multiply and a reduction."""
-        m, n = a.shape[-2], b.shape[-1]
-        if not (isinstance(a, Leaf) and isinstance(b, Leaf) and (n == 1 or m == 1)):
     def index_along(self, d: int, shape: tuple) -> Leaf:
         """The index along dim d at each position of `shape` (an iota broadcast over the other dims)."""
         return Leaf(self.fresh("i"), tuple(shape), torch.int64, kind="iota", value=0, step=1,
@@ -500,6 +498,10 @@ class _Builder:
                        self.reshaped(idx, tuple(idx.numel if j == d else 1 for j in range(len(shape))))]
         return self.add("pw", "gather", [src] + indices, shape, v.dtype, src_dims=src_dims, index_dims=index_dims)
 
+    def matmul(self, a, b, v) -> Value:
+        """A GEMM node; a product with one output row or column becomes a multiply and a reduction."""
+        m, n = a.shape[-2], b.shape[-1]
+        if not (isinstance(a, Leaf) and isinstance(b, Leaf) and (n == 1 or m == 1)):
             return self.add("gemm", "mm", [a, b], v.shape, v.dtype)
         batch = a.shape[:-2]
         if n == 1:  # (.., M, K) x (.., K, 1): multiply each row by b laid along K, sum over K
@@ -556,6 +558,19 @@ class _Builder:
                      strides=(0, bias.strides[0]) + (0,) * (rank - 2), offset=bias.offset)
             out = self.add("pw", "add", [out, b], v.shape, v.dtype, conv_bias=True)
         return out
+
+    def recurrent(self, mode: str, args, v) -> tuple:
+        """A stack of recurrent layers (agent/recurrent_ops.py keeps it one op): an "rnn" node for the output
+        sequence and an "rnn_state" node per final state (h_n, and c_n for an LSTM)."""
+        x, hx, weights, has_biases, layers, dropout, train, bidirectional, batch_first = args[:9]
+        if dropout and train and layers > 1:
+            raise Unsupported("The recurrent layers apply dropout in training mode, which is random, so the "
+                              "reference is not deterministic.")
+        h0, c0 = (hx[0], hx[1]) if mode == "lstm" else (hx, None)
+        out = self.add("rnn", mode, [x, h0, c0, *weights], v[0].shape, v[0].dtype, layers=int(layers),
+                       bidirectional=bool(bidirectional), batch_first=bool(batch_first), has_biases=bool(has_biases))
+        finals = tuple(self.add("rnn_state", name, [out], s.shape, s.dtype) for name, s in zip("hc", v[1:]))
+        return (out, *finals)
 
     def pool(self, target, base, args, kwargs, v) -> Value:
         """Max, average and adaptive pooling over the trailing 2 or 3 dims of any value (1-D pooling arrives as

@@ -11,6 +11,7 @@ import torch
 from agent.templates.codegen import NEUTRAL, Gen, KernelCode, Launch, Scope, next_pow2
 from agent.templates.implicit_gemm import render_conv
 from agent.templates.ir import Node
+from agent.templates.rnn_kernel import render_rnn
 from agent.templates.reductions import chan_merge
 from agent.templates.schedule import Kernel
 
@@ -102,6 +103,8 @@ def _store_lines(gen: Gen, stores: list, red_mask: str = "rmask") -> None:
 
 
 def render_kernel(kernel: Kernel, name: str, p: dict) -> KernelCode:
+    if kernel.layout == "rnn":
+        return render_rnn(kernel, name, p)
     if kernel.layout == "gemm":
         return render_conv(kernel, name, p) if kernel.nodes[0].fn == "conv" else _gemm(kernel, name, p)
     if kernel.layout == "flat" or kernel.layout == "plane" and p.get("layout") == "flat":
@@ -295,7 +298,8 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     red = [(m, b) for m, b in kernel.stores.items() if kernel.level[m] == "red"]
     block_o = meta["BLOCK_O"] if full else min(next_pow2(gen.O), max(1, 4096 // sp))
     lines = comb.top.lines
-    lines += ["ro = tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]", f"rmask = ro < {gen.O}",
+    big = ".to(tl.int64)" if comb.big else ""
+    lines += [f"ro = (tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]){big}", f"rmask = ro < {gen.O}",
               "pid_s = tl.program_id(1)", f"rs = tl.arange(0, {sp})[None, :]", f"pm = rmask & (rs < {split})"]
     it = iter(parts)
 
@@ -356,7 +360,7 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
              "gsize = tl.minimum(num_m - first_m, GROUP_M)", "pid_m = first_m + (pid % width) % gsize",
              "pid_n = (pid % width) // gsize",
              f"rm1 = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){big}",
-             f"rn1 = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){big}", "rk = tl.arange(0, BLOCK_K)"]
+             f"rn1 = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){big}", f"rk = tl.arange(0, BLOCK_K){big}"]
     a_base, b_base = f"{gen.ptr(a.base)} + {a.offset}", f"{gen.ptr(b.base)} + {b.offset}"
     if batched:
         lines.append(f"pid_b = tl.program_id(1){big}")

@@ -6,6 +6,7 @@ how many programs run.
   row   mode (one_pass | looped), BLOCK_O rows per program, BLOCK_R, num_warps, num_stages, SPLIT
   col   BLOCK_I, BLOCK_R, num_warps, num_stages
   gemm  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages (+ SPLIT_K, impl, precision at plan level)
+  rnn   BLOCK_H hidden units per program, BLOCK_K, num_warps
 """
 from __future__ import annotations
 
@@ -49,6 +50,8 @@ def splittable(kernel: Kernel, p: dict | None = None) -> bool:
 
 def kernel_default(kernel: Kernel) -> dict:
     layout = kernel.layout
+    if layout == "rnn":
+        return {"BLOCK_H": 32, "BLOCK_K": 32, "num_warps": 4}
     if layout == "flat":
         return {"BLOCK": 1024, "num_warps": 4, "num_stages": 1}
     if layout == "plane":
@@ -95,6 +98,8 @@ def kernel_default(kernel: Kernel) -> dict:
 
 def kernel_space(kernel: Kernel) -> dict[str, list]:
     layout = kernel.layout
+    if layout == "rnn":
+        return {"BLOCK_H": [16, 32, 64, 128], "BLOCK_K": [16, 32, 64], "num_warps": [1, 2, 4, 8]}
     if layout == "flat":
         return {"BLOCK": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [1, 2, 4, 8, 16], "num_stages": [1]}
     if layout == "plane":

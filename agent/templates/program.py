@@ -55,7 +55,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
             continue
         p = params if i == primary else kernel_default(k)
         codes.append(render_kernel(k, f"_{k.layout}_kernel{i}", p))
-    sources = "\n\n\n".join(c.source for c in codes if c is not None)
+    sources = "\n\n\n".join(_shared(codes, kernels))
     helpers = [HELPERS[h] for h in HELPERS if h + "(" in sources or h + "," in sources]
 
     inputs = [b for b, leaf in program.bases.items() if not _from_self(b)]
@@ -68,6 +68,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
                  f"    raise ValueError(f\"this candidate was generated for {b} of shape {shape}, got {{tuple({b}.shape)}}\")",
                  f"{b} = {b}.contiguous()"]
     used = {a for c in codes if c for launch in c.launches for a in launch.args}
+    used |= {base for c in codes if c for base in c.host_args}
     used |= {leaf.base for k in kernels if k.kind == "torch_gemm" for leaf in k.nodes[0].args}
     for b in program.bases:
         if _from_self(b) and b in used:
@@ -88,6 +89,8 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
         if c is None:
             body.append(f"{buffers_of(k)} = {_vendor_call(k.nodes[0])}")
             continue
+        fields = {name: _local(base) for base, name in c.host_args.items()}
+        body += [line.format(**fields) for line in c.host]
         for launch in c.launches:
             args = ", ".join(_local(a) for a in launch.args)
             meta = ", ".join(f"{key}={value}" for key, value in launch.meta.items())
@@ -104,6 +107,26 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     lines += ["", sources, "", "", "class ModelNew(Model):", f"    def forward({signature}):"]
     lines += ["        " + line for line in body]
     return "\n".join(lines) + "\n"
+
+
+def _shared(codes: list[KernelCode | None], kernels: list[Kernel]) -> list[str]:
+    """The kernel sources to write, each once: a kernel identical to an earlier one but for its name (the
+    repeated blocks of a network) launches the earlier one instead, so Triton compiles it once."""
+    first: dict[str, str] = {}  # source with its name blanked -> the name it was first written under
+    out = []
+    for i, (k, c) in enumerate(zip(kernels, codes)):
+        if c is None or c.host:
+            out += [c.source] if c is not None else []
+            continue
+        name = f"_{k.layout}_kernel{i}"
+        key = c.source.replace(name, "_kernel")
+        if key in first:
+            for launch in c.launches:
+                launch.kernel = launch.kernel.replace(name, first[key])
+        else:
+            first[key] = name
+            out.append(c.source)
+    return out
 
 
 def _vendor_op(g) -> str:
@@ -145,5 +168,7 @@ def work(kernel: Kernel) -> float:
     if kernel.kind in ("gemm", "torch_gemm"):
         batch, m, n, k = gemm_dims(kernel.nodes[0])
         return 8.0 * batch * m * n * k
+    if kernel.kind == "rnn":  # a GEMM of the hidden state per step and layer, at least
+        return 8.0 * math.prod(kernel.domain) * kernel.domain[-1] * kernel.nodes[0].attrs["layers"]
     return float(math.prod(kernel.domain))
 

@@ -1,0 +1,50 @@
+"""Recurrent layers in the interpreter: LSTM (two layers, bidirectional, batch-first, all three outputs), GRU
+(batch second, bidirectional), tanh and ReLU RNNs with and without biases, each lowered whole (one graph node,
+one fused step kernel stepped over time) and matching the reference at small irregular sizes."""
+import importlib.util
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.analysis import analyze
+from agent.templates import BY_NAME, matching
+from tools.rules import check_source
+
+FIXTURES = Path(__file__).parent / "fixtures"
+_spec = importlib.util.spec_from_file_location("tpl_client", FIXTURES / "tpl_client.py")
+tpl_client = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tpl_client)
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    r = tpl_client.Runner(tmp_path_factory.mktemp("rnn"))
+    yield r
+    r.close()
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
+def test_recurrent_layers_match_the_reference(kind, runner, tmp_path):
+    task = tmp_path / f"rnn_{kind}.py"  # a candidate embeds its task's source: set the kind in it
+    task.write_text((FIXTURES / "rnn_kinds.py").read_text().replace('kind = "lstm"', f'kind = "{kind}"'))
+    a = analyze(str(task), small=True)
+    assert [o.target for o in a.ops if o.kind == "recurrent"] == [f"kernelwright.{kind}.default"]  # one node
+    assert a.family == "recurrent" and a.total_flops > 0
+    assert "rnn" in [t.NAME for t in matching(a)]
+    t = BY_NAME["rnn"]
+    for params in t.variants(a)[:2]:
+        source = t.render(a, params)
+        assert check_source(source) is None and "for s in range(5):" in source
+        out = runner.run(task, source)
+        assert out["error"] is None, out["error"]
+        assert len(out["rel_errors"]) == (3 if kind == "lstm" else 2)
+        assert all(e <= 1e-5 for e in out["rel_errors"]), out
+
+
+def test_a_long_sequence_traces_as_one_op():
+    """Per-step decomposition took minutes for hundreds of steps; kept whole it takes a moment."""
+    start = time.monotonic()
+    a = analyze(str(FIXTURES / "rnn_kinds.py"), small=False, shapes={"steps": 2048, "hidden": 512})
+    assert time.monotonic() - start < 20
+    assert sum(1 for o in a.ops if o.kind == "recurrent") == 1

@@ -229,8 +229,24 @@ def binary_cross_entropy(x, y, weight=None, reduction=1):
     return _reduce(loss, reduction)
 
 
+def roll(x, shifts, dims=()):
+    """Each rolled dim as the concatenation of its last `shift` entries and the rest (no dims: the flattened
+    tensor, rolled, reshaped back)."""
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    if not dims:
+        return roll(x.reshape(-1), shifts, [0]).reshape(x.shape)
+    out = x
+    for shift, d in zip(shifts, [dims] if isinstance(dims, int) else list(dims)):
+        size = out.shape[d]
+        shift %= size
+        if shift:
+            out = torch.cat([torch.narrow(out, d, size - shift, shift), torch.narrow(out, d, 0, size - shift)], d)
+    return out
+
+
 DECOMPOSITIONS = {
     aten._softmax.default: softmax,
+    aten.roll.default: roll,
     aten._log_softmax.default: log_softmax,
     aten._safe_softmax.default: safe_softmax,
     aten._scaled_dot_product_attention_math.default: attention_math,

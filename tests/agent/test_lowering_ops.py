@@ -47,6 +47,11 @@ def test_cat_and_stack_of_inputs_and_computed_values(runner):
     assert "torch.cat" not in source.split("class ModelNew")[1]
 
 
+def test_rolls_over_dims_and_of_the_flattened_tensor(runner):
+    source = check("low_roll", runner)
+    assert "torch.roll" not in source.split("class ModelNew")[1]
+
+
 def test_attention_split_views_and_heads_of_a_computed_value(runner):
     a = analyze(str(FIXTURES / "low_attention.py"), small=True)
     fns = {n.fn for n in lower(a).nodes}

@@ -6,7 +6,7 @@ better of its kernel and eager PyTorch), and every task without a kernel with it
 the same tables.
 
     python benchmarks/kernelbench_bench.py --out OUT [--kernelbench ../shared/kernelbench] [--levels 1,2,3]
-        [--budget 4] [--max-seconds 480] [--tasks-per-level N] [--glob '*Conv*'] [--no-knowledge]
+        [--budget 4] [--max-seconds 480] [--time-limit 300] [--tasks-per-level N] [--glob '*Conv*'] [--no-knowledge]
     python benchmarks/kernelbench_bench.py --out OUT --table      # the tables of what is done so far, no run
 
 Call it again with the same arguments until every level is finished: each call resumes where the last one
@@ -38,6 +38,8 @@ def main() -> int:
                    help="KernelBench's folder of levels (default ../shared/kernelbench)")
     p.add_argument("--levels", default="1,2,3", help="levels to run, e.g. 1 or 1,3 (default 1,2,3)")
     p.add_argument("--budget", type=int, default=4, help="evaluations per task (default 4: coverage first)")
+    p.add_argument("--time-limit", type=float, default=300.0, metavar="S",
+                   help="wall-clock seconds per task, so one slow task cannot hold a call (default 300)")
     p.add_argument("--max-seconds", type=float, default=480.0,
                    help=f"seconds of batch work in this call (default 480; in-flight evaluations get {GRACE_S:g} more)")
     p.add_argument("--tasks-per-level", type=int, metavar="N", help="only the first N tasks of each level, by number")
@@ -55,7 +57,8 @@ def main() -> int:
     for level, files in chosen.items():
         left = deadline - time.monotonic()
         if not args.table and not finished(out / level, files) and left >= MIN_SLICE_S:
-            run_batch(write_suite(out, level, files), out / level, args.budget, left, args.no_knowledge)
+            run_batch(write_suite(out, level, files), out / level, args.budget, left, args.no_knowledge,
+                      args.time_limit)
     text = markdown([summarize_level(out / level, len(files)) for level, files in chosen.items()])
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.md").write_text(text)
@@ -87,11 +90,13 @@ def finished(folder: Path, files: list[Path]) -> bool:
     return all(tasks.get(f.stem, {}).get("status") == "done" for f in files)
 
 
-def run_batch(suite: Path, folder: Path, budget: int, seconds: float, no_knowledge: bool) -> int:
+def run_batch(suite: Path, folder: Path, budget: int, seconds: float, no_knowledge: bool,
+              time_limit: float = 300.0) -> int:
     """One `kernelwright batch` call for a level, new or resumed, stopped cleanly after `seconds`; its output
     goes to OUT/LEVEL.log."""
     cmd = [sys.executable, "-m", "agent.cli", "batch", str(suite), "--out", str(folder), "--budget", str(budget),
-           "--max-seconds", f"{seconds:.0f}"] + (["--resume"] if (folder / "batch.json").is_file() else [])
+           "--max-seconds", f"{seconds:.0f}", "--time-limit", f"{time_limit:.0f}"]
+    cmd += ["--resume"] if (folder / "batch.json").is_file() else []
     cmd += ["--no-knowledge"] if no_knowledge else []
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}  # no LLM
     print(f"{folder.name}: {' '.join(cmd[2:])}", flush=True)

@@ -37,9 +37,12 @@ def _dtype(dtype: torch.dtype) -> str:
     return str(dtype)
 
 
-def _host_view(leaf: Leaf) -> str:
-    base = _local(leaf.base)
-    if leaf.offset == 0 and leaf.strides == contiguous_strides(leaf.shape):
+def _host_view(leaf: Leaf, bases: dict) -> str:
+    """A leaf as a host tensor: its base as it is when the leaf is all of it, else a strided view (a buffer
+    read through a reshape, say a (N, C, 1, 1) pooled map flattened to (N, C) for a vendor GEMM)."""
+    base, whole = _local(leaf.base), bases.get(leaf.base)
+    if whole is not None and tuple(whole.shape) == tuple(leaf.shape) and leaf.offset == 0 and \
+            leaf.strides == contiguous_strides(leaf.shape):
         return base
     return f"{base}.as_strided({tuple(leaf.shape)}, {tuple(leaf.strides)}, {leaf.offset})"
 
@@ -87,7 +90,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
             body.append(f"{name} = torch.empty({shape}, device={device}.device, dtype={_dtype(dtype)})")
     for k, c in zip(kernels, codes):
         if c is None:
-            body.append(f"{buffers_of(k)} = {_vendor_call(k.nodes[0])}")
+            body.append(f"{buffers_of(k)} = {_vendor_call(k.nodes[0], program.bases)}")
             continue
         fields = {name: _local(base) for base, name in c.host_args.items()}
         body += [line.format(**fields) for line in c.host]
@@ -136,9 +139,9 @@ def _vendor_op(g) -> str:
     return "aten.bmm" if len(g.shape) == 3 else "aten.mm"
 
 
-def _vendor_call(g) -> str:
+def _vendor_call(g, bases: dict) -> str:
     """The host call of a vendor GEMM or convolution (without bias: bias and the rest stay in Triton)."""
-    a, b = _host_view(g.args[0]), _host_view(g.args[1])
+    a, b = _host_view(g.args[0], bases), _host_view(g.args[1], bases)
     if g.fn != "conv":
         return f"{'torch.bmm' if len(g.shape) == 3 else 'torch.mm'}({a}, {b})"
     t = g.attrs

@@ -35,7 +35,8 @@ STATIC_RULES: list[tuple[str, str, str]] = [
     ("file-io", r"\btorch\.(save|load|from_file|hub)\b|\.tofile\(",
      "it reads or writes files"),
     ("imports", "imports-outside-allow-list", "it imports a module kernels do not need (a candidate may import "
-                                             "only torch, triton and " + ", ".join(sorted(STDLIB_ALLOWED)) + ")"),
+                                             "only torch, triton, " + ", ".join(sorted(STDLIB_ALLOWED)) +
+                                             " and what its task imports)"),
     ("builtins", "dangerous-builtins", "it calls open, exec, eval, compile, exit or input, or looks attributes up "
                                        "by computed names"),
 ]
@@ -77,11 +78,16 @@ def op_base(name: str) -> str:
 LIBRARY_NAMES = frozenset("torch triton tl F nn np math builtins __builtins__ sys os".split())
 
 
-def check_source(source: str) -> str | None:
-    """The reason the first static rule the source breaks gives, or None."""
+def check_source(source: str, task_source: str = "") -> str | None:
+    """The reason the first static rule the source breaks gives, or None. A module the task itself imports
+    (numpy, einops, ...) may be imported by the candidate too: a candidate carries its task's code."""
     code = _strip_comments_and_strings(source)
+    task_imports = _import_roots(task_source)
     for rule, pattern, reason in STATIC_RULES:
-        broken = SYNTAX_CHECKS[pattern](source) if pattern in SYNTAX_CHECKS else re.search(pattern, code)
+        if pattern == "imports-outside-allow-list":
+            broken = bool(_import_roots(source) - task_imports - {"torch", "triton"} - STDLIB_ALLOWED)
+        else:
+            broken = SYNTAX_CHECKS[pattern](source) if pattern in SYNTAX_CHECKS else re.search(pattern, code)
         if broken:
             return f"Rejected ({rule}): {reason}."
     return None
@@ -125,17 +131,15 @@ def _root_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _imports_outside_allow_list(source: str) -> bool:
+def _import_roots(source: str) -> set[str]:
+    """The top-level modules a source imports ("." for a relative import)."""
+    roots = set()
     for node in _walk(source):
         if isinstance(node, ast.Import):
-            roots = [a.name.split(".")[0] for a in node.names]
+            roots |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            roots = [(node.module or "").split(".")[0] if node.level == 0 else "."]
-        else:
-            continue
-        if any(r not in ("torch", "triton") and r not in STDLIB_ALLOWED for r in roots):
-            return True
-    return False
+            roots.add((node.module or "").split(".")[0] if node.level == 0 else ".")
+    return roots
 
 
 def _dangerous_builtins(source: str) -> bool:
@@ -158,7 +162,6 @@ def _walk(source: str):
 
 
 SYNTAX_CHECKS = {"assigns-foreign-attribute": _assigns_foreign_attribute,
-                 "imports-outside-allow-list": _imports_outside_allow_list,
                  "dangerous-builtins": _dangerous_builtins}
 
 

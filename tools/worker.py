@@ -6,6 +6,7 @@ import json
 import os
 import time
 import traceback
+from pathlib import Path
 
 
 def main(job_path: str, result_path: str):
@@ -55,7 +56,7 @@ def evaluate_here(job):
     except Exception as e:
         return EvalResult("error", f"The task could not be loaded: {_describe(e)}.", task_error=True, **base)
 
-    rule = check_source(job.candidate)
+    rule = check_source(job.candidate, Path(spec.path).read_text())
     if rule:
         return EvalResult("rejected", rule, **base)
     with open("candidate.py", "w") as f:

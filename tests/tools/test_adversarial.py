@@ -130,3 +130,13 @@ def test_a_result_file_counts_only_from_a_worker_that_finished(tmp_path):
     assert _read_result(str(fake), SandboxResult(1, "", False), 60).verdict == "crash"
     assert _read_result(str(fake), SandboxResult(-11, "", False), 60).verdict == "crash"
     assert _read_result(str(fake), SandboxResult(0, "", False), 60).verdict == "correct"
+
+
+def test_a_candidate_may_import_only_what_its_task_imports():
+    """A candidate carries its task's code, so the task's own imports (numpy, einops, ...) are allowed, and
+    nothing beyond them."""
+    from tools.rules import check_source
+    candidate = "import numpy as np\nimport torch\nimport triton\n"
+    assert "imports" in check_source(candidate)
+    assert check_source(candidate, task_source="import torch\nimport numpy\n") is None
+    assert "imports" in check_source(candidate + "import ctypes_free_module\n", task_source="import numpy\n")

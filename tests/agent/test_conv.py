@@ -1,7 +1,6 @@
 """Convolutions as implicit GEMMs in the interpreter: every kind (1-, 2-, 3-D; grouped, strided, padded,
 dilated; transposed with output padding) at small irregular shapes matches the reference, a convolution of a
 computed value runs under a fused epilogue, and the declared cuDNN variant passes the real evaluator."""
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -11,19 +10,9 @@ from agent.templates import BY_NAME, matching
 from tools.rules import check_source
 
 FIXTURES = Path(__file__).parent / "fixtures"
-_spec = importlib.util.spec_from_file_location("tpl_client", FIXTURES / "tpl_client.py")
-tpl_client = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tpl_client)
 
 KINDS = ["conv1d", "conv2d", "conv2d_grouped", "conv3d", "pointwise", "transposed1d", "transposed2d",
          "transposed2d_grouped", "transposed3d"]
-
-
-@pytest.fixture(scope="module")
-def runner(tmp_path_factory):
-    r = tpl_client.Runner(tmp_path_factory.mktemp("conv"))
-    yield r
-    r.close()
 
 
 def task_of(kind: str, folder: Path) -> Path:

@@ -1,10 +1,7 @@
 """The lowering's wider op set on small fixture tasks (fixtures/low_*.py), each candidate run in the Triton
 interpreter against the reference: tril/triu, cat/stack/pad (masked loads of shifted pieces), attention and
 split views, indexed loads (gathers), more pointwise ops; and a task with random numbers is refused."""
-import importlib.util
 from pathlib import Path
-
-import pytest
 
 from agent.analysis import analyze
 from agent.templates import matching, unsupported_reason
@@ -12,16 +9,6 @@ from agent.templates.ir import lower
 from tools.rules import check_source
 
 FIXTURES = Path(__file__).parent / "fixtures"
-_spec = importlib.util.spec_from_file_location("tpl_client", FIXTURES / "tpl_client.py")
-tpl_client = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tpl_client)
-
-
-@pytest.fixture(scope="module")
-def runner(tmp_path_factory):
-    r = tpl_client.Runner(tmp_path_factory.mktemp("candidates"))
-    yield r
-    r.close()
 
 
 def check(task: str, runner) -> str:

@@ -2,7 +2,6 @@
 (one row per program: 128 interpreted programs for a 128-row softmax) and must find a much faster one
 from real CPU timings: interpreter wall time in a runner process here, the sandboxed evaluator in the
 slow test."""
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -17,9 +16,6 @@ from tools.results import EvalResult, Timing
 FIXTURES = Path(__file__).parent / "fixtures"
 SOFTMAX = FIXTURES / "tpl_softmax_param.py"
 BAD = {"template": "rowwise", "mode": "one_pass", "BLOCK_O": 1, "BLOCK_R": 128, "num_warps": 1, "num_stages": 1}
-_spec = importlib.util.spec_from_file_location("tpl_client", FIXTURES / "tpl_client.py")
-tpl_client = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tpl_client)
 
 
 def task_context(path: Path) -> TaskContext:
@@ -31,13 +27,6 @@ def result(ms: float | None) -> EvalResult:
     if ms is None:
         return EvalResult("incorrect", "wrong")
     return EvalResult("correct", "ok", timing=Timing(ms, None, None, None, None, None, None, 0.0, True))
-
-
-@pytest.fixture(scope="module")
-def runner(tmp_path_factory):
-    r = tpl_client.Runner(tmp_path_factory.mktemp("candidates"))
-    yield r
-    r.close()
 
 
 def timed(runner, source: str) -> float | None:

@@ -2,7 +2,6 @@
 average pooling in 1-D, 2-D and 3-D (padding, stride, dilation, ceil_mode, count_include_pad, divisor
 override, unbatched inputs), adaptive pooling (uneven windows, evenly dividing sizes, one output per plane),
 and pools of pointwise chains (recomputed at every tap), of stored values and of a Linear's output."""
-import importlib.util
 import re
 from pathlib import Path
 
@@ -14,16 +13,6 @@ from agent.templates.ir import lower
 from tools.rules import check_source
 
 FIXTURES = Path(__file__).parent / "fixtures"
-_spec = importlib.util.spec_from_file_location("tpl_client", FIXTURES / "tpl_client.py")
-tpl_client = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tpl_client)
-
-
-@pytest.fixture(scope="module")
-def runner(tmp_path_factory):
-    r = tpl_client.Runner(tmp_path_factory.mktemp("candidates"))
-    yield r
-    r.close()
 
 
 def render(task: str, template: str, params: dict | None = None) -> str:

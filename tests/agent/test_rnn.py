@@ -1,7 +1,6 @@
 """Recurrent layers in the interpreter: LSTM (two layers, bidirectional, batch-first, all three outputs), GRU
 (batch second, bidirectional), tanh and ReLU RNNs with and without biases, each lowered whole (one graph node,
 one fused step kernel stepped over time) and matching the reference at small irregular sizes."""
-import importlib.util
 import time
 from pathlib import Path
 
@@ -12,16 +11,6 @@ from agent.templates import BY_NAME, matching
 from tools.rules import check_source
 
 FIXTURES = Path(__file__).parent / "fixtures"
-_spec = importlib.util.spec_from_file_location("tpl_client", FIXTURES / "tpl_client.py")
-tpl_client = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tpl_client)
-
-
-@pytest.fixture(scope="module")
-def runner(tmp_path_factory):
-    r = tpl_client.Runner(tmp_path_factory.mktemp("rnn"))
-    yield r
-    r.close()
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru", "rnn_tanh", "rnn_relu"])

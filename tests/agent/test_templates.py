@@ -4,7 +4,6 @@ candidate passes the real evaluator (no torch compute, correct on every trial).
 
 Candidates run in one interpreter subprocess (fixtures/tpl_runner.py): TRITON_INTERPRET must be set before
 triton is first imported, which other test modules may already have done in this process."""
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -14,16 +13,6 @@ from agent.templates import BY_NAME, base, matching, unsupported_reason
 from tools.rules import check_source
 
 FIXTURES = Path(__file__).parent / "fixtures"
-_spec = importlib.util.spec_from_file_location("tpl_client", FIXTURES / "tpl_client.py")
-tpl_client = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tpl_client)
-
-
-@pytest.fixture(scope="module")
-def runner(tmp_path_factory):
-    r = tpl_client.Runner(tmp_path_factory.mktemp("candidates"))
-    yield r
-    r.close()
 
 
 def check(task: str, template: str, params: dict, runner) -> str:

@@ -1,7 +1,6 @@
 """agent/analysis.py's trace on tasks the first capture cannot take, and how a candidate addresses model state:
 each fixture is traced, rendered by a template and run against its reference in the Triton interpreter
 (fixtures/tpl_runner.py, in its own process so TRITON_INTERPRET is set before triton is imported)."""
-import importlib.util
 from collections import OrderedDict
 from pathlib import Path
 
@@ -14,16 +13,6 @@ from agent.templates import BY_NAME, matching
 from tools.rules import check_source
 
 FIXTURES = Path(__file__).parent / "fixtures"
-_spec = importlib.util.spec_from_file_location("tpl_client", FIXTURES / "tpl_client.py")
-tpl_client = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tpl_client)
-
-
-@pytest.fixture(scope="module")
-def runner(tmp_path_factory):
-    r = tpl_client.Runner(tmp_path_factory.mktemp("candidates"))
-    yield r
-    r.close()
 
 
 def capture(task: str, small: bool) -> str:

@@ -284,6 +284,8 @@ class _Builder:
             value = {"zeros": 0, "zeros_like": 0, "ones": 1, "ones_like": 1}.get(base)
             if value is None:
                 value = args[0] if base == "scalar_tensor" else args[1]
+            if v.dtype == torch.bool:  # a boolean 1 is True: `~1` would be -2, never false
+                value = bool(value)
             return Leaf(self.fresh("c"), tuple(v.shape), v.dtype, kind="const", value=value,
                         strides=(0,) * v.dim())
         if base == "arange":

@@ -34,6 +34,11 @@ def test_cat_and_stack_of_inputs_and_computed_values(runner):
     assert "torch.cat" not in source.split("class ModelNew")[1]
 
 
+def test_a_boolean_causal_mask_is_true_below_the_diagonal(runner):
+    """torch.ones(dtype=bool) is True, so ~mask is False where kept (an integer 1 gave ~1 = -2: all masked)."""
+    check("low_bool_mask", runner)
+
+
 def test_rolls_over_dims_and_of_the_flattened_tensor(runner):
     source = check("low_roll", runner)
     assert "torch.roll" not in source.split("class ModelNew")[1]

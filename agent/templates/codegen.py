@@ -514,6 +514,21 @@ class Gen(Reductions):
         return out
 
 
+def kernel_header(name: str, gen: Gen, meta: list[str]) -> list[str]:
+    """The @triton.jit line and signature: the kernel's pointers, then its constexpr meta-parameters."""
+    args = list(gen.ptrs.values()) + [f"{m}: tl.constexpr" for m in meta]
+    return ["@triton.jit", f"def {name}({', '.join(args)}):"]
+
+
+def store_lines(gen: Gen, stores: list, red_mask: str = "rmask") -> None:
+    """Stores each (member, buffer) at its level's positions: the full tile, or one per kept position."""
+    for m, buf in stores:
+        level = gen.k.level[m]
+        value = gen.value(m)  # first: it names the temporaries the address may reuse
+        mask = "mask" if level == "full" else red_mask
+        gen.body.lines.append(f"tl.store({gen.ptr(buf)} + {gen.linear(level)}, {value}, mask={mask})")
+
+
 def _leaves(nodes: list, members: dict) -> list[Leaf]:
     """Every leaf the kernel reads, through the pointwise nodes it recomputes inline."""
     out, stack, seen = [], list(nodes), set()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from agent.templates.codegen import Gen, KernelCode, Launch, next_pow2
+from agent.templates.codegen import Gen, KernelCode, Launch, kernel_header, next_pow2, store_lines
 from agent.templates.schedule import Kernel
 
 
@@ -90,7 +90,10 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
         ci_stride = sw[1]
     tap_lines, conds = _input_taps(attrs, tuple(x.shape[2:]))
     body = ["kk = k0 + rk", f"ci = kk // {taps}" if taps > 1 else "ci = kk"]
-    body += _split_index(f"(kk % {taps})", window, "kw") if taps > 1 else [f"kw{i} = kk * 0" for i in range(len(window))]
+    if taps > 1:
+        body += _split_index(f"(kk % {taps})", window, "kw")
+    else:
+        body += [f"kw{i} = kk * 0" for i in range(len(window))]
     body += tap_lines
     a_off = " + ".join([f"ci[None, :] * {sx[1]}"] + [f"i{i} * {sx[2 + i]}" for i in range(len(spatial))])
     b_off = " + ".join([f"ci[:, None] * {ci_stride}"] + [f"kw{i}[:, None] * {sw[2 + i]}" for i in range(len(window))])
@@ -107,11 +110,9 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen.top.lines += lines
     gen.top.cache[g] = "acc"
     gen.kinds[g] = "f"
-    for m, buf in kernel.stores.items():
-        gen.top.lines.append(f"tl.store({gen.ptr(buf)} + {gen.linear('full')}, {gen.value(m)}, mask=mask)")
+    store_lines(gen, list(kernel.stores.items()))
     meta = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"]
-    args = list(gen.ptrs.values()) + [f"{m}: tl.constexpr" for m in meta]
-    src = ["@triton.jit", f"def {name}({', '.join(args)}):"] + ["    " + line for line in gen.top.lines]
+    src = kernel_header(name, gen, meta) + ["    " + line for line in gen.top.lines]
     grid = (math.ceil(M / bm) * math.ceil(N / bn), groups)
     launch = Launch(name, grid, list(gen.ptrs), {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk,
                                                  "GROUP_M": p.get("GROUP_M", 8)}, p.get("num_warps", 4),

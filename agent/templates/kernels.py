@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from agent.templates.codegen import NEUTRAL, Gen, KernelCode, Launch, Scope, next_pow2
+from agent.templates.codegen import NEUTRAL, Gen, KernelCode, Launch, Scope, kernel_header, next_pow2, store_lines
 from agent.templates.implicit_gemm import render_conv
 from agent.templates.ir import Node
 from agent.templates.rnn_kernel import render_rnn
@@ -89,19 +89,6 @@ def reduction_stages(kernel: Kernel, pairs: dict | None = None) -> dict[Node, in
     return {m: dep(m) for m in kernel.nodes if m.op == "reduce"}
 
 
-def _header(name: str, gen: Gen, meta: list[str]) -> list[str]:
-    args = list(gen.ptrs.values()) + [f"{m}: tl.constexpr" for m in meta]
-    return ["@triton.jit", f"def {name}({', '.join(args)}):"]
-
-
-def _store_lines(gen: Gen, stores: list, red_mask: str = "rmask") -> None:
-    for m, buf in stores:
-        level = gen.k.level[m]
-        value = gen.value(m)
-        mask = "mask" if level == "full" else red_mask
-        gen.body.lines.append(f"tl.store({gen.ptr(buf)} + {gen.linear(level)}, {value}, mask={mask})")
-
-
 def render_kernel(kernel: Kernel, name: str, p: dict) -> KernelCode:
     if kernel.layout == "rnn":
         return render_rnn(kernel, name, p)
@@ -122,8 +109,8 @@ def _flat(kernel: Kernel, name: str, p: dict) -> KernelCode:
     block = min(p.get("BLOCK", 1024), next_pow2(numel))
     pid = "tl.program_id(0).to(tl.int64)" if gen.big else "tl.program_id(0)"
     gen.top.lines += [f"offs = {pid} * BLOCK + tl.arange(0, BLOCK)", f"mask = offs < {numel}"]
-    _store_lines(gen, list(kernel.stores.items()))
-    src = _header(name, gen, ["BLOCK"]) + _indent(gen.top.lines)
+    store_lines(gen, list(kernel.stores.items()))
+    src = kernel_header(name, gen, ["BLOCK"]) + _indent(gen.top.lines)
     grid = (math.ceil(numel / block),)
     return KernelCode("\n".join(src), [Launch(name, grid, list(gen.ptrs), {"BLOCK": block}, p.get("num_warps", 4),
                                               p.get("num_stages", 1))])
@@ -142,8 +129,8 @@ def _plane(kernel: Kernel, name: str, p: dict) -> KernelCode:
                       f"rh = (tile // {nw}) * BLOCK_H + tl.arange(0, BLOCK_H)[:, None]",
                       f"rw = (tile % {nw}) * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]",
                       f"mask = (rh < {oh}) & (rw < {ow})"]
-    _store_lines(gen, list(kernel.stores.items()))
-    src = _header(name, gen, ["BLOCK_H", "BLOCK_W"]) + _indent(gen.top.lines)
+    store_lines(gen, list(kernel.stores.items()))
+    src = kernel_header(name, gen, ["BLOCK_H", "BLOCK_W"]) + _indent(gen.top.lines)
     launch = Launch(name, (nc * nh * nw,), list(gen.ptrs), {"BLOCK_H": bh, "BLOCK_W": bw}, p.get("num_warps", 4),
                     p.get("num_stages", 1))
     return KernelCode("\n".join(src), [launch])
@@ -218,7 +205,7 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
         for s in sorted(set(stages.values())):
             for r in (r for r, st in stages.items() if st == s):
                 gen.reduce_now(r)
-        _store_lines(gen, full_stores + red_stores)
+        store_lines(gen, full_stores + red_stores)
     else:
         online = online_pairs(kernel) if p.get("online", 1) else {}
         welford = welford_pairs(kernel) if p.get("welford", 1) else {}
@@ -235,13 +222,13 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
                 getattr(gen, f"{kind}_end")(second, first)
         if full_stores:
             gen.body = Scope()
-            _store_lines(gen, full_stores)
+            store_lines(gen, full_stores)
             reverse = bool(kernel.scan_reverse) if kernel.scan_reverse is not None else bool(p.get("tail_first"))
             gen.top.lines += _loop(gen, gen.body.lines, reverse=reverse)
             gen.body = gen.top
-        _store_lines(gen, red_stores)
+        store_lines(gen, red_stores)
     meta_names = ["BLOCK_O", "BLOCK_R"] if gen.layout == "row" else ["BLOCK_R", "BLOCK_I"]
-    src = _header(name, gen, meta_names) + _indent(gen.top.lines)
+    src = kernel_header(name, gen, meta_names) + _indent(gen.top.lines)
     if gen.layout == "row":
         grid = (math.ceil(gen.O / meta["BLOCK_O"]),)
     else:
@@ -287,7 +274,7 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
             part(count), part(avg), part(squares)
     for buf, value in parts:
         gen.top.lines.append(f"tl.store({gen.ptr(buf)} + ro * {split} + pid_s, {value}, mask=rmask)")
-    first_src = _header(name, gen, ["BLOCK_O", "BLOCK_R"]) + _indent(gen.top.lines)
+    first_src = kernel_header(name, gen, ["BLOCK_O", "BLOCK_R"]) + _indent(gen.top.lines)
     launch_a = Launch(name, (math.ceil(gen.O / meta["BLOCK_O"]), split), list(gen.ptrs), meta,
                       p.get("num_warps", 4), p.get("num_stages", 1))
 
@@ -328,13 +315,13 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
             comb.kinds[r] = "f"
     if full:
         comb.body = Scope()
-        _store_lines(comb, full)
+        store_lines(comb, full)
         lines += [loop] + _indent(_chunk(comb, "r0") + comb.body.lines)
         comb.body = comb.top
     lines.append("first = rmask & ((ro * 0 + pid_s) == 0)")
-    _store_lines(comb, red, "first")
+    store_lines(comb, red, "first")
     meta_b = ["BLOCK_O", "BLOCK_R"] if full else ["BLOCK_O"]
-    second_src = _header(name + "_final", comb, meta_b) + _indent(lines)
+    second_src = kernel_header(name + "_final", comb, meta_b) + _indent(lines)
     launch_b = Launch(name + "_final", (math.ceil(gen.O / block_o), split if full else 1), list(comb.ptrs),
                       {"BLOCK_O": block_o, **({"BLOCK_R": meta["BLOCK_R"]} if full else {})},
                       p.get("num_warps", 4) if full else 4, 1)
@@ -399,9 +386,9 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen.top.lines += lines
     gen.top.cache[g] = "acc"
     gen.kinds[g] = "f"
-    _store_lines(gen, list(kernel.stores.items()))
+    store_lines(gen, list(kernel.stores.items()))
     meta = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"]
-    src = _header(name, gen, meta) + _indent(gen.top.lines)
+    src = kernel_header(name, gen, meta) + _indent(gen.top.lines)
     grid = (math.ceil(M / bm) * math.ceil(N / bn), a.shape[0] if batched else 1, split)
     launch = Launch(name, grid, list(gen.ptrs), {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk,
                                                  "GROUP_M": p.get("GROUP_M", 8)}, p.get("num_warps", 4),

@@ -10,7 +10,6 @@ node per layer stack, which agent/templates lowers to its recurrent kernel.
 from __future__ import annotations
 
 import contextlib
-from unittest import mock
 
 import torch
 from torch import Tensor
@@ -55,7 +54,10 @@ OPS = {"lstm": lstm, "gru": _single_state("gru"), "rnn_tanh": _single_state("rnn
 @contextlib.contextmanager
 def kept():
     """Recurrent layers called inside this block run as the single custom ops above."""
-    with contextlib.ExitStack() as stack:
-        for name, op in OPS.items():
-            stack.enter_context(mock.patch.object(torch._VF, name, op))
+    for name, op in OPS.items():
+        setattr(torch._VF, name, op)
+    try:
         yield
+    finally:
+        for name, original in _ORIGINAL.items():
+            setattr(torch._VF, name, original)

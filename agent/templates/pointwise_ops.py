@@ -147,6 +147,12 @@ def _arg(a, i, kw, name, default):
     return kw.get(name, default)
 
 
+def _xlog(shift: str):
+    """x * log(shift + y), 0 where x is 0, NaN where y is NaN (xlogy, and xlog1py with shift "1.0 + ")."""
+    return lambda a, kw: E(f"tl.where({f(a[1])} != {f(a[1])}, {f(a[1])}, tl.where({f(a[0])} == 0, 0.0, "
+                           f"{f(a[0])} * tl.log({shift}{f(a[1])})))", "f")
+
+
 POINTWISE = {
     "add": _arith("+"),
     "sub": _arith("-"),
@@ -224,10 +230,8 @@ POINTWISE = {
     "remainder": lambda a, kw: E(f"({f(a[0])} - {f(a[1])} * tl.floor({f(a[0])} / {f(a[1])}))", "f"),
     "fmod": lambda a, kw: E(f"({f(a[0])} - {f(a[1])} * _trunc({f(a[0])} / {f(a[1])}))", "f"),
     "cast": _cast,
-    "xlogy": lambda a, kw: E(f"tl.where({f(a[1])} != {f(a[1])}, {f(a[1])}, tl.where({f(a[0])} == 0, 0.0, "
-                             f"{f(a[0])} * tl.log({f(a[1])})))", "f"),
-    "special_xlog1py": lambda a, kw: E(f"tl.where({f(a[1])} != {f(a[1])}, {f(a[1])}, tl.where({f(a[0])} == 0, 0.0, "
-                                       f"{f(a[0])} * tl.log(1.0 + {f(a[1])})))", "f"),
+    "xlogy": _xlog(""),
+    "special_xlog1py": _xlog("1.0 + "),
     "square": lambda a, kw: E(f"({a[0].code} * {a[0].code})", _num(a[0])),
     "logit": lambda a, kw: E(f"tl.log({_logit_clamp(a, kw)} / (1.0 - {_logit_clamp(a, kw)}))", "f"),
     "asinh": _unary("tl.log({x} + tl.sqrt({x} * {x} + 1.0))"),

@@ -316,10 +316,27 @@ class Session:
                         for c in m.tool_calls:
                             args = ", ".join(f"{k}={_short(v)}" for k, v in c["args"].items())
                             print(f"  [tool] {c['name']}({args})", flush=True)
+                        note = reply_note(m)
+                        if note:
+                            print(f"  ({note})", flush=True)
                     elif node == "tools":
                         print(f"  [{m.name}] {_short(m.content, 160)}", flush=True)
         if speaking:
             print(flush=True)
+
+
+def reply_note(message) -> str:
+    """What the person should know about a reply that did not go as asked, or ''."""
+    finish = (getattr(message, "response_metadata", None) or {}).get("finish_reason")
+    if finish == "length":
+        return ("the reply was cut at the model's length limit; ask for less at a time, or raise "
+                "KERNELWRIGHT_LLM_MAX_TOKENS")
+    if getattr(message, "invalid_tool_calls", None):
+        names = ", ".join(str(c.get("name")) for c in message.invalid_tool_calls)
+        return f"the model asked for {names} with arguments that are not valid JSON; nothing was run"
+    if not message.tool_calls and not (message.text or "").strip():
+        return "the model sent an empty reply"
+    return ""
 
 
 def _short(value, limit: int = 60) -> str:

@@ -27,7 +27,7 @@ from agent.interfaces import Individual
 from agent.llm import LLMError
 from agent.state import InputState, State
 from knowledge.errors import KBError
-from tools.results import EvalJob
+from tools.results import EvalJob, EvalResult
 
 IMPROVEMENT = 1.01  # a new best must be at least 1% faster than the old one to count as progress
 
@@ -52,9 +52,15 @@ class TaskUnusable(Exception):
     """The task itself could not be loaded by the evaluator: no candidate can ever pass."""
 
 
+def spent(individuals: list[Individual]) -> int:
+    """Candidates that count against the evaluation budget: those with code (a model's reply without usable
+    code is kept as an `error` candidate, but nothing was evaluated)."""
+    return sum(1 for i in individuals if i.source)
+
+
 def check_limits(state: State, run: Run) -> None:
     cfg = run.config
-    if len(state.archive) + len(state.pending) >= cfg.budget:
+    if spent(state.archive + state.pending + state.fresh) >= cfg.budget:
         raise BudgetSpent(f"evaluation budget of {cfg.budget} spent")
     if run.elapsed() >= cfg.time_limit_s:
         raise TimeUp(f"time limit of {cfg.time_limit_s:g} s reached")
@@ -97,9 +103,10 @@ def select(state: State, runtime: Runtime[Run]) -> dict:
 
 def propose(state: State, runtime: Runtime[Run]) -> dict:
     """Asks the operators in turn (a different one leads each round) until one proposes something new;
-    each proposal is stored before it is evaluated."""
+    each proposal is stored before it is evaluated. A proposal without code (a model's reply that had none)
+    is stored with an `error` verdict at once and goes straight to the archive."""
     run = runtime.context
-    n = min(run.config.batch_size, run.config.budget - len(state.archive) - len(state.pending))
+    n = min(run.config.batch_size, run.config.budget - spent(state.archive + state.pending))
     seen = {i.source for i in state.archive + state.pending}
     lead = (state.round - 1) % max(len(run.operators), 1)
     for op in run.operators[lead:] + run.operators[:lead]:
@@ -109,7 +116,7 @@ def propose(state: State, runtime: Runtime[Run]) -> dict:
             op.inform(state.archive, state.retrieved, state.baselines)
         shares = [(p, n // len(state.parents) + (j < n % len(state.parents)))
                   for j, p in enumerate(state.parents)] if state.parents else [(None, n)]
-        stored = []
+        stored, failed = [], []
         for parent, count in shares:
             if count == 0:
                 continue
@@ -122,14 +129,25 @@ def propose(state: State, runtime: Runtime[Run]) -> dict:
             for p in proposals[:count]:
                 if p.source in seen:
                     continue
-                seen.add(p.source)
-                stored.append(run.store.add_proposed(run.run_id, p, parent.id if parent else None,
-                                                     prompt=getattr(p, "prompt", "")))
-        if stored:
-            return {"pending": stored}
+                ind = run.store.add_proposed(run.run_id, p, parent.id if parent else None,
+                                             prompt=getattr(p, "prompt", ""))
+                if p.source:
+                    seen.add(p.source)
+                    stored.append(ind)
+                else:
+                    failed.append(_no_code(run, ind, p.note))
+        if stored or failed:
+            return {"pending": stored, "fresh": failed}
         if not run.operators:
             break
     return {"pending": []}
+
+
+def _no_code(run: Run, ind: Individual, reason: str) -> Individual:
+    result = EvalResult(verdict="error", reason=f"no usable code: {reason}", device="none")
+    run.store.record_result(run.run_id, ind.id, result)
+    run.say(f"#{ind.id} {ind.operator}: error (no evaluation spent): {result.reason[:160]}")
+    return replace(ind, result=result)
 
 
 def evaluate(state: State, runtime: Runtime[Run]) -> dict:
@@ -137,6 +155,8 @@ def evaluate(state: State, runtime: Runtime[Run]) -> dict:
     run has its eager and torch.compile baselines, the first candidate goes alone so that they are measured
     once, not by every candidate of the round."""
     run, cfg = runtime.context, runtime.context.config
+    if not state.pending:  # only candidates without code this round: they already have their verdicts
+        return {}
     run.say(f"evaluating {' '.join(f'#{i.id}' for i in state.pending)}")
     pending, done, baselines, broken = list(state.pending), [], state.baselines, None
     groups = [pending[:1], pending[1:]] if baselines is None else [pending]
@@ -151,10 +171,10 @@ def evaluate(state: State, runtime: Runtime[Run]) -> dict:
             done.append(ind)
             baselines = baselines or result.baselines
             broken = broken or (result.reason if result.task_error else None)
-            run.say(progress_line(ind, len(state.archive) + len(done), cfg.budget))
+            run.say(progress_line(ind, spent(state.archive) + len(done), cfg.budget))
     if broken:
         raise TaskUnusable(broken)
-    return {"pending": [], "fresh": sorted(done, key=lambda i: i.id), "baselines": baselines}
+    return {"pending": [], "fresh": sorted(state.fresh + done, key=lambda i: i.id), "baselines": baselines}
 
 
 def update(state: State, runtime: Runtime[Run]) -> dict:
@@ -175,7 +195,7 @@ def update(state: State, runtime: Runtime[Run]) -> dict:
             except KBError as e:  # the run store has the candidate; the library can be rebuilt later
                 run.say(f"knowledge: {e}")
     return {"archive": archive, "fresh": [], "best_id": best.id if improved else state.best_id,
-            "stale": 0 if improved else state.stale + len(state.fresh)}
+            "stale": 0 if improved else state.stale + spent(state.fresh)}
 
 
 def terminate(state: State, runtime: Runtime[Run]) -> dict:
@@ -215,7 +235,7 @@ def route_start(state: State, runtime: Runtime[Run]) -> Literal["evaluate", "ret
 
 
 def route_after_propose(state: State) -> Literal["evaluate", "terminate"]:
-    return "evaluate" if state.pending else "terminate"
+    return "evaluate" if state.pending or state.fresh else "terminate"
 
 
 def route_after_update(state: State, runtime: Runtime[Run]) -> Literal["retrieve", "terminate"]:

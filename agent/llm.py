@@ -7,7 +7,13 @@ bounded number of times; whatever still fails becomes an LLMError whose message 
     config = llm_config(model="qwen2.5-coder", base_url=None)   # None when no LLM is configured
     chat = ChatClient(config)
     chat.check()                                                # fails fast on a bad key or URL
-    reply = chat.invoke(messages, tools=[...])
+    reply = chat.invoke(messages, tools=[...], deadline=time.monotonic() + 60)
+
+A request never outlives its deadline: its timeout is the time left, its reply is capped at the tokens the
+server can generate in that time (measured from earlier replies), a streamed reply is dropped mid-way at the
+deadline (LLMTimeUp). Real servers differ from the spec in ways the client absorbs: tool calls written as
+text are parsed (agent/replies.py), a context-length error teaches the client the model's context and the
+request is cut to fit and sent again once.
 """
 from __future__ import annotations
 
@@ -18,6 +24,9 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from typing import TYPE_CHECKING
+
+from agent.replies import (CHARS_PER_TOKEN, context_length_from, context_length_of_model, fit_messages,
+                           text_tool_calls)
 
 if TYPE_CHECKING:  # langchain and openai take about a second to import: only when a model is used
     from langchain_core.messages import AIMessage, BaseMessage
@@ -33,13 +42,24 @@ class LLMConfigError(LLMError):
     """The LLM settings are incomplete (a model without a key, a key without a model)."""
 
 
+class LLMTimeUp(LLMError):
+    """The deadline came before or during a request; the search's other operators go on."""
+
+
+MIN_REQUEST_S = 5.0  # a request with less time than this left is not sent
+MIN_TOKENS = 128  # the smallest reply cap worth asking for
+
+
 @dataclass
 class LLMConfig:
     model: str
     api_key: str = field(repr=False)
     base_url: str | None = None  # None: the OpenAI API
     temperature: float = 0.7
-    timeout_s: float = 180.0  # one request
+    timeout_s: float = 180.0  # one request, at most; a deadline shortens it
+    max_tokens: int = 4096  # one reply, at most; a deadline lowers it to what the server can write in time
+    stream: bool = False  # stream replies (also what `kernelwright chat` does when it shows them as they come)
+    context_tokens: int | None = None  # the model's context length; learned from the server when it says
     retries: int = 4  # extra attempts after a transient failure
     backoff_s: float = 2.0  # first wait; doubles each retry, capped at backoff_cap_s
     backoff_cap_s: float = 60.0
@@ -63,6 +83,14 @@ def llm_config(model: str | None, base_url: str | None = None,
     if not key:
         raise LLMConfigError(f"OPENAI_API_KEY is not set for model {model!r}; set it (local servers such as "
                              f"vLLM or Ollama accept any value).")
+    if env.get("KERNELWRIGHT_LLM_STREAM"):
+        overrides.setdefault("stream", env["KERNELWRIGHT_LLM_STREAM"] not in ("0", "false", "no"))
+    if env.get("KERNELWRIGHT_LLM_MAX_TOKENS"):
+        try:
+            overrides.setdefault("max_tokens", int(env["KERNELWRIGHT_LLM_MAX_TOKENS"]))
+        except ValueError:
+            raise LLMConfigError(f"KERNELWRIGHT_LLM_MAX_TOKENS must be a whole number of tokens, not "
+                                 f"{env['KERNELWRIGHT_LLM_MAX_TOKENS']!r}.") from None
     return LLMConfig(model=model, api_key=key, base_url=base_url, **overrides)
 
 
@@ -72,9 +100,11 @@ def _retryable(error: Exception) -> bool:
 
 
 def _describe(error: Exception, config: LLMConfig) -> str:
-    import openai
     """One line saying what went wrong with the endpoint."""
+    import openai
     where = f"the LLM endpoint at {config.url}"
+    if isinstance(error, openai.APITimeoutError):
+        return f"{where} did not answer in time (the request's timeout ran out)"
     if isinstance(error, openai.APIConnectionError):
         cause = error.__cause__ or error
         return f"cannot reach {where} ({type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''})"
@@ -93,7 +123,8 @@ def _describe(error: Exception, config: LLMConfig) -> str:
 
 
 class ChatClient:
-    """ChatOpenAI with our own bounded retry loop (the client's built-in retries are off)."""
+    """ChatOpenAI with our own bounded retry loop (the client's built-in retries are off), deadlines, and
+    what real servers need (see the module's docstring)."""
 
     def __init__(self, config: LLMConfig, sleep=time.sleep):
         from langchain_openai import ChatOpenAI
@@ -102,16 +133,21 @@ class ChatClient:
         self.rng = random.Random(config.seed)
         self.model = ChatOpenAI(model=config.model, api_key=config.api_key, base_url=config.base_url,
                                 temperature=config.temperature, timeout=config.timeout_s, max_retries=0,
-                                seed=config.seed)
+                                seed=config.seed, stream_usage=True)
         self.retried = 0  # retries made so far, for the report
+        self.context_tokens = config.context_tokens
+        self.tokens_per_s: float | None = None  # the server's generation speed, from earlier replies
 
-    def _with_retries(self, call, retries: int | None = None):
+    def _with_retries(self, call, retries: int | None = None, deadline: float | None = None):
         import openai
         retries = self.config.retries if retries is None else retries
         for attempt in range(retries + 1):
             try:
                 return call()
             except openai.APIError as e:
+                if isinstance(e, openai.APITimeoutError) and deadline is not None \
+                        and deadline - time.monotonic() < MIN_REQUEST_S:
+                    raise LLMTimeUp(f"the deadline came during a request to {self.config.url}") from e
                 if not _retryable(e) or attempt == retries:
                     raise LLMError(_describe(e, self.config)) from e
                 self.retried += 1
@@ -130,9 +166,60 @@ class ChatClient:
         wait = self.config.backoff_s * 2 ** attempt
         return min(wait * (0.75 + 0.5 * self.rng.random()), cap)
 
-    def invoke(self, messages: list[BaseMessage], tools: list[dict] | None = None) -> AIMessage:
+    def invoke(self, messages: list[BaseMessage], tools: list[dict] | None = None,
+               deadline: float | None = None) -> AIMessage:
+        """One reply, within the deadline (time.monotonic() seconds) if one is given. Tool calls the model
+        wrote as text become the reply's tool calls when it made none the structured way."""
         runnable = self.model.bind_tools(tools) if tools else self.model
-        return self._with_retries(lambda: runnable.invoke(messages))
+        start = time.monotonic()
+        try:
+            reply = self._with_retries(lambda: self._request(runnable, messages, deadline), deadline=deadline)
+        except LLMError as e:
+            learned = context_length_from(str(e.__cause__ or e))
+            if learned is None or learned == self.context_tokens:
+                raise
+            self.context_tokens = learned  # the server said how long its context is: cut to fit, once more
+            reply = self._with_retries(lambda: self._request(runnable, messages, deadline), deadline=deadline)
+        self._learn_speed(reply, time.monotonic() - start)
+        if tools and not reply.tool_calls:
+            names = {t["function"]["name"] for t in tools}
+            found = text_tool_calls(reply.text, names)
+            if found:
+                reply = reply.model_copy(update={"tool_calls": found, "invalid_tool_calls": []})
+        return reply
+
+    def _request(self, runnable, messages: list, deadline: float | None) -> AIMessage:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left < MIN_REQUEST_S:
+            raise LLMTimeUp("the deadline leaves no time for another model request")
+        tokens = self.reply_tokens(left)
+        options = {"timeout": self.config.timeout_s if left is None else min(self.config.timeout_s, left),
+                   "max_tokens": tokens}
+        if self.config.base_url:  # llama.cpp and Ollama read max_tokens; ChatOpenAI sends max_completion_tokens
+            options["extra_body"] = {"max_tokens": tokens}
+        if self.context_tokens:
+            room = self.context_tokens - tokens - 256  # 256: the chat template's own tokens
+            from langchain_core.messages import convert_to_messages
+            messages = fit_messages(convert_to_messages(messages), max(room, 256) * CHARS_PER_TOKEN)
+        if not self.config.stream:
+            return runnable.invoke(messages, **options)
+        return _streamed(runnable.stream(messages, **options), deadline)
+
+    def reply_tokens(self, left: float | None) -> int:
+        """The cap on the next reply: the configured one, lowered to what the server writes in the time left
+        (at its measured speed), and to half the context when the context is known."""
+        tokens = self.config.max_tokens
+        if left is not None and self.tokens_per_s:
+            tokens = min(tokens, int(0.9 * left * self.tokens_per_s))
+        if self.context_tokens:
+            tokens = min(tokens, self.context_tokens // 2)
+        return max(tokens, MIN_TOKENS)
+
+    def _learn_speed(self, reply: AIMessage, seconds: float) -> None:
+        usage = getattr(reply, "usage_metadata", None) or {}
+        written = usage.get("output_tokens") or len(reply.text or "") // 4
+        if written >= 16 and seconds > 0:
+            self.tokens_per_s = written / seconds
 
     def check(self) -> None:
         import openai
@@ -142,7 +229,27 @@ class ChatClient:
         so that a wrong URL is reported within seconds."""
         client = self.model.root_client.with_options(timeout=min(30.0, self.config.timeout_s))
         try:
-            self._with_retries(lambda: client.models.list(), retries=1)
+            listed = self._with_retries(lambda: client.models.list(), retries=1)
         except LLMError as e:
             if not isinstance(e.__cause__, openai.NotFoundError):
                 raise
+            return
+        entries = [m.to_dict() for m in listed.data]
+        mine = [m for m in entries if m.get("id") == self.config.model] or (entries if len(entries) == 1 else [])
+        if mine and not self.context_tokens:
+            self.context_tokens = context_length_of_model(mine[0])
+
+
+def _streamed(chunks, deadline: float | None) -> AIMessage:
+    """The whole reply of a stream, or LLMTimeUp as soon as a chunk arrives after the deadline (the
+    connection is closed, so the server stops generating)."""
+    from langchain_core.messages import AIMessage, message_chunk_to_message
+    total = None
+    try:
+        for chunk in chunks:
+            total = chunk if total is None else total + chunk
+            if deadline is not None and time.monotonic() > deadline:
+                raise LLMTimeUp("the deadline came while the reply was streaming; the rest was not waited for")
+    finally:
+        chunks.close()
+    return AIMessage(content="") if total is None else message_chunk_to_message(total)

@@ -246,13 +246,15 @@ def build_run(plan: Plan, spec: TaskSpec, *, executor, knowledge, chat: ChatClie
     operators = offline_operators(task, config, param_seeds(knowledge, task, config)) if task.analysis else []
     if lock is not None:
         operators = [Serialized(op, lock) for op in operators]
-    if chat:
+    started = time.monotonic()
+    if chat:  # second in line: the first round is the templates', so a run always evaluates one of them
         from agent.operators.llm import LLMOperator
-        operators.insert(0, LLMOperator(chat, config, executor, spec, knowledge, say=say))
+        operators.insert(min(1, len(operators)), LLMOperator(chat, config, executor, spec, knowledge, say=say,
+                                                             deadline=started + config.time_limit_s))
     store, run_id = start_run(plan)
     return Run(config=config, run_id=run_id, task=task, spec=spec, executor=executor,
                policy=make_policy(config.policy, config.seed), operators=operators, store=store,
-               knowledge=knowledge, say=say)
+               knowledge=knowledge, say=say, started=started)
 
 
 class Serialized:

@@ -12,8 +12,10 @@ drawn by score and mutated (a snippet swapped, added or dropped, or two strategi
 from __future__ import annotations
 
 import ast
+import json
 import random
 import re
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -21,10 +23,11 @@ from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 
 from agent.context import RunConfig
 from agent.interfaces import Executor, Individual, KnowledgeStore, Proposal, Retrieved, TaskContext
-from agent.llm import ChatClient
+from agent.llm import ChatClient, LLMError, LLMTimeUp
 from agent.policies import kernel_features
 from agent.prompts import (ParentView, ProposalPrompt, load_strategies, render_nudge, render_proposal,
                            render_system)
+from agent.replies import strip_reasoning
 from tools.results import Baselines, EvalJob, EvalResult, TaskSpec
 from tools.rules import check_source
 
@@ -42,6 +45,9 @@ class Submitted(Exception):
 
 class NoCandidate(Exception):
     """The conversation ended without a candidate; the message says why, in one line."""
+
+
+MAX_FRUITLESS = 3  # conversations in a row without usable code before the operator stops asking
 
 
 def _tool(name: str, purpose: str, **props: dict) -> dict:
@@ -279,9 +285,12 @@ class LLMOperator:
     name = "llm"
 
     def __init__(self, chat: ChatClient, config: RunConfig, executor: Executor, spec: TaskSpec,
-                 knowledge: KnowledgeStore | None = None, say: Callable[[str], None] = lambda line: None):
+                 knowledge: KnowledgeStore | None = None, say: Callable[[str], None] = lambda line: None,
+                 deadline: float | None = None):
         self.chat, self.config, self.executor, self.spec, self.knowledge = chat, config, executor, spec, knowledge
         self.say = say
+        self.deadline = deadline  # time.monotonic() at which the run's time limit falls; None: no limit
+        self.fruitless = 0  # conversations in a row that ended without usable code
         self.strategies = StrategyPool(config.seed)
         self.archive: list[Individual] = []
         self.retrieved: list[Retrieved] = []
@@ -312,52 +321,111 @@ class LLMOperator:
         return render_proposal(p, self.config.prompt_chars)
 
     def propose(self, task: TaskContext, parents: list[Individual], n: int) -> list[Proposal]:
+        """n proposals; a conversation without usable code is one too, with no source and the reason as its
+        note (the search records it as an `error` that costs no evaluation). After MAX_FRUITLESS of those in
+        a row the operator raises LLMError, which takes it out of the search."""
+        if self.fruitless >= MAX_FRUITLESS:
+            raise LLMError(f"its last {self.fruitless} conversations gave no usable code")
         parent = parents[0] if parents else None
         out: list[Proposal] = []
         for _ in range(n):
             strategy = self.strategies.next(self.archive)
             prompt = self.prompt(task, parent)
+            replies: list[str] = []
             try:
-                done = self.converse(task, parent, strategy, prompt)
+                done = self.converse(task, parent, strategy, prompt, replies)
             except NoCandidate as e:
+                self.fruitless += 1
                 self.say(f"llm: no candidate ({e})")
+                out.append(LLMProposal(source="", operator=self.name, strategy=strategy, note=str(e)[:300],
+                                       prompt=transcript(prompt, replies)))
                 continue
+            self.fruitless = 0
             out.append(LLMProposal(source=done.source, operator=self.name, strategy=strategy,
-                                   features=kernel_features(done.source), note=done.note[:200], prompt=prompt))
+                                   features=kernel_features(done.source), note=done.note[:200],
+                                   prompt=transcript(prompt, replies)))
         return out
 
-    def converse(self, task: TaskContext, parent: Individual | None, strategy: str, prompt: str) -> Submitted:
+    def conversation_deadline(self) -> float | None:
+        """A conversation may use half the run's time left, so the other operators keep theirs."""
+        if self.deadline is None:
+            return None
+        now = time.monotonic()
+        return now + max(self.deadline - now, 0.0) / 2
+
+    def converse(self, task: TaskContext, parent: Individual | None, strategy: str, prompt: str,
+                 replies: list[str] | None = None) -> Submitted:
+        """One conversation, ended by Submitted (returned) or NoCandidate. Each model reply is appended to
+        `replies` as text, for the run store."""
         self.conversations += 1
         bench = Workbench(self, task, parent)
         messages = [SystemMessage(render_system(strategy, TOOL_PURPOSES, self.config.max_draft_evals)),
                     HumanMessage(prompt)]
-        reminders = 2
+        replies = [] if replies is None else replies
+        reminders, cut_retries, deadline = 2, 1, self.conversation_deadline()
         try:
             for _ in range(self.config.max_turns):
-                reply = self.chat.invoke(messages, tools=TOOLS)
+                try:
+                    reply = self.chat.invoke(messages, tools=TOOLS, deadline=deadline)
+                except LLMTimeUp as e:
+                    raise NoCandidate(f"the conversation's share of the time limit ran out ({e})") from None
                 messages.append(reply)
-                if not reply.tool_calls and not reply.invalid_tool_calls:
-                    code = code_block(reply.text)
-                    if code:
-                        raise Submitted(code, "a code block in the model's reply")
-                    if reminders == 0:
-                        raise NoCandidate("the model replied without code or a tool call")
-                    reminders -= 1
-                    messages.append(HumanMessage(render_nudge("Your reply had no tool call and no code.", reminders)))
-                    continue
-                for bad in reply.invalid_tool_calls:
-                    messages.append(ToolMessage(
-                        f"error: the arguments of {bad.get('name')} are not a valid JSON object "
-                        f"({bad.get('error') or 'unparseable'}); call it again", tool_call_id=bad.get("id") or ""))
+                replies.append(reply_record(reply))
+                messages += _bad_calls(reply)
                 for call in reply.tool_calls:
                     messages.append(ToolMessage(bench.call(call["name"], call["args"]), tool_call_id=call["id"]))
+                if reply.tool_calls:
+                    continue
+                code = code_block(reply.text)
+                if code:
+                    raise Submitted(code, "a code block in the model's reply")
+                if finish_reason(reply) == "length":
+                    if cut_retries == 0:
+                        raise NoCandidate("the model's reply was cut at its length limit twice")
+                    cut_retries -= 1
+                    messages.append(HumanMessage(render_nudge(
+                        "Your reply was cut off at its length limit. Write less: one tool call, or only the "
+                        "kernel file in one ```python block.", reminders)))
+                    continue
+                if reply.invalid_tool_calls:
+                    continue
+                if reminders == 0:
+                    raise NoCandidate("the model replied without code or a tool call"
+                                      + ("" if reply.text.strip() else " (its replies were empty)"))
+                reminders -= 1
+                messages.append(HumanMessage(render_nudge("Your reply had no tool call and no code.", reminders)))
             raise NoCandidate(f"no candidate after {self.config.max_turns} replies")
         except Submitted as done:
             return done
 
 
+def _bad_calls(reply) -> list[ToolMessage]:
+    """An answer to each tool call of the reply whose arguments were not valid JSON."""
+    return [ToolMessage(f"error: the arguments of {bad.get('name')} are not a valid JSON object "
+                        f"({bad.get('error') or 'unparseable'}); call it again", tool_call_id=bad.get("id") or "")
+            for bad in reply.invalid_tool_calls]
+
+
+def finish_reason(reply) -> str:
+    return str((getattr(reply, "response_metadata", None) or {}).get("finish_reason") or "")
+
+
+def reply_record(reply) -> str:
+    """A model reply as text for the run store: its text, its tool calls, and how it ended."""
+    calls = [f"[tool call] {c['name']}({json.dumps(c['args'])[:4000]})" for c in reply.tool_calls]
+    calls += [f"[unparseable tool call] {c.get('name')}: {str(c.get('args'))[:400]}" for c in reply.invalid_tool_calls]
+    usage = getattr(reply, "usage_metadata", None) or {}
+    ending = f"[finish: {finish_reason(reply) or 'unknown'}, {usage.get('output_tokens', '?')} tokens]"
+    return "\n".join([reply.text or "[no text]"] + calls + [ending])
+
+
+def transcript(prompt: str, replies: list[str]) -> str:
+    """The prompt and every model reply of a conversation, as the run store keeps them."""
+    return "\n\n".join([prompt] + [f"--- model reply {k} ---\n{r}" for k, r in enumerate(replies, 1)])
+
+
 def code_block(text: str) -> str | None:
     """The last fenced Python block of a reply that defines ModelNew, if any."""
-    blocks = re.findall(r"```(?:python|py)?\s*\n(.*?)```", text or "", flags=re.S)
+    blocks = re.findall(r"```(?:python|py)?\s*\n(.*?)```", strip_reasoning(text), flags=re.S)
     blocks = [b for b in blocks if "class ModelNew" in b]
     return blocks[-1] if blocks else None

@@ -20,8 +20,11 @@ from typing import Callable
 Reply = dict  # {"status": int, "body": dict, "headers": dict}
 
 
-def text(content: str) -> Reply:
-    return {"status": 200, "message": {"role": "assistant", "content": content}}
+def text(content: str, finish_reason: str = "stop", delay_s: float = 0.0, **fields) -> Reply:
+    """A text reply; `fields` go into the message as they are (e.g. reasoning_content), `delay_s` is slept
+    before the reply (or, streamed, between its chunks)."""
+    return {"status": 200, "message": {"role": "assistant", "content": content, **fields},
+            "finish_reason": finish_reason, "delay_s": delay_s}
 
 
 def tool_calls(*calls: tuple[str, dict | str], content: str | None = None) -> Reply:
@@ -44,6 +47,7 @@ class ScriptedOpenAI:
                  model: str = "scripted-model"):
         self.script, self.responder, self.key, self.model = list(script or []), responder, key, model
         self.requests: list[dict] = []
+        self.dropped = 0  # streamed replies the client stopped reading
         self.lock = threading.Lock()
         server = self
 
@@ -60,6 +64,33 @@ class ScriptedOpenAI:
                     self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _send_stream(self, msg: dict, finish: str, delay_s: float) -> None:
+                """Server-sent events as OpenAI streams them: the text in pieces, tool calls whole, then
+                the finish reason, the usage and [DONE]; `delay_s` between pieces."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                content = msg.get("content") or ""
+                deltas = [{"role": "assistant", "content": ""}]
+                deltas += [{"content": content[i:i + 16]} for i in range(0, len(content), 16)]
+                deltas += [{"tool_calls": [dict(c, index=k)]} for k, c in enumerate(msg.get("tool_calls") or [])]
+                base = {"id": "chatcmpl-stream", "object": "chat.completion.chunk", "created": int(time.time()),
+                        "model": server.model}
+                try:
+                    for delta in deltas:
+                        self._event({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+                        time.sleep(delay_s)
+                    self._event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+                    self._event({**base, "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 10,
+                                                                  "total_tokens": 20}})
+                    self.wfile.write(b"data: [DONE]\n\n")
+                except (BrokenPipeError, ConnectionResetError):  # the client stopped reading: as a server sees it
+                    server.dropped += 1
+
+            def _event(self, data: dict) -> None:
+                self.wfile.write(b"data: " + json.dumps(data).encode() + b"\n\n")
+                self.wfile.flush()
 
             def _authorized(self) -> bool:
                 if self.headers.get("Authorization") == f"Bearer {server.key}":
@@ -90,11 +121,16 @@ class ScriptedOpenAI:
                                reply.get("headers"))
                     return
                 msg = reply["message"]
+                finish = reply.get("finish_reason") or ("tool_calls" if msg.get("tool_calls") else "stop")
+                if body.get("stream"):
+                    self._send_stream(msg, finish, reply.get("delay_s", 0.0))
+                    return
+                time.sleep(reply.get("delay_s", 0.0))
                 self._send(200, {
                     "id": f"chatcmpl-{len(server.requests)}", "object": "chat.completion", "created": int(time.time()),
                     "model": body.get("model", server.model),
                     "choices": [{"index": 0, "message": msg, "logprobs": None,
-                                 "finish_reason": "tool_calls" if msg.get("tool_calls") else "stop"}],
+                                 "finish_reason": finish}],
                     "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}})
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -108,7 +108,9 @@ def test_a_code_block_reply_counts_as_a_submission_and_silence_ends_the_attempt(
         op = _operator(server)
         first = op.propose(TASK, [], 1)
         assert first[0].source.strip() == GOOD.strip()
-        assert op.propose(TASK, [], 1) == []  # three replies without code: no candidate
+        silent, = op.propose(TASK, [], 1)  # three replies without code: a proposal with no code, and why
+        assert silent.source == "" and silent.note == "the model replied without code or a tool call"
+        assert silent.prompt.count("--- model reply") == 3 and "\nno\n[finish: stop" in silent.prompt
         assert len(server.requests) == 4
 
 

@@ -63,6 +63,7 @@ RUNTIME_REASONS = {
     "all-in-torch": "every op of the task ran in PyTorch ({ops}); the Triton kernels do none of its work",
     "mutates-input": "it modified its input {which}",
     "aliases-input": "its output {which} shares memory with an input",
+    "output-type": "its output {which} is a {type}, not a plain torch.Tensor",
     "side-stream": "it launched a kernel on a stream other than the evaluator's",
     "stale-output": "it returned a wrong result once the inputs changed in place, so it reuses earlier results",
 }

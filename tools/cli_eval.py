@@ -20,7 +20,9 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="hard limit (default 300)")
     p.add_argument("--trials", type=int, default=4, help="verification trials with fresh inputs (default 4)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the task's and the candidate's parameters")
+    p.add_argument("--trial-seed", type=int, metavar="N", help="the trials' inputs, as a failure names them "
+                                                               "(default: drawn unpredictably)")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16", "float64"], help="cast inputs and weights")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true", default=None, help="use the task's SMALL_SHAPES")
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0 or args.trials < 1:
         return _usage_error("--timeout and --trials must be positive.")
     result = evaluate(EvalJob(spec, candidate, timeout_s=args.timeout, trials=args.trials, seed=args.seed,
-                              profile=not args.no_profile))
+                              trial_seed=args.trial_seed, profile=not args.no_profile))
     print(json.dumps(result.to_json(), indent=1) if args.json else summary(result))
     if result.task_error:
         return EXIT_USAGE

@@ -11,7 +11,8 @@ import torch
 from tools.profile import count_work, device_ceilings, floor_ms, matmul_key, time_call
 from tools.rules import RUNTIME_REASONS
 from tools.results import Baselines, EvalJob, Timing
-from tools.verify import Checked, Failed, Setup, compare, make_inputs, verify
+from tools.inputs import Draw, make_inputs
+from tools.verify import Checked, Failed, Setup, compare, golden_outputs, verify
 
 SUSPICIOUS_BELOW = 0.95  # a time under this fraction of the floor is re-verified and flagged
 
@@ -19,9 +20,9 @@ SUSPICIOUS_BELOW = 0.95  # a time under this fraction of the floor is re-verifie
 def measure(setup: Setup, job: EvalJob, checked: Checked) -> tuple[Timing, Baselines, bool]:
     on_gpu = setup.device.type == "cuda"
     device_name = torch.cuda.get_device_name() if on_gpu else "cpu"
-    inputs = make_inputs(setup, job.seed * 1000 + 999)
+    inputs = make_inputs(setup, Draw(checked.seed * 1000 + 999, widen=checked.widen))
     candidate = time_call(_no_grad(setup.candidate, inputs), setup.device)
-    check_not_stale(setup, inputs, job.seed)
+    check_not_stale(setup, inputs, checked)
 
     baselines = job.baselines if job.baselines and job.baselines.device == device_name else None
     if baselines is None:
@@ -36,7 +37,7 @@ def measure(setup: Setup, job: EvalJob, checked: Checked) -> tuple[Timing, Basel
         floor = floor_ms(flops, nbytes, ceilings, matmul_key(setup.dtype or torch.float32, job.task.tf32))
     suspicious = floor is not None and candidate.median_ms < SUSPICIOUS_BELOW * floor
     if suspicious:
-        verify(setup, job.seed + 7919, job.trials + 2)  # raises Failed if the fast result is not right
+        verify(setup, job.trials + 2)  # fresh inputs; raises Failed if the fast result is not right
 
     ms = candidate.median_ms
     timing = Timing(
@@ -48,9 +49,11 @@ def measure(setup: Setup, job: EvalJob, checked: Checked) -> tuple[Timing, Basel
     return timing, baselines, suspicious
 
 
-def check_not_stale(setup: Setup, inputs: list, seed: int) -> None:
-    """New values written into the same input tensors must give the new answer: no reused results."""
-    fresh = make_inputs(setup, seed * 1000 + 998, 2.0 if setup.scale_inputs else 1.0)
+def check_not_stale(setup: Setup, inputs: list, checked: Checked) -> None:
+    """After the timing's many calls, new values written into the same input tensors must still give the new
+    answer: no results reused once a call count is reached."""
+    fresh = make_inputs(setup, Draw(checked.seed * 1000 + 998, 2.0 if setup.scale_inputs else 1.0,
+                                    widen=checked.widen))
     with torch.no_grad():
         for i, x in enumerate(inputs):
             if isinstance(x, torch.Tensor):
@@ -59,7 +62,7 @@ def check_not_stale(setup: Setup, inputs: list, seed: int) -> None:
         out = setup.candidate(*inputs)
         expected = setup.reference(*inputs)
     try:
-        compare(out, expected, setup.tolerance, Checked())
+        compare(out, expected, setup.tolerance, Checked(), golden_outputs(setup, inputs, expected))
     except Failed:
         raise Failed("rejected", RUNTIME_REASONS["stale-output"]) from None
 

@@ -35,7 +35,8 @@ class EvalJob:
     candidate: str  # the candidate's source code
     timeout_s: float = 300.0
     trials: int = 4
-    seed: int = 0
+    seed: int = 0  # the seed the task's and the candidate's parameters are made under
+    trial_seed: int | None = None  # the trials' inputs; None: drawn unpredictably (a failure names the one drawn)
     profile: bool = True
     baselines: "Baselines | None" = None  # eager/compile times already measured in this run, if any
 

@@ -1,41 +1,35 @@
-"""Correctness: fresh seeded inputs per trial, the candidate run before and after the reference,
-dtype-aware tolerances with a relative error norm, and the runtime anti-cheat rules.
+"""Correctness: the trials a candidate must pass, and the runtime anti-cheat rules.
 
-Memory: a trial holds the inputs, at most two outputs and the task's parameters (the reference's and the
-candidate's), never a second copy of the inputs on the GPU once they are large (the snapshot that catches
-mutation goes to the host), and comparisons walk the tensors in pieces (PIECES), so their float64
-temporaries take under a byte per output element (a fifth of an fp32 output), never the eight of a copy."""
+    checked = verify(setup, trials=4)   # raises Failed; checked.seed is the trial seed it drew
+
+First the task must tell input sets apart: two draws of inputs must give reference outputs that a constant
+output could not match (`discriminating`); where they do not, the inputs are widened (signed, scaled, other
+seeds), and where nothing helps the task cannot judge a candidate. Then each trial draws inputs from a seed the
+candidate cannot predict, with the patterns of tools/inputs.py; calls the candidate, then the reference;
+changes part of the inputs in place; calls the candidate again, then the reference. Both outputs must be plain
+torch.Tensors in the reference's structure, shape, dtype and device, share no memory with the inputs, leave
+the inputs unchanged, and be right by the rule of tools/compare.py (bf16 and fp16 outputs against a golden run
+of the reference in fp32). The last trial calls the candidate with grad enabled, on inputs that require grad.
+
+Memory: a trial holds the inputs, at most two outputs (three with the golden run) and the task's parameters
+(the reference's, the candidate's, and an fp32 copy of the reference for a low-precision task), never a second
+copy of the inputs on the GPU once they are large (the snapshot that catches mutation goes to the host), and
+comparisons walk the tensors in pieces (tools/compare.py)."""
 from __future__ import annotations
 
-import math
+import copy
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import torch
 from torch.utils._pytree import tree_flatten
 
+from tools.compare import (TF32_TOLERANCE, TOLERANCES, UNIT_ROUNDOFF, Failed, _pieces, compare,  # noqa: F401
+                           fingerprint, tensors)
 from tools.guard import LaunchRecorder, OpRecorder
+from tools.inputs import WIDENINGS, Draw, change_part, draw_seed, make_inputs, trial_draw, with_finite_mask
 from tools.rules import DECLARABLE_OPS, RUNTIME_REASONS, op_base
 
-# dtype: (atol as a fraction of the reference's RMS, rtol, bound on ||out - ref|| / ||ref||)
-TOLERANCES = {
-    torch.float64: (1e-9, 1e-9, 1e-10),
-    torch.float32: (1e-4, 1e-4, 2e-5),
-    torch.float16: (1e-2, 1e-2, 2e-3),
-    torch.bfloat16: (2e-2, 2e-2, 1e-2),
-}
-TF32_TOLERANCE = (1e-2, 1e-2, 2e-3)
-INPUT_SCALES = (1.0, 1.0, 4.5, 0.3, 1.7, 9.0)  # magnitude of float inputs per trial
-PIECES, MIN_PIECE = 64, 1 << 16  # comparisons walk a tensor in 64 pieces of at least 64Ki elements
 HOST_SNAPSHOT_BYTES = 256 << 20  # GPU inputs larger than this in all are snapshotted on the host
-
-
-class Failed(Exception):
-    """A verification failure: `verdict` is 'incorrect' or 'rejected', the message one sentence."""
-
-    def __init__(self, verdict: str, reason: str):
-        super().__init__(reason)
-        self.verdict = verdict
 
 
 @dataclass
@@ -44,6 +38,8 @@ class Checked:
     rel_err: float = 0.0
     torch_ops: list[str] = field(default_factory=list)
     reference_ops: list[str] = field(default_factory=list)
+    seed: int = 0  # the trial seed this evaluation drew
+    widen: str = ""  # the widening of tools/inputs.py the task needed to tell a constant apart, if any
 
 
 @dataclass
@@ -59,58 +55,119 @@ class Setup:
     declared_ops: list[str]
     launches: LaunchRecorder
     scale_inputs: bool = True
+    explicit_tolerance: bool = False  # atol/rtol given for the task: bf16/fp16 outputs judged by them too
+    golden: torch.nn.Module | None = None  # the reference in fp32, made at the first low-precision output
 
 
-def make_inputs(setup: Setup, seed: int, scale: float = 1.0) -> list:
-    """The task's inputs for one trial, on the device, cast and scaled. Each input is replaced in the list as
-    soon as its scaled copy exists, so one input at most is held twice, and only for a moment (scaling in
-    place could compound on a tensor that get_inputs() returns every time)."""
-    torch.manual_seed(seed)
-    with torch.device(setup.device):
-        inputs = list(setup.task.get_inputs())
-    for i in range(len(inputs)):
-        if isinstance(inputs[i], torch.Tensor):
-            inputs[i] = inputs[i].to(setup.device)
-            if inputs[i].is_floating_point():
-                if setup.dtype:
-                    inputs[i] = inputs[i].to(setup.dtype)
-                inputs[i] = inputs[i] * scale  # a copy even at 1.0: trials never share get_inputs()' tensors
-    return inputs
-
-
-def verify(setup: Setup, seed: int, trials: int) -> Checked:
-    checked = Checked()
+def verify(setup: Setup, trials: int, seed: int | None = None) -> Checked:
+    """Raises Failed at the first trial a candidate fails, naming the trial and the seed (None: a fresh one
+    from the operating system, drawn now that the candidate is loaded)."""
+    checked = Checked(seed=draw_seed() if seed is None else seed)
+    checked.widen = discriminating(setup, checked.seed)
     for t in range(trials):
-        scale = INPUT_SCALES[t % len(INPUT_SCALES)] if setup.scale_inputs else 1.0
-        _trial(setup, make_inputs(setup, seed * 1000 + t, scale), checked, first=(t == 0))  # inputs die with it
+        draw, grad = trial_draw(checked.seed, t, setup.scale_inputs, checked.widen), t == trials - 1
+        try:
+            _trial(setup, draw, checked, grad, first=(t == 0))
+        except Failed as e:
+            where = (f"trial {t + 1} of {trials}: {draw.pattern} inputs x{draw.scale:g}"
+                     + (", grad enabled" if grad else "") + (f", widened ({draw.widen})" if draw.widen else "")
+                     + f"; trial seed {checked.seed}")
+            raise Failed(e.verdict, f"{str(e).rstrip('.')} ({where}).") from None
     return checked
 
 
-def _trial(setup: Setup, inputs: list, checked: Checked, first: bool) -> None:
-    """Candidate, reference, candidate again; each output is compared, then let go, as soon as it can be."""
-    snapshot = _snapshot(inputs)
-    before = run_recorded(setup, setup.candidate, inputs, checked)
-    _check_inputs_unchanged(inputs, snapshot)
-    del snapshot
-    _check_no_alias(before, inputs)
+def discriminating(setup: Setup, seed: int) -> str:
+    """The widening under which the reference's outputs on two input sets differ by more than the tolerance,
+    so that a constant output cannot pass ("" when the task's own inputs do); Failed('error') when none does."""
+    for widen in WIDENINGS:
+        first = reference_outputs(setup, make_inputs(setup, Draw(seed * 1000 + 900, widen=widen)))
+        inputs = make_inputs(setup, Draw(seed * 1000 + 901, widen=widen))
+        second = reference_outputs(setup, inputs)
+        golden = golden_outputs(setup, inputs, second)
+        del inputs
+        try:
+            compare(first, second, setup.tolerance, Checked(), golden)
+        except Failed:
+            return widen
+    raise Failed("error", "The task cannot discriminate: its reference's output moves by less than the tolerance "
+                          "across input sets, even on inputs made signed, scaled by 100 and by 0.01 or drawn from "
+                          "other seeds, so a constant output would pass; no verdict and no speedup are given",
+                 task_error=True)
+
+
+def _trial(setup: Setup, draw: Draw, checked: Checked, grad: bool, first: bool) -> None:
+    """Candidate, then reference; part of the inputs changed in place; candidate, then reference. Each output
+    is checked, then let go, as soon as it can be."""
+    inputs = make_inputs(setup, draw)
+    if draw.pattern == "masked":
+        probe = reference_outputs(setup, inputs)
+        if not all(bool(torch.isfinite(p).all()) for p in tensors(probe) if p.is_floating_point()):
+            with_finite_mask(inputs)  # -inf only where the reference stays finite
+        del probe
+    if grad:
+        for x in inputs:
+            if isinstance(x, torch.Tensor) and x.is_floating_point():
+                x.requires_grad_(True)
+    prints = None
+    for call in (1, 2):
+        if call == 2:
+            change_part(inputs, draw.seed)
+        snapshot = _snapshot(inputs)
+        out = run_recorded(setup, setup.candidate, inputs, checked, grad)
+        _check_inputs_unchanged(inputs, snapshot)
+        del snapshot
+        _check_plain_tensors(out)
+        _check_no_alias(out, inputs)
+        expected = reference_outputs(setup, inputs, checked if first and call == 1 else None)
+        golden = golden_outputs(setup, inputs, expected)
+        try:
+            with torch.no_grad():
+                _check_structure(out, expected)
+                compare(out, expected, setup.tolerance, checked, golden)
+        except Failed as e:
+            if call == 1:
+                raise
+            if prints[0] == fingerprint(out) and prints[1] != fingerprint(expected):
+                raise Failed("rejected", RUNTIME_REASONS["stale-output"]) from None
+            raise Failed(e.verdict, f"on the second call, after part of its inputs changed in place, {e}") from None
+        if call == 1:
+            with torch.no_grad():
+                prints = fingerprint(out), fingerprint(expected)
+        del out, expected, golden
+    _check_torch_work(setup, checked)
+
+
+def reference_outputs(setup: Setup, inputs: list, checked: Checked | None = None):
+    """The reference's outputs; with `checked`, the ATen ops it ran are recorded there."""
     recorder = OpRecorder(setup.launches, poison=False)
     with torch.no_grad(), recorder:
         expected = setup.reference(*inputs)
     _sync(setup.device)
-    if first:
+    if checked is not None:
         checked.reference_ops = recorder.compute_ops()
-    compare(before, expected, setup.tolerance, checked)
-    del before
-    after = run_recorded(setup, setup.candidate, inputs, checked)
-    _check_torch_work(setup, checked)
-    compare(after, expected, setup.tolerance, checked)
+    return expected
 
 
-def run_recorded(setup: Setup, model, inputs: list, checked: Checked):
-    """Runs the candidate under the op recorder; poisons its allocations; enforces the launch rules."""
+def golden_outputs(setup: Setup, inputs: list, expected):
+    """The reference module and its inputs cast to float32 and run again, when an output is bf16 or fp16 (and
+    no explicit atol/rtol says otherwise); None otherwise."""
+    if setup.explicit_tolerance or not any(r.dtype in UNIT_ROUNDOFF for r in tensors(expected)):
+        return None
+    if setup.golden is None:
+        setup.golden = copy.deepcopy(setup.reference).float()
+    with torch.no_grad():
+        golden = setup.golden(*[x.detach().float() if isinstance(x, torch.Tensor) and x.is_floating_point()
+                                else x for x in inputs])
+    _sync(setup.device)
+    return golden
+
+
+def run_recorded(setup: Setup, model, inputs: list, checked: Checked, grad: bool = False):
+    """Runs the candidate under the op recorder (with grad enabled or not); poisons its allocations; enforces
+    the launch rules."""
     launches, foreign = setup.launches.count, setup.launches.foreign_streams
     recorder = OpRecorder(setup.launches)
-    with torch.no_grad(), recorder:
+    with torch.set_grad_enabled(grad), recorder:
         out = model(*inputs)
     _sync(setup.device)
     if setup.launches.count == launches:
@@ -119,6 +176,32 @@ def run_recorded(setup: Setup, model, inputs: list, checked: Checked):
         raise Failed("rejected", RUNTIME_REASONS["side-stream"])
     checked.torch_ops = sorted(set(checked.torch_ops) | set(recorder.compute_ops()))
     return out
+
+
+def _check_plain_tensors(out) -> None:
+    """Every tensor the candidate returns is a torch.Tensor itself, not a subclass that computes on access."""
+    leaves, _ = tree_flatten(out)
+    for i, y in enumerate(leaves):
+        if isinstance(y, torch.Tensor) and type(y) is not torch.Tensor:
+            raise Failed("rejected", RUNTIME_REASONS["output-type"].format(which=i, type=type(y).__name__))
+
+
+def _check_structure(out, expected) -> None:
+    """The candidate returns what the reference returns: the same nesting of tensors, on the same device."""
+    (ys, out_spec), (rs, ref_spec) = tree_flatten(out), tree_flatten(expected)
+    if out_spec != ref_spec:
+        raise Failed("incorrect", f"it returned {_kind(out)} where the reference returns {_kind(expected)}.")
+    for i, (y, r) in enumerate(zip(ys, rs)):
+        if isinstance(r, torch.Tensor) and isinstance(y, torch.Tensor) and y.device != r.device:
+            raise Failed("incorrect", f"output {i} is on {y.device}, the reference's on {r.device}.")
+
+
+def _kind(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return "a Tensor"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return f"a {type(value).__name__}"
 
 
 def _check_torch_work(setup: Setup, checked: Checked) -> None:
@@ -138,9 +221,10 @@ def _check_torch_work(setup: Setup, checked: Checked) -> None:
 def _snapshot(inputs: list) -> list:
     """Copies of the inputs to compare with after the candidate ran: on the host when large GPU inputs
     would otherwise be held twice on the device."""
-    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
-    host = any(x.is_cuda for x in tensors) and sum(x.numel() * x.element_size() for x in tensors) > HOST_SNAPSHOT_BYTES
-    return [(x.to("cpu", copy=True) if host else x.clone()) if isinstance(x, torch.Tensor) else x for x in inputs]
+    held = [x for x in inputs if isinstance(x, torch.Tensor)]
+    host = any(x.is_cuda for x in held) and sum(x.numel() * x.element_size() for x in held) > HOST_SNAPSHOT_BYTES
+    return [(x.detach().to("cpu", copy=True) if host else x.detach().clone()) if isinstance(x, torch.Tensor) else x
+            for x in inputs]
 
 
 def _check_inputs_unchanged(inputs: list, snapshot: list) -> None:
@@ -148,103 +232,16 @@ def _check_inputs_unchanged(inputs: list, snapshot: list) -> None:
         if not isinstance(x, torch.Tensor):
             continue
         same = x.shape == x0.shape and x.dtype == x0.dtype and all(
-            torch.equal(a.nan_to_num(), b.to(a.device).nan_to_num()) for a, b in _pieces(x, x0))
+            torch.equal(a.nan_to_num(), b.to(a.device).nan_to_num()) for a, b in _pieces(x.detach(), x0))
         if not same:
             raise Failed("rejected", RUNTIME_REASONS["mutates-input"].format(which=i))
 
 
 def _check_no_alias(out, inputs: list) -> None:
     held = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
-    for i, y in enumerate(_tensors(out)):
+    for i, y in enumerate(tensors(out)):
         if y.untyped_storage().data_ptr() in held:
             raise Failed("rejected", RUNTIME_REASONS["aliases-input"].format(which=i))
-
-
-def compare(out, expected, tolerance: tuple[float, float, float], checked: Checked) -> None:
-    outs, refs = _tensors(out), _tensors(expected)
-    if len(outs) != len(refs):
-        raise Failed("incorrect", f"it returned {len(outs)} tensors where the reference returns {len(refs)}.")
-    atol_frac, rtol, rel_bound = tolerance
-    for i, (y, r) in enumerate(zip(outs, refs)):
-        where = f"output {i}" if len(refs) > 1 else "the output"
-        if y.shape != r.shape:
-            raise Failed("incorrect", f"{where} has shape {tuple(y.shape)}, the reference {tuple(r.shape)}.")
-        if y.dtype != r.dtype:
-            raise Failed("incorrect", f"{where} has dtype {y.dtype}, the reference {r.dtype}.")
-        if not (r.is_floating_point() or r.is_complex()):
-            if not all(torch.equal(a, b) for a, b in _pieces(y, r)):
-                differ = sum(int((a != b).sum().item()) for a, b in _pieces(y, r))
-                raise Failed("incorrect", f"{where} differs from the reference in {differ} of "
-                                          f"{r.numel()} elements.")
-            continue
-        bad, mismatched, ref_sq, finite = _finite_pattern(y, r)
-        if mismatched:
-            raise Failed("incorrect", f"{where} has {bad} NaN or Inf elements where the reference is finite "
-                                      f"(or an unwritten element).")
-        ref_norm = math.sqrt(ref_sq)
-        rms = ref_norm / max(finite, 1) ** 0.5
-        diff_sq, max_err, outside = _differences(y, r, atol_frac * max(rms, 1e-30), rtol)
-        rel = math.sqrt(diff_sq) / ref_norm if ref_norm > 0 else max_err
-        checked.max_abs_err = max(checked.max_abs_err, max_err)
-        checked.rel_err = max(checked.rel_err, rel)
-        if rel > rel_bound or outside:
-            raise Failed("incorrect", f"{where} differs from the reference: relative error {rel:.2e} "
-                                      f"(bound {rel_bound:.0e}), max abs error {max_err:.2e}, "
-                                      f"{outside} of {r.numel()} elements out of tolerance.")
-
-
-def _finite_pattern(y: torch.Tensor, r: torch.Tensor) -> tuple[int, bool, float, int]:
-    """(elements non-finite in y where r is finite, whether y's non-finite elements differ from r's at all,
-    the sum of squares of r's finite elements, how many there are), piece by piece, one sync at the end."""
-    bad = mismatched = finite = torch.zeros((), dtype=torch.long, device=r.device)
-    ref_sq = torch.zeros((), dtype=torch.float64, device=r.device)
-    for a, b in _pieces(y, r):
-        fin_a, fin_b = torch.isfinite(a), torch.isfinite(b)
-        bad = bad + (fin_b > fin_a).sum()
-        mismatched = mismatched + (fin_a != fin_b).sum() + ((a.nan_to_num() != b.nan_to_num()) > fin_b).sum()
-        finite = finite + fin_b.sum()
-        b64 = b.nan_to_num(0.0, 0.0, 0.0).double()
-        ref_sq = ref_sq + b64 @ b64
-    return int(bad.item()), bool(mismatched.item()), float(ref_sq.item()), int(finite.item())
-
-
-def _differences(y: torch.Tensor, r: torch.Tensor, atol: float, rtol: float) -> tuple[float, float, int]:
-    """(sum of squared differences, largest difference, elements out of tolerance) over r's finite elements,
-    y's non-finite elements being where r's are (_finite_pattern): their differences are NaN, counted as 0."""
-    diff_sq = max_err = torch.zeros((), dtype=torch.float64, device=r.device)
-    outside = torch.zeros((), dtype=torch.long, device=r.device)
-    for a, b in _pieces(y, r):
-        diff = (a.double() - b.double()).abs_().nan_to_num_(0.0, 0.0, 0.0)
-        diff_sq = diff_sq + diff @ diff
-        max_err = torch.maximum(max_err, diff.max())
-        outside = outside + (diff > b.abs().double().mul_(rtol).add_(atol)).sum()
-    return float(diff_sq.item()), float(max_err.item()), int(outside.item())
-
-
-def _pieces(x: torch.Tensor, y: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """The same elements of two tensors of one shape, in order, as flat pieces of about 1/PIECES of them (at
-    least MIN_PIECE; an innermost run longer than a piece is cut too); only a piece is ever copied."""
-    for index in _slices(tuple(x.shape), max(MIN_PIECE, x.numel() // PIECES)):
-        if x.numel():
-            yield x[index].reshape(-1), y[index].reshape(-1)
-
-
-def _slices(shape: tuple[int, ...], size: int, prefix: tuple = ()) -> Iterator[tuple]:
-    inner = math.prod(shape[1:])
-    if not shape or math.prod(shape) <= size:
-        yield prefix
-    elif inner <= size:
-        step = size // inner
-        for i in range(0, shape[0], step):
-            yield prefix + (slice(i, i + step),)
-    else:
-        for i in range(shape[0]):
-            yield from _slices(shape[1:], size, prefix + (i,))
-
-
-def _tensors(value) -> list[torch.Tensor]:
-    leaves, _ = tree_flatten(value)
-    return [x for x in leaves if isinstance(x, torch.Tensor)]
 
 
 def _sync(device: torch.device) -> None:

@@ -79,10 +79,10 @@ def evaluate_here(job):
     if spec.atol is not None or spec.rtol is not None:
         tol = (spec.atol if spec.atol is not None else tol[0], spec.rtol if spec.rtol is not None else tol[1], tol[2])
     setup = Setup(task, reference, candidate, device, dtype, tol, list(getattr(module, "KERNELWRIGHT_TORCH_OPS", [])),
-                  recorder, spec.scale_inputs)
+                  recorder, spec.scale_inputs, explicit_tolerance=spec.atol is not None or spec.rtol is not None)
     phases["setup"] = lap()
     try:
-        checked = verify(setup, job.seed, job.trials)
+        checked = verify(setup, job.trials, job.trial_seed)
         phases["verify"] = lap()
         info = compile_info(recorder.first, on_gpu)
         phases["compile_info"] = lap()
@@ -92,8 +92,7 @@ def evaluate_here(job):
             timing, baselines, suspicious = measure(setup, job, checked)
             phases["profile"] = lap()
     except Failed as e:
-        return EvalResult(e.verdict, f"{'Rejected' if e.verdict == 'rejected' else 'Incorrect'}: {e}".rstrip(".") + ".",
-                          **base)
+        return EvalResult(e.verdict, e.sentence(), task_error=e.task_error, **base)
     except Exception as e:
         if type(e).__name__ == "CompilationError":
             return EvalResult("error", f"A Triton kernel did not compile: {_describe(e)}.", **base)

@@ -1,0 +1,190 @@
+"""Comparing a candidate's outputs with the reference's: the correctness rule.
+
+    compare(out, expected, TOLERANCES[torch.float32], checked)                  # fp32: within a tolerance
+    compare(out, expected, TOLERANCES[torch.bfloat16], checked, golden=gold)    # bf16/fp16: against fp32
+
+fp32 (and fp64) outputs must agree with the reference within the dtype's tolerance. bf16 and fp16 outputs are
+judged against the math, not against PyTorch's own rounding: `golden` is the reference module run in fp32 on
+the same rounded inputs, and a candidate passes when its error against that run is within LOW_FACTOR times
+PyTorch's own error in the output's dtype plus LOW_FLOOR units of roundoff, in norm and at every element.
+
+Memory: comparisons walk the tensors in pieces (PIECES), so their float64 temporaries take under a byte per
+output element (a fifth of an fp32 output), never the eight of a copy."""
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+# dtype: (atol as a fraction of the reference's RMS, rtol, bound on ||out - ref|| / ||ref||)
+TOLERANCES = {
+    torch.float64: (1e-9, 1e-9, 1e-10),
+    torch.float32: (1e-4, 1e-4, 2e-5),
+    torch.float16: (1e-2, 1e-2, 2e-3),
+    torch.bfloat16: (2e-2, 2e-2, 1e-2),
+}
+TF32_TOLERANCE = (1e-2, 1e-2, 2e-3)
+UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}  # half the spacing of numbers at 1
+# The low-precision rule: |candidate - fp32 run| <= LOW_FACTOR * |PyTorch in the dtype - fp32 run| + LOW_FLOOR * u
+# * (|fp32 run| + its RMS) at every element, and the same with norms. The floor holds any kernel that computes
+# in fp32 and rounds once: round-to-nearest errs by at most u|x|, truncation (Triton's interpreter converts
+# fp32 to bf16 that way) by under 2u|x|, and the RMS term covers fp32 reassociation where values cancel. The
+# factor says "about as accurate as PyTorch": a kernel that rounds where PyTorch does lands near 1x, or near 2x
+# where the interpreter truncates, so 3 leaves headroom for that; an accumulator in bf16 or fp16 where PyTorch
+# keeps fp32 is off by tens of times PyTorch's error over a few hundred terms and fails.
+LOW_FACTOR, LOW_FLOOR = 3.0, 2.0
+PIECES, MIN_PIECE = 64, 1 << 16  # comparisons walk a tensor in 64 pieces of at least 64Ki elements
+
+
+class Failed(Exception):
+    """A verification failure, the message one sentence: `verdict` 'incorrect' or 'rejected' for the candidate,
+    or 'error' with `task_error` for a task that cannot judge any candidate."""
+
+    def __init__(self, verdict: str, reason: str, task_error: bool = False):
+        super().__init__(reason)
+        self.verdict, self.task_error = verdict, task_error
+
+    def sentence(self) -> str:
+        prefix = {"rejected": "Rejected: ", "incorrect": "Incorrect: "}.get(self.verdict, "")
+        return f"{prefix}{self}".rstrip(".") + "."
+
+
+def compare(out, expected, tolerance: tuple[float, float, float], checked, golden=None) -> None:
+    """Raises Failed('incorrect') where `out` is not an acceptable answer; records the errors in `checked`.
+    `golden`, the reference's outputs in fp32, switches bf16 and fp16 outputs to the low-precision rule."""
+    outs, refs = tensors(out), tensors(expected)
+    golds = tensors(golden) if golden is not None else [None] * len(refs)
+    if len(outs) != len(refs):
+        raise Failed("incorrect", f"it returned {len(outs)} tensors where the reference returns {len(refs)}.")
+    for i, (y, r, g) in enumerate(zip(outs, refs, golds)):
+        where = f"output {i}" if len(refs) > 1 else "the output"
+        if y.shape != r.shape:
+            raise Failed("incorrect", f"{where} has shape {tuple(y.shape)}, the reference {tuple(r.shape)}.")
+        if y.dtype != r.dtype:
+            raise Failed("incorrect", f"{where} has dtype {y.dtype}, the reference {r.dtype}.")
+        if not (r.is_floating_point() or r.is_complex()):
+            if not all(torch.equal(a, b) for a, b in _pieces(y, r)):
+                differ = sum(int((a != b).sum().item()) for a, b in _pieces(y, r))
+                raise Failed("incorrect", f"{where} differs from the reference in {differ} of "
+                                          f"{r.numel()} elements.")
+            continue
+        bad, mismatched, ref_sq, finite = _finite_pattern(y, r)
+        if mismatched:
+            raise Failed("incorrect", f"{where} has {bad} NaN or Inf elements where the reference is finite "
+                                      f"(or an unwritten element).")
+        if g is not None and r.dtype in UNIT_ROUNDOFF:
+            _compare_low_precision(y, r, g, where, checked)
+            continue
+        atol_frac, rtol, rel_bound = tolerance
+        ref_norm = math.sqrt(ref_sq)
+        rms = ref_norm / max(finite, 1) ** 0.5
+        diff_sq, max_err, outside = _differences(y, r, atol_frac * max(rms, 1e-30), rtol)
+        rel = math.sqrt(diff_sq) / ref_norm if ref_norm > 0 else max_err
+        checked.max_abs_err = max(checked.max_abs_err, max_err)
+        checked.rel_err = max(checked.rel_err, rel)
+        if rel > rel_bound or outside:
+            raise Failed("incorrect", f"{where} differs from the reference: relative error {rel:.2e} "
+                                      f"(bound {rel_bound:.0e}), max abs error {max_err:.2e}, "
+                                      f"{outside} of {r.numel()} elements out of tolerance.")
+
+
+def _compare_low_precision(y: torch.Tensor, r: torch.Tensor, g: torch.Tensor, where: str, checked) -> None:
+    """The low-precision rule over the elements where the fp32 run and PyTorch's result are both finite."""
+    u = UNIT_ROUNDOFF[r.dtype]
+    zero = torch.zeros((), dtype=torch.float64, device=r.device)
+    gold_sq, count, cand_sq, ref_sq, max_err = zero, zero, zero, zero, zero
+    for a, b, c in _pieces(y, r, g):
+        keep = torch.isfinite(b) & torch.isfinite(c)
+        c64 = torch.where(keep, c.double(), 0.0)
+        dc = torch.where(keep, a.double() - c64, 0.0).abs_()
+        dr = torch.where(keep, b.double() - c64, 0.0).abs_()
+        gold_sq, count = gold_sq + c64 @ c64, count + keep.sum()
+        cand_sq, ref_sq, max_err = cand_sq + dc @ dc, ref_sq + dr @ dr, torch.maximum(max_err, dc.max())
+    gold_norm, cand_norm, ref_norm = (math.sqrt(float(v.item())) for v in (gold_sq, cand_sq, ref_sq))
+    rms = gold_norm / max(float(count.item()), 1.0) ** 0.5
+    outside = zero.long()
+    for a, b, c in _pieces(y, r, g):
+        keep = torch.isfinite(b) & torch.isfinite(c)
+        c64 = c.double()
+        bound = (b.double() - c64).abs_().mul_(LOW_FACTOR).add_(c64.abs().add_(rms).mul_(LOW_FLOOR * u))
+        outside = outside + ((a.double() - c64).abs_() > bound).logical_and_(keep).sum()
+    outside = int(outside.item())
+    rel = cand_norm / gold_norm if gold_norm > 0 else float(max_err.item())
+    own = ref_norm / gold_norm if gold_norm > 0 else 0.0
+    checked.max_abs_err = max(checked.max_abs_err, float(max_err.item()))
+    checked.rel_err = max(checked.rel_err, rel)
+    if cand_norm > LOW_FACTOR * ref_norm + LOW_FLOOR * u * gold_norm or outside:
+        name = str(r.dtype).replace("torch.", "")
+        raise Failed("incorrect", f"{where} is less accurate than PyTorch in {name}: relative error against "
+                                  f"the fp32 run {rel:.2e}, PyTorch's own {own:.2e} (bound {LOW_FACTOR:g}x that "
+                                  f"+ {LOW_FLOOR * u:.1e}), {outside} of {r.numel()} elements beyond "
+                                  f"{LOW_FACTOR:g}x PyTorch's error + {LOW_FLOOR:g}u.")
+
+
+def _finite_pattern(y: torch.Tensor, r: torch.Tensor) -> tuple[int, bool, float, int]:
+    """(elements non-finite in y where r is finite, whether y's non-finite elements differ from r's at all,
+    the sum of squares of r's finite elements, how many there are), piece by piece, one sync at the end."""
+    bad = mismatched = finite = torch.zeros((), dtype=torch.long, device=r.device)
+    ref_sq = torch.zeros((), dtype=torch.float64, device=r.device)
+    for a, b in _pieces(y, r):
+        fin_a, fin_b = torch.isfinite(a), torch.isfinite(b)
+        bad = bad + (fin_b > fin_a).sum()
+        mismatched = mismatched + (fin_a != fin_b).sum() + ((a.nan_to_num() != b.nan_to_num()) > fin_b).sum()
+        finite = finite + fin_b.sum()
+        b64 = b.nan_to_num(0.0, 0.0, 0.0).double()
+        ref_sq = ref_sq + b64 @ b64
+    return int(bad.item()), bool(mismatched.item()), float(ref_sq.item()), int(finite.item())
+
+
+def _differences(y: torch.Tensor, r: torch.Tensor, atol: float, rtol: float) -> tuple[float, float, int]:
+    """(sum of squared differences, largest difference, elements out of tolerance) over r's finite elements,
+    y's non-finite elements being where r's are (_finite_pattern): their differences are NaN, counted as 0."""
+    diff_sq = max_err = torch.zeros((), dtype=torch.float64, device=r.device)
+    outside = torch.zeros((), dtype=torch.long, device=r.device)
+    for a, b in _pieces(y, r):
+        diff = (a.double() - b.double()).abs_().nan_to_num_(0.0, 0.0, 0.0)
+        diff_sq = diff_sq + diff @ diff
+        max_err = torch.maximum(max_err, diff.max())
+        outside = outside + (diff > b.abs().double().mul_(rtol).add_(atol)).sum()
+    return float(diff_sq.item()), float(max_err.item()), int(outside.item())
+
+
+def fingerprint(value) -> tuple[float, ...]:
+    """Two sums per output tensor, enough to tell a second call's output from the first's without holding it."""
+    sums = []
+    for t in tensors(value):
+        s = w = torch.zeros((), dtype=torch.float64, device=t.device)
+        for (a,) in _pieces(t):
+            a64 = a.double().nan_to_num_(7.0, 11.0, -11.0) if a.is_floating_point() else a.double()
+            s, w = s + a64.sum(), w + a64 @ a64
+        sums += [float(s.item()), float(w.item())]
+    return tuple(sums)
+
+
+def _pieces(*xs: torch.Tensor) -> Iterator[tuple[torch.Tensor, ...]]:
+    """The same elements of tensors of one shape, in order, as flat pieces of about 1/PIECES of them (at least
+    MIN_PIECE; an innermost run longer than a piece is cut too); only a piece is ever copied."""
+    x = xs[0]
+    for index in _slices(tuple(x.shape), max(MIN_PIECE, x.numel() // PIECES)):
+        if x.numel():
+            yield tuple(t[index].reshape(-1) for t in xs)
+
+
+def _slices(shape: tuple[int, ...], size: int, prefix: tuple = ()) -> Iterator[tuple]:
+    inner = math.prod(shape[1:])
+    if not shape or math.prod(shape) <= size:
+        yield prefix
+    elif inner <= size:
+        step = size // inner
+        for i in range(0, shape[0], step):
+            yield prefix + (slice(i, i + step),)
+    else:
+        for i in range(shape[0]):
+            yield from _slices(shape[1:], size, prefix + (i,))
+
+
+def tensors(value) -> list[torch.Tensor]:
+    leaves, _ = tree_flatten(value)
+    return [x for x in leaves if isinstance(x, torch.Tensor)]

@@ -1,0 +1,130 @@
+"""Trial inputs: what the evaluator calls a candidate with.
+
+    seed = draw_seed()                                   # after the candidate is loaded: it cannot predict it
+    inputs = make_inputs(setup, Draw(seed, scale=4.5, pattern="masked"))
+    change_part(inputs, seed)                            # before the second call of a trial
+
+Each trial's inputs are the task's own get_inputs() under a seed the candidate cannot predict, given the
+shapes users' data has: a shifted mean with ties in some rows, or rows that are all negative, fully masked
+(-1e4) or masked in a suffix (-inf where the reference stays finite, else -1e4). Patterns apply to floating
+inputs only, in float32, before the cast to the task's dtype; a task with scale_inputs off (cumprod) gets none.
+A widening (`Draw.widen`) makes a task whose output barely moves across input sets tell a constant apart."""
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+import torch
+
+INPUT_SCALES = (1.0, 1.0, 4.5, 0.3, 1.7, 9.0)  # magnitude of float inputs per trial
+PATTERNS = ("plain", "shifted", "masked")  # trial t gets PATTERNS[t % 3]
+SHIFT = 3.0  # the shifted pattern adds SHIFT * scale: a wrong count in a mean shows once the mean is not 0
+TIE_STEP = 0.5  # rows with ties are rounded to multiples of TIE_STEP * scale, and their maximum is repeated
+MASK = -1e4  # a masked element where -inf would make the reference itself non-finite
+CHANGED_FRACTION = 8  # the second call of a trial sees 1/8 of each floating input changed in place
+WIDENINGS = ("", "signed", "scaled up x100", "scaled down x0.01", "other seeds")
+
+
+@dataclass(frozen=True)
+class Draw:
+    """How one set of inputs is made: the seed, the magnitude, the pattern, the widening (3b) in force."""
+
+    seed: int
+    scale: float = 1.0
+    pattern: str = "plain"  # one of PATTERNS
+    widen: str = ""  # one of WIDENINGS
+    masked_value: float = float("-inf")  # for the masked pattern
+
+
+def draw_seed() -> int:
+    """A trial seed from the operating system: nothing in the candidate's process decides it."""
+    return secrets.randbelow(1 << 31)
+
+
+def trial_draw(seed: int, t: int, scale_inputs: bool, widen: str) -> Draw:
+    scale = INPUT_SCALES[t % len(INPUT_SCALES)] if scale_inputs else 1.0
+    pattern = PATTERNS[t % len(PATTERNS)] if scale_inputs else "plain"
+    return Draw(seed * 1000 + t, scale, pattern, widen)
+
+
+def make_inputs(setup, draw: Draw) -> list:
+    """The task's inputs for one draw, on the device, patterned, cast and scaled. Each input is replaced in the
+    list as soon as its new copy exists, so one input at most is held twice, and only for a moment (changing
+    in place could compound on a tensor that get_inputs() returns every time)."""
+    torch.manual_seed(draw.seed + (7 if draw.widen == "other seeds" else 0))
+    with torch.device(setup.device):
+        inputs = list(setup.task.get_inputs())
+    rng = torch.Generator().manual_seed(draw.seed)
+    for i in range(len(inputs)):
+        x = inputs[i]
+        if not isinstance(x, torch.Tensor):
+            continue
+        x = x.to(setup.device)
+        if x.is_floating_point():
+            dtype = setup.dtype or x.dtype
+            x = _shaped(x.float() * draw.scale, draw, rng) if draw.pattern != "plain" or draw.widen else (
+                x * draw.scale)  # a copy even at 1.0: trials never share get_inputs()' tensors
+            x = x.to(dtype)
+        inputs[i] = x
+    return inputs
+
+
+def _shaped(x: torch.Tensor, draw: Draw, rng: torch.Generator) -> torch.Tensor:
+    """x (float32, already scaled) widened and patterned; `rng` picks signs and rows."""
+    if draw.widen == "signed":
+        x = x * (torch.randint(0, 2, x.shape, generator=rng).to(x.device) * 2 - 1)
+    elif draw.widen.startswith("scaled"):
+        x = x * float(draw.widen.split("x")[-1])
+    if draw.pattern == "plain" or x.dim() == 0:
+        return x
+    y = x.contiguous()  # the patterns are written in rows; x keeps the strides get_inputs() gave it
+    rows = y.view(-1, y.shape[-1]) if y.dim() > 1 else y.view(1, -1)
+    order = torch.randperm(rows.shape[0], generator=rng).tolist()
+    if draw.pattern == "shifted":
+        rows.add_(SHIFT * draw.scale)
+        step = TIE_STEP * draw.scale
+        for r in order[: max(1, len(order) // 3)]:  # a third of the rows rounded, their largest value twice
+            row = rows[r]
+            row.copy_(torch.round(row / step) * step)
+            row[row.argmin()] = row.max()
+    elif draw.pattern == "masked" and x.dim() > 1:
+        cut = int(torch.randint(1, max(rows.shape[1], 2), (1,), generator=rng))
+        picks = iter(order)
+        masked_suffix, masked_all, negative = next(picks), next(picks, None), next(picks, None)
+        rows[masked_suffix, cut:] = draw.masked_value
+        if masked_all is not None:
+            rows[masked_all] = MASK
+        if negative is not None:
+            rows[negative] = -rows[negative].abs() - draw.scale
+    return y if y is x else x.copy_(y)
+
+
+def with_finite_mask(inputs: list) -> None:
+    """The masked pattern's -inf elements become MASK, in place (where -inf makes the reference non-finite)."""
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            x.masked_fill_(x == float("-inf"), MASK)
+
+
+def change_part(inputs: list, seed: int) -> None:
+    """Before a trial's second call: a run of 1/CHANGED_FRACTION of each floating input, at a place the seed
+    picks, reversed and scaled by 1.5 in place (finite elements only, so no new -inf or NaN appears). Neither
+    a shift nor a scale alone: a normalization is blind to both."""
+    rng = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for x in inputs:
+            if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel()):
+                continue
+            flat = x.view(-1) if x.is_contiguous() else None
+            if flat is None:  # a strided input: change it whole
+                x.copy_(_changed(x.reshape(-1)).view(x.shape))
+                continue
+            n = max(1, flat.numel() // CHANGED_FRACTION)
+            start = int(torch.randint(0, flat.numel() - n + 1, (1,), generator=rng))
+            flat[start:start + n] = _changed(flat[start:start + n])
+
+
+def _changed(part: torch.Tensor) -> torch.Tensor:
+    flipped = part.flip(0)
+    keep = torch.isfinite(part) & torch.isfinite(flipped)
+    return torch.where(keep, flipped * 1.5, part)

@@ -35,14 +35,14 @@ from torch.func import functional_call
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from agent import recurrent_ops
+from agent import attention_ops, recurrent_ops
 
 aten = torch.ops.aten
 
 # (peak fp32 FLOP/s, peak DRAM B/s). A CPU is classed by intensity against the sm_90 ridge point.
 PEAKS = {"sm_90": (51e12, 4.27e12)}
 FAMILIES = ("elementwise", "softmax", "norm", "reduction", "argreduce", "scan", "pooling", "loss", "matvec",
-            "matmul", "gemm_epilogue", "conv", "recurrent", "unknown")
+            "matmul", "gemm_epilogue", "conv", "recurrent", "attention", "unknown")
 
 REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "prod", "var", "std", "var_mean", "logsumexp",
               "linalg_vector_norm", "norm", "any", "all"}
@@ -51,6 +51,7 @@ SCANS = {"cumsum", "cumprod", "logcumsumexp", "cummax", "cummin"}
 MATMULS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "dot", "mv", "addmv"}
 CONVS = {"convolution", "_convolution", "conv2d", "conv1d"}
 RECURRENT = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}  # gates per unit
+ATTENTION = {"attention", "_scaled_dot_product_flash_attention_for_cpu"}  # agent/attention_ops.py
 POOLS = {"max_pool2d_with_indices", "max_pool1d", "max_pool2d", "avg_pool2d", "avg_pool1d", "max_pool3d_with_indices",
          "avg_pool3d", "adaptive_avg_pool2d", "_adaptive_avg_pool2d", "adaptive_max_pool2d"}
 NORMS = {"native_layer_norm", "native_group_norm", "native_batch_norm", "_native_batch_norm_legit",
@@ -225,10 +226,11 @@ def trace(module: types.ModuleType, *, meta: bool, decompositions: dict | None =
     values) where a capture can. Parameters, buffers and tensors stored as plain module attributes (an RNN's
     initial hidden state) are placeholders of the graph, read by a candidate from `self`."""
     failures = []
+    table = {**(decompositions or {}), **attention_ops.DECOMPOSITIONS}  # attention: one node per call
     for name, capture in CAPTURES:
         try:
-            with recurrent_ops.kept():  # one node per recurrent layer stack, not one per time step
-                traced = capture(module, meta, decompositions or {})
+            with recurrent_ops.kept(), attention_ops.kept():  # one node per layer stack, per attention
+                traced = capture(module, meta, table)
         except _Skipped as e:
             failures.append(f"{name} skipped ({e})")
             continue
@@ -429,9 +431,9 @@ def _kind(target) -> str:
     base = _base(target)
     if base in VIEWS:
         return "view"
-    for kind, names in (("recurrent", RECURRENT), ("reduction", REDUCTIONS), ("argreduce", ARGREDUCTIONS),
-                        ("scan", SCANS), ("matmul", MATMULS), ("conv", CONVS), ("pool", POOLS), ("norm", NORMS),
-                        ("softmax", SOFTMAXES), ("loss", LOSSES)):
+    for kind, names in (("recurrent", RECURRENT), ("attention", ATTENTION), ("reduction", REDUCTIONS),
+                        ("argreduce", ARGREDUCTIONS), ("scan", SCANS), ("matmul", MATMULS), ("conv", CONVS),
+                        ("pool", POOLS), ("norm", NORMS), ("softmax", SOFTMAXES), ("loss", LOSSES)):
         if base in names:
             return kind
     if base in ("empty", "zeros", "ones", "full", "arange", "scalar_tensor", "empty_like", "zeros_like",
@@ -487,6 +489,11 @@ def _node_flops(node, kind: str) -> float:
         per = 4 if node.args[3] else 2
         batch_steps = _val(x).numel() // _val(x).shape[-1]
         return float(sum(2 * batch_steps * _val(w).numel() for i, w in enumerate(weights) if i % per < 2))
+    if kind == "attention":  # the two products, q k^T and p v (a causal mask skips about half of each)
+        q, k, v = (_val(a) for a in node.args[:3])
+        causal = node.args[4] if len(node.args) > 4 and isinstance(node.args[4], bool) else False
+        total = 2.0 * (q.numel() // q.shape[-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])
+        return total / 2 if causal else total
     if kind in ("matmul", "conv"):
         args = torch.utils._pytree.tree_map(
             lambda a: torch.empty_strided(_val(a).shape, _val(a).stride(), dtype=_val(a).dtype, device="meta")
@@ -554,6 +561,8 @@ def _family(ops: list[OpInfo], outputs: list[TensorInfo], inputs: list[TensorInf
         return "recurrent"
     if "conv" in kinds:
         return "conv"
+    if "attention" in kinds:
+        return "attention"
     if "matmul" in kinds:
         mm = next(o for o in compute if o.kind == "matmul")
         operands = mm.inputs[1:] if "addmm" in mm.target or "baddbmm" in mm.target else mm.inputs

@@ -16,9 +16,9 @@ from __future__ import annotations
 from types import ModuleType
 
 from agent.analysis import TaskAnalysis
-from agent.templates import axis_reduce, base, elementwise, gemm, pooling, rnn, rowwise, scan
+from agent.templates import attention, axis_reduce, base, elementwise, gemm, pooling, rnn, rowwise, scan
 
-TEMPLATES: list[ModuleType] = [rnn, gemm, pooling, scan, rowwise, axis_reduce, elementwise]
+TEMPLATES: list[ModuleType] = [rnn, attention, gemm, pooling, scan, rowwise, axis_reduce, elementwise]
 BY_NAME: dict[str, ModuleType] = {t.NAME: t for t in TEMPLATES}
 
 

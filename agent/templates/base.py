@@ -79,10 +79,11 @@ def _kernel_params(params: dict) -> dict:
 
 
 def fitted(kernel: Kernel, kp: dict) -> dict:
-    """`kp`, unless they are GEMM parameters and the tuned kernel is no GEMM: then that kernel's defaults.
+    """`kp`, unless they are GEMM parameters and the tuned kernel is no GEMM (nor attention, whose query and
+    key tiles are BLOCK_M and BLOCK_N too): then that kernel's defaults.
     With a vendor GEMM or convolution (impl "torch") the tuned Triton kernel is its epilogue, whose layout
     GEMM parameters do not describe: a row reduction handed them would hold its whole row at once."""
-    return kernel_default(kernel) if "BLOCK_M" in kp and kernel.layout != "gemm" else kp
+    return kernel_default(kernel) if "BLOCK_M" in kp and kernel.layout not in ("gemm", "attention") else kp
 
 
 def render(analysis: TaskAnalysis, params: dict, template: str) -> str:
@@ -106,6 +107,8 @@ def features(analysis: TaskAnalysis, params: dict) -> dict:
         access = "split_k"
     elif k.layout == "gemm":
         access = "tiled_gemm"
+    elif k.layout == "attention":
+        access = "flash"
     elif params.get("SPLIT", 1) > 1:
         access = "split"
     elif k.layout == "row":

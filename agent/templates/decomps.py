@@ -38,38 +38,6 @@ def safe_softmax(x, dim, dtype=None):
     return torch.where(torch.amax(x, [dim], True) == -math.inf, 0.0, out)
 
 
-def _attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
-    """softmax(q k^T * scale + mask) v as two batched products around a safe softmax: (output, weights,
-    scores)."""
-    if q.dim() > 2 and q.shape[-3] != k.shape[-3]:
-        raise NotImplementedError("grouped-query attention (fewer key heads than query heads)")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = torch.matmul(q * scale, k.transpose(-2, -1))
-    if is_causal:
-        rows = torch.arange(q.shape[-2], device=q.device).view(-1, 1)
-        cols = torch.arange(k.shape[-2], device=q.device).view(1, -1)
-        s = torch.where(cols <= rows, s, -math.inf)
-    if attn_mask is not None:
-        s = torch.where(attn_mask, s, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask
-    weights = safe_softmax(s, -1)
-    return torch.matmul(weights, v), weights, s
-
-
-def attention_math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, dropout_mask=None, *, scale=None,
-                   enable_gqa=False):
-    if dropout_p > 0:
-        raise NotImplementedError("attention dropout draws random numbers")
-    out, weights, _ = _attention(q, k, v, attn_mask, is_causal, scale)
-    return out, weights
-
-
-def attention_cpu(q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
-    if dropout_p > 0:
-        raise NotImplementedError("attention dropout draws random numbers")
-    out, _, scores = _attention(q, k, v, attn_mask, is_causal, scale)
-    return out, logsumexp(scores, [-1])
-
-
 def logsumexp(x, dims, keepdim=False):
     dims = _dims(x, dims)
     m = torch.amax(x, dims, True)  # (rows of -inf give NaN here where torch gives -inf)
@@ -249,8 +217,6 @@ DECOMPOSITIONS = {
     aten.roll.default: roll,
     aten._log_softmax.default: log_softmax,
     aten._safe_softmax.default: safe_softmax,
-    aten._scaled_dot_product_attention_math.default: attention_math,
-    aten._scaled_dot_product_flash_attention_for_cpu.default: attention_cpu,
     aten.logsumexp.default: logsumexp,
     aten.var.correction: var,
     aten.std.correction: std,

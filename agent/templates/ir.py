@@ -1,5 +1,5 @@
 """The templates' intermediate form: a traced task as leaves (tensors read from memory, iotas, constants)
-and nodes (pointwise, reduce, scan, view, gemm, window), each with a concrete shape.
+and nodes (pointwise, reduce, scan, view, gemm, window, rnn, attention), each with a concrete shape.
 
     program = lower(analysis)        # raises Unsupported with a one-sentence reason
 
@@ -334,6 +334,13 @@ class _Builder:
             return self.convolution(args, v)
         if base in ("lstm", "gru", "rnn_tanh", "rnn_relu"):
             return self.recurrent(base, args, v)
+        if base == "attention":  # agent/attention_ops.py: softmax(q k^T * scale + mask) v as one node
+            operands = [self.in_memory(a) for a in args[:4]]
+            return self.add("attention", "flash", operands, v.shape, v.dtype, causal=bool(args[4]),
+                            scale=float(args[5]))
+        if base == "_scaled_dot_product_flash_attention_for_cpu":
+            raise Unsupported("The attention applies dropout, which draws random numbers, so the reference is not "
+                              "deterministic.")
         if base in POOLS:
             return self.pool(target, base, args, kwargs, v)
         raise Unsupported(f"No template lowers {target}.")
@@ -576,6 +583,13 @@ class _Builder:
                        bidirectional=bool(bidirectional), batch_first=bool(batch_first), has_biases=bool(has_biases))
         finals = tuple(self.add("rnn_state", name, [out], s.shape, s.dtype) for name, s in zip("hc", v[1:]))
         return (out, *finals)
+
+    def in_memory(self, value):
+        """`value` as a kernel that reads it through strides can take it: a constant, an iota or a piece of a
+        cat or pad (a leaf with bounds) becomes a computed value, which gets a buffer."""
+        if isinstance(value, Leaf) and (value.kind != "tensor" or value.bounds):
+            return self.add("pw", "cast", [value], value.shape, value.dtype, attrs={"dtype": value.dtype})
+        return value
 
     def pool(self, target, base, args, kwargs, v) -> Value:
         """Max, average and adaptive pooling over the trailing 2 or 3 dims of any value (1-D pooling arrives as

@@ -8,6 +8,7 @@ import math
 
 import torch
 
+from agent.templates.attention_kernel import render_attention
 from agent.templates.codegen import NEUTRAL, Gen, KernelCode, Launch, Scope, kernel_header, next_pow2, store_lines
 from agent.templates.implicit_gemm import render_conv
 from agent.templates.ir import Node
@@ -92,6 +93,8 @@ def reduction_stages(kernel: Kernel, pairs: dict | None = None) -> dict[Node, in
 def render_kernel(kernel: Kernel, name: str, p: dict) -> KernelCode:
     if kernel.layout == "rnn":
         return render_rnn(kernel, name, p)
+    if kernel.layout == "attention":
+        return render_attention(kernel, name, p)
     if kernel.layout == "gemm":
         return render_conv(kernel, name, p) if kernel.nodes[0].fn == "conv" else _gemm(kernel, name, p)
     if kernel.layout == "flat" or kernel.layout == "plane" and p.get("layout") == "flat":

@@ -7,11 +7,13 @@ how many programs run.
   col   BLOCK_I, BLOCK_R, num_warps, num_stages
   gemm  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages (+ SPLIT_K, impl, precision at plan level)
   rnn   BLOCK_H hidden units per program, BLOCK_K, num_warps
+  attention  BLOCK_M queries per program, BLOCK_N keys per step, num_warps, num_stages (+ precision)
 """
 from __future__ import annotations
 
 import math
 
+from agent.templates.attention_kernel import attention_dims
 from agent.templates.codegen import next_pow2
 from agent.templates.implicit_gemm import gemm_dims
 from agent.templates.kernels import reduction_stages, online_pairs, welford_pairs
@@ -52,6 +54,11 @@ def kernel_default(kernel: Kernel) -> dict:
     layout = kernel.layout
     if layout == "rnn":
         return {"BLOCK_H": 32, "BLOCK_K": 32, "num_warps": 4}
+    if layout == "attention":  # FlashAttention-2's forward tiles; smaller ones for short sequences or wide heads
+        lq, lk, d, dv = attention_dims(kernel)
+        bm = min(128 if max(d, dv) <= 64 else 64, max(16, next_pow2(lq)))
+        bn = min(64, max(16, next_pow2(lk)))
+        return {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": 8 if bm >= 128 else 4, "num_stages": 2}
     if layout == "flat":
         return {"BLOCK": 1024, "num_warps": 4, "num_stages": 1}
     if layout == "plane":
@@ -100,6 +107,11 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
     layout = kernel.layout
     if layout == "rnn":
         return {"BLOCK_H": [16, 32, 64, 128], "BLOCK_K": [16, 32, 64], "num_warps": [1, 2, 4, 8]}
+    if layout == "attention":
+        lq, lk, _, _ = attention_dims(kernel)
+        return {"BLOCK_M": [b for b in (16, 32, 64, 128) if b <= max(16, next_pow2(lq))],
+                "BLOCK_N": [b for b in (16, 32, 64, 128) if b <= max(16, next_pow2(lk))],
+                "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4]}
     if layout == "flat":
         return {"BLOCK": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [1, 2, 4, 8, 16], "num_stages": [1]}
     if layout == "plane":
@@ -179,6 +191,13 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             return "the pipelined tiles need more shared memory than a block has"
         if bm * bn > 128 * 32 * p.get("num_warps", 4):
             return "the accumulator needs more than 128 registers per thread"
+    if layout == "attention":
+        _, _, d, dv = attention_dims(kernel)
+        bm, bn = p.get("BLOCK_M", 64), p.get("BLOCK_N", 64)
+        if max(1, p.get("num_stages", 2)) * bn * (d + dv) * 4 > SMEM_BYTES:
+            return "the pipelined key and value tiles need more shared memory than a block has"
+        if bm * (bn + dv) > 128 * 32 * p.get("num_warps", 4):
+            return "the scores and the accumulator need more than 128 registers per thread"
     if p.get("num_warps", 4) not in (1, 2, 4, 8, 16, 32):
         return "num_warps must be a power of two up to 32"
     return None

@@ -171,6 +171,9 @@ def work(kernel: Kernel) -> float:
     if kernel.kind in ("gemm", "torch_gemm"):
         batch, m, n, k = gemm_dims(kernel.nodes[0])
         return 8.0 * batch * m * n * k
+    if kernel.kind == "attention":  # the two products over every query and key
+        q, k, v = kernel.nodes[0].args[:3]
+        return 4.0 * math.prod(q.shape[:-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])
     if kernel.kind == "rnn":  # a GEMM of the hidden state per step and layer, at least
         return 8.0 * math.prod(kernel.domain) * kernel.domain[-1] * kernel.nodes[0].attrs["layers"]
     return float(math.prod(kernel.domain))

@@ -21,7 +21,7 @@ from agent.templates.ir import Leaf, Node, Program, Unsupported, Value, contiguo
 
 @dataclass(eq=False)
 class Kernel:
-    kind: str  # "tile", "gemm", "torch_gemm" or "rnn" (a recurrent layer, stepped over time by the host)
+    kind: str  # "tile", "gemm", "torch_gemm", "rnn" (a recurrent layer, stepped over time by the host), "attention"
     domain: tuple
     rdims: tuple = ()
     nodes: list = field(default_factory=list)  # copies of the program's nodes, args resolved to leaves/members
@@ -31,8 +31,8 @@ class Kernel:
 
     @property
     def layout(self) -> str:
-        if self.kind in ("gemm", "torch_gemm", "rnn"):
-            return {"gemm": "gemm", "torch_gemm": "torch", "rnn": "rnn"}[self.kind]
+        if self.kind in ("gemm", "torch_gemm", "rnn", "attention"):
+            return {"gemm": "gemm", "torch_gemm": "torch", "rnn": "rnn", "attention": "attention"}[self.kind]
         if not self.rdims:
             return "plane" if self.has_window and len(self.domain) >= 3 else "flat"
         inner = [k for k in range(len(self.domain)) if self.domain[k] > 1]
@@ -256,8 +256,8 @@ class _Scheduler:
             self.join(k, Node(n.name, n.shape, n.dtype, op="gemm", fn=n.fn, args=args, attrs=dict(n.attrs)), n,
                       "full", new=True)
             return
-        if n.op == "rnn":  # writes its output sequence, and its final states into buffers of its own
-            k = Kernel("rnn", n.shape)
+        if n.op in ("rnn", "attention"):  # a recurrent layer (its final states in buffers of its own), attention
+            k = Kernel(n.op, n.shape)
             args = [self.leaf(a) if isinstance(a, Value) else a for a in n.args]
             self.join(k, Node(n.name, n.shape, n.dtype, op="rnn", fn=n.fn, args=args, attrs=dict(n.attrs)), n,
                       "full", new=True)
@@ -318,7 +318,7 @@ class _Scheduler:
 
     def pointwise_level(self, k: Kernel, n: Node) -> str | None:
         members = [self.home[a][1] for a in n.inputs if self.inside(a, k)]
-        if k.kind in ("torch_gemm", "rnn"):
+        if k.kind in ("torch_gemm", "rnn", "attention"):
             return None
         if k.kind == "gemm":
             ok = n.shape == k.domain and all(k.level[m] == "full" for m in members)
@@ -338,7 +338,7 @@ class _Scheduler:
         return None
 
     def view_level(self, k: Kernel, n: Node) -> str | None:
-        if k.kind == "rnn":
+        if k.kind in ("rnn", "attention"):
             return None
         src = self.home[n.args[0]][1]
         level = k.level[src]

@@ -1,0 +1,107 @@
+"""bf16 and fp16 outputs are judged against the math: a candidate passes when its error against a golden fp32
+run of the reference is within a small factor of PyTorch's own error in the dtype (tools/compare.py)."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from tools.compare import LOW_FACTOR, LOW_FLOOR, TOLERANCES, UNIT_ROUNDOFF, Failed, compare
+from tools.executor import ExecutorConfig, LocalExecutor
+from tools.results import EvalJob, TaskSpec
+from tools.verify import Checked
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+# candidate, task, the task list's dtype (None: the task's own tensors decide), verdict, a fragment of the reason
+CASES = [
+    # PyTorch's bf16 reference rounds after every add; a kernel that accumulates in fp32 is the better answer.
+    ("scan_fp32.py", "task_scan_bf16_loop.py", None, "correct", "Correct"),
+    ("scan_fp32.py", "task_cumsum.py", "bfloat16", "correct", "Correct"),
+    ("scan_fp32.py", "task_cumsum.py", "float16", "correct", "Correct"),
+    ("scan_fp32.py", "task_cumsum.py", None, "correct", "Correct"),  # fp32: today's rule
+    # PyTorch's CPU scan keeps an fp32 accumulator; one in bf16 is tens of times less accurate.
+    ("scan_bf16_acc.py", "task_cumsum.py", "bfloat16", "incorrect", "less accurate than PyTorch in bfloat16"),
+    # Scale, shift, GELU and softmax computed in fp32 and rounded once, where PyTorch rounds after each op.
+    ("epilogue_fp32.py", "task_epilogue.py", "bfloat16", "correct", "Correct"),
+    ("epilogue_fp32.py", "task_epilogue.py", "float16", "correct", "Correct"),
+]
+
+
+@pytest.fixture(scope="module")
+def results():
+    jobs = [EvalJob(TaskSpec(str(FIXTURES / task), dtype=dtype), (FIXTURES / "candidates" / candidate).read_text(),
+                    trials=3, profile=False) for candidate, task, dtype, _, _ in CASES]
+    with LocalExecutor(ExecutorConfig(workers_per_device=2)) as ex:
+        return ex.map(jobs)
+
+
+@pytest.mark.parametrize("i", range(len(CASES)), ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
+def test_verdict(results, i):
+    _, _, _, verdict, fragment = CASES[i]
+    r = results[i]
+    assert (r.verdict, fragment in r.reason) == (verdict, True), r.reason
+
+
+def test_a_bf16_task_is_judged_by_its_tensors_dtype(results):
+    """task_scan_bf16_loop makes bf16 tensors itself: the error figure is bf16's rounding, against the fp32 run."""
+    r = results[0]
+    u = UNIT_ROUNDOFF[torch.bfloat16]
+    assert 0.1 * u < r.rel_err < LOW_FLOOR * u, r.rel_err
+
+
+def _bf16_case(n: int = 4096, seed: int = 0):
+    """A long running sum: the fp32 run, PyTorch's bf16 result (fp32 accumulator) and the inputs."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(4, n, generator=g).bfloat16()
+    golden = torch.cumsum(x.float(), -1)
+    return x, golden, torch.cumsum(x, -1)
+
+
+def test_rounding_once_passes_even_by_truncation():
+    """An fp32 result rounded to bf16 by truncation (Triton's interpreter) errs by up to 2u: inside the floor."""
+    x, golden, reference = _bf16_case()
+    truncated = (golden.view(torch.int32) & ~0xFFFF).view(torch.float32).bfloat16()  # exact: low bits dropped
+    assert torch.all(truncated.float().abs() <= golden.abs())
+    compare(truncated, reference, TOLERANCES[torch.bfloat16], Checked(), golden=golden)
+    compare(golden.bfloat16(), reference, TOLERANCES[torch.bfloat16], Checked(), golden=golden)
+
+
+def test_a_bf16_accumulator_fails_where_pytorch_keeps_fp32():
+    x, golden, reference = _bf16_case(n=512)
+    acc = torch.zeros(x.shape[0], dtype=torch.bfloat16)
+    sloppy = torch.empty_like(x)
+    for j in range(x.shape[1]):
+        acc = (acc.float() + x[:, j].float()).bfloat16()
+        sloppy[:, j] = acc
+    checked = Checked()
+    with pytest.raises(Failed, match="less accurate than PyTorch in bfloat16") as e:
+        compare(sloppy, reference, TOLERANCES[torch.bfloat16], checked, golden=golden)
+    assert e.value.verdict == "incorrect"
+    own = (reference.double() - golden.double()).norm() / golden.double().norm()
+    assert checked.rel_err > LOW_FACTOR * own
+
+
+def test_one_bad_element_fails():
+    """The rule holds at every element, not only in norm."""
+    x, golden, reference = _bf16_case()
+    bad = golden.bfloat16().clone()
+    bad[2, 77] += 0.5 * bad.float().abs().max().bfloat16()
+    with pytest.raises(Failed, match=r"1 of \d+ elements beyond"):
+        compare(bad, reference, TOLERANCES[torch.bfloat16], Checked(), golden=golden)
+
+
+def test_fp32_outputs_keep_the_tolerance_rule():
+    """A golden run changes nothing for an fp32 output: it must agree with the reference as before."""
+    r = torch.randn(50, 50)
+    golden = r.double().float()
+    compare(r + 1e-7 * r, r, TOLERANCES[torch.float32], Checked(), golden=golden)
+    with pytest.raises(Failed, match=r"bound 2e-05"):
+        compare(r * 1.001, r, TOLERANCES[torch.float32], Checked(), golden=golden)
+
+
+def test_nan_where_pytorch_is_finite_fails_in_low_precision():
+    x, golden, reference = _bf16_case()
+    bad = golden.bfloat16()
+    bad[0, 0] = float("nan")
+    with pytest.raises(Failed, match="NaN or Inf"):
+        compare(bad, reference, TOLERANCES[torch.bfloat16], Checked(), golden=golden)

@@ -1,0 +1,125 @@
+"""Trials that look like use: two calls per trial (the second after part of the inputs changed in place), one
+trial with grad enabled, shifted means, ties, all-negative and masked rows, a plain torch.Tensor out, and tasks
+that cannot tell a constant apart. Each cheat below passed the trials before them."""
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from tools.compare import Failed
+from tools.executor import ExecutorConfig, LocalExecutor
+from tools.inputs import CHANGED_FRACTION, MASK, Draw, change_part, draw_seed, make_inputs, with_finite_mask
+from tools.results import EvalJob, TaskSpec
+from tools.verify import _check_plain_tensors
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+# candidate, task, expected verdict, fragments the reason must contain
+CASES = [
+    ("sample_keyed_cache.py", "task_softmax.py", "rejected", ["reuses earlier results", "trial seed"]),
+    ("changes_on_second_call.py", "task_softmax.py", "incorrect", ["on the second call", "changed in place"]),
+    ("wrong_on_masked_rows.py", "task_softmax.py", "incorrect", ["NaN or Inf", "masked inputs"]),
+    ("lazy_subclass_output.py", "task_softmax.py", "rejected", ["not a plain torch.Tensor"]),
+    ("alias_on_second_call.py", "task_identity.py", "rejected", ["shares memory with an input"]),
+    ("grad_mode_switch.py", "task_softmax.py", "incorrect", ["differs from the reference", "grad enabled"]),
+    ("tuple_output.py", "task_softmax.py", "incorrect", ["a tuple of 1 where the reference returns a Tensor"]),
+    ("argmax_last_on_ties.py", "task_argmax.py", "incorrect", ["differs from the reference in", "shifted inputs"]),
+    ("constant_half.py", "task_flat.py", "incorrect", ["differs from the reference", "widened (scaled up x100)"]),
+    ("constant_half.py", "task_constant.py", "error", ["cannot discriminate", "no speedup"]),
+    # honest kernels of the same tasks
+    ("argmax_first.py", "task_argmax.py", "correct", ["Correct"]),
+    ("sigmoid_flat.py", "task_flat.py", "correct", ["Correct"]),
+]
+
+
+@pytest.fixture(scope="module")
+def results():
+    jobs = [EvalJob(TaskSpec(str(FIXTURES / task)), (FIXTURES / "candidates" / candidate).read_text(), trials=3,
+                    profile=False) for candidate, task, _, _ in CASES]
+    with LocalExecutor(ExecutorConfig(workers_per_device=2)) as ex:
+        return ex.map(jobs)
+
+
+@pytest.mark.parametrize("i", range(len(CASES)), ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_verdict(results, i):
+    _, _, verdict, fragments = CASES[i]
+    r = results[i]
+    assert r.verdict == verdict and all(f in r.reason for f in fragments), r.reason
+
+
+def test_a_task_that_cannot_discriminate_is_a_task_error(results):
+    r = results[[c[1] for c in CASES].index("task_constant.py")]
+    assert r.task_error and r.timing is None
+
+
+def test_a_lazy_subclass_is_refused_by_the_runtime_check_itself():
+    """Whatever the static rules say of the source, the trial refuses an output that is not a plain Tensor."""
+    class Lazy(torch.Tensor):
+        pass
+
+    _check_plain_tensors(torch.zeros(3))
+    _check_plain_tensors((torch.zeros(3), [torch.ones(2)], 4))
+    for out in (torch.zeros(3).as_subclass(Lazy), (torch.zeros(3), torch.nn.Parameter(torch.zeros(2)))):
+        with pytest.raises(Failed, match="not a plain torch.Tensor") as e:
+            _check_plain_tensors(out)
+        assert e.value.verdict == "rejected"
+
+
+def _setup(task_source: str, dtype=None):
+    namespace: dict = {}
+    exec(task_source, namespace)
+    return SimpleNamespace(task=SimpleNamespace(**namespace), device=torch.device("cpu"), dtype=dtype)
+
+
+ROWS = "import torch\ndef get_inputs():\n    return [torch.randn(12, 40), torch.arange(5)]\n"
+
+
+def test_patterns_shape_float_inputs_only():
+    setup = _setup(ROWS)
+    masked = make_inputs(setup, Draw(5, pattern="masked"))[0]
+    assert (masked == float("-inf")).any(dim=1).sum() == 1  # one row masked in a suffix
+    assert (masked == MASK).all(dim=1).sum() == 1  # one row fully masked
+    assert ((masked < 0).all(dim=1) & torch.isfinite(masked).all(dim=1) & (masked > MASK).all(dim=1)).sum() >= 1
+    with_finite_mask([masked])
+    assert torch.isfinite(masked).all()
+    shifted, index = make_inputs(setup, Draw(5, pattern="shifted"))
+    assert shifted.mean() > 2.0 and torch.equal(index, torch.arange(5))
+    tied = [row for row in shifted if (row == row.max()).sum() > 1]
+    assert len(tied) >= 4  # a third of the rows repeat their largest value
+    assert make_inputs(setup, Draw(5, pattern="plain", scale=4.5))[0].std() > 3.0
+
+
+def test_patterns_keep_the_dtype_and_strides_the_task_gives():
+    setup = _setup("import torch\ndef get_inputs():\n    return [torch.randn(40, 12).t()]\n", torch.bfloat16)
+    x = make_inputs(setup, Draw(1, pattern="masked"))[0]
+    assert x.dtype == torch.bfloat16 and x.stride() == (1, 12)
+
+
+def test_the_second_call_sees_a_part_of_each_input_changed():
+    setup = _setup(ROWS)
+    x, index = make_inputs(setup, Draw(9))
+    before = x.clone()
+    change_part([x, index], seed=9)
+    changed = (x != before).sum().item()
+    assert 0 < changed <= x.numel() // CHANGED_FRACTION and torch.equal(index, torch.arange(5))
+
+
+def test_trial_seeds_are_drawn_unpredictably_and_replay_exactly():
+    assert len({draw_seed() for _ in range(8)}) > 1
+    setup = _setup(ROWS)
+    seed = draw_seed()
+    first = make_inputs(setup, Draw(seed, pattern="shifted"))[0]
+    assert torch.equal(first, make_inputs(setup, Draw(seed, pattern="shifted"))[0])
+    assert not torch.equal(first, make_inputs(setup, Draw(seed + 1, pattern="shifted"))[0])
+
+
+def test_a_reported_trial_seed_reproduces_the_failure():
+    """The seed a failure names, given back as trial_seed, draws the same inputs: the same verdict and reason."""
+    source = (FIXTURES / "candidates" / "argmax_last_on_ties.py").read_text()
+    spec = TaskSpec(str(FIXTURES / "task_argmax.py"))
+    with LocalExecutor() as ex:
+        first = ex.submit(EvalJob(spec, source, trials=3, profile=False)).result()
+        seed = int(first.reason.rsplit("trial seed ", 1)[1].rstrip(").").strip())
+        again = ex.submit(EvalJob(spec, source, trials=3, profile=False, trial_seed=seed)).result()
+    assert first.verdict == "incorrect" and again.reason == first.reason

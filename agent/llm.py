@@ -17,6 +17,7 @@ request is cut to fit and sent again once.
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -58,7 +59,7 @@ class LLMConfig:
     temperature: float = 0.7
     timeout_s: float = 180.0  # one request, at most; a deadline shortens it
     max_tokens: int = 4096  # one reply, at most; a deadline lowers it to what the server can write in time
-    stream: bool = False  # stream replies (also what `kernelwright chat` does when it shows them as they come)
+    stream: bool = True  # streamed, a request can be dropped at its deadline and the server stops writing
     context_tokens: int | None = None  # the model's context length; learned from the server when it says
     retries: int = 4  # extra attempts after a transient failure
     backoff_s: float = 2.0  # first wait; doubles each retry, capped at backoff_cap_s
@@ -203,7 +204,26 @@ class ChatClient:
             messages = fit_messages(convert_to_messages(messages), max(room, 256) * CHARS_PER_TOKEN)
         if not self.config.stream:
             return runnable.invoke(messages, **options)
-        return _streamed(runnable.stream(messages, **options), deadline)
+        return self._streamed(runnable.stream(messages, **options), deadline)
+
+    def _streamed(self, chunks, deadline: float | None) -> AIMessage:
+        """The whole reply of a stream, or LLMTimeUp as soon as a chunk arrives after the deadline: the
+        connection is closed, which is what makes a server (llama.cpp's among them) stop generating. A reply
+        cut this way still teaches the client the server's speed."""
+        from langchain_core.messages import AIMessage, message_chunk_to_message
+        total, first = None, None
+        try:
+            for chunk in chunks:
+                total = chunk if total is None else total + chunk
+                first = first or time.monotonic()
+                if deadline is not None and time.monotonic() > deadline:
+                    self._learn_speed(total, time.monotonic() - first)
+                    raise LLMTimeUp("the deadline came while the reply was streaming; the request was dropped")
+        finally:
+            chunks.close()
+        if total is None:
+            return AIMessage(content="")
+        return strict_tool_calls(message_chunk_to_message(total), total.tool_call_chunks)
 
     def reply_tokens(self, left: float | None) -> int:
         """The cap on the next reply: the configured one, lowered to what the server writes in the time left
@@ -215,9 +235,9 @@ class ChatClient:
             tokens = min(tokens, self.context_tokens // 2)
         return max(tokens, MIN_TOKENS)
 
-    def _learn_speed(self, reply: AIMessage, seconds: float) -> None:
+    def _learn_speed(self, reply, seconds: float) -> None:
         usage = getattr(reply, "usage_metadata", None) or {}
-        written = usage.get("output_tokens") or len(reply.text or "") // 4
+        written = usage.get("output_tokens") or len(reply.text or "") // 4  # about 4 characters a token
         if written >= 16 and seconds > 0:
             self.tokens_per_s = written / seconds
 
@@ -240,16 +260,21 @@ class ChatClient:
             self.context_tokens = context_length_of_model(mine[0])
 
 
-def _streamed(chunks, deadline: float | None) -> AIMessage:
-    """The whole reply of a stream, or LLMTimeUp as soon as a chunk arrives after the deadline (the
-    connection is closed, so the server stops generating)."""
-    from langchain_core.messages import AIMessage, message_chunk_to_message
-    total = None
-    try:
-        for chunk in chunks:
-            total = chunk if total is None else total + chunk
-            if deadline is not None and time.monotonic() > deadline:
-                raise LLMTimeUp("the deadline came while the reply was streaming; the rest was not waited for")
-    finally:
-        chunks.close()
-    return AIMessage(content="") if total is None else message_chunk_to_message(total)
+def strict_tool_calls(reply: AIMessage, chunks: list[dict]) -> AIMessage:
+    """The streamed reply with its tool calls parsed as a whole reply's would be: arguments that are not a
+    complete JSON object are an invalid call. (Streaming parsers complete partial JSON, so a reply cut in
+    the middle of a kernel would otherwise pass as a call with half a kernel.)"""
+    calls, invalid = [], []
+    for c in chunks:
+        try:
+            args = json.loads(c.get("args") or "{}")
+        except ValueError as e:
+            args, error = None, f"not JSON: {e}"
+        else:
+            error = None if isinstance(args, dict) else "not a JSON object"
+        if error is None:
+            calls.append({"name": c.get("name"), "args": args, "id": c.get("id"), "type": "tool_call"})
+        else:
+            invalid.append({"name": c.get("name"), "args": c.get("args"), "id": c.get("id"), "error": error,
+                            "type": "invalid_tool_call"})
+    return reply.model_copy(update={"tool_calls": calls, "invalid_tool_calls": invalid})

@@ -98,7 +98,7 @@ def test_a_reply_cut_at_its_length_limit_is_asked_again_once_with_a_note():
 
 def test_a_context_length_error_teaches_the_client_and_the_request_is_cut_to_fit():
     with ScriptedOpenAI([error(400, "Requested tokens (9000) exceed context window of 2048"), text("ok")]) as server:
-        chat = _chat(server, max_tokens=4096)
+        chat = _chat(server, max_tokens=4096, stream=False)
         assert chat.invoke([("system", "s" * 200), ("user", "u" * 30000)]).content == "ok"
     first, second = server.requests
     assert chat.context_tokens == 2048
@@ -107,16 +107,19 @@ def test_a_context_length_error_teaches_the_client_and_the_request_is_cut_to_fit
 
 
 def test_the_deadline_bounds_a_slow_request_and_a_stream():
-    with ScriptedOpenAI([text("late", delay_s=30)]) as server:
-        chat, start = _chat(server), time.monotonic()
+    with ScriptedOpenAI([text("late", delay_s=30)]) as server:  # not streamed: the request's timeout
+        chat, start = _chat(server, stream=False), time.monotonic()
         with pytest.raises(LLMTimeUp):
             chat.invoke([("user", "hi")], deadline=start + 6)
         assert time.monotonic() - start < 12
     with ScriptedOpenAI([text("x" * 400, delay_s=0.4)]) as server:  # 26 chunks, 0.4 s apart: ~10 s
-        chat, start = _chat(server, stream=True), time.monotonic()
+        chat, start = _chat(server), time.monotonic()
         with pytest.raises(LLMTimeUp, match="streaming"):
             chat.invoke([("user", "hi")], deadline=start + 6)
-        assert time.monotonic() - start < 8
+        assert time.monotonic() - start < 8 and 2 < chat.tokens_per_s < 20  # 16 characters every 0.4 s
+        while server.dropped == 0 and time.monotonic() - start < 15:  # a server sees the hang-up when it writes
+            time.sleep(0.2)
+        assert server.dropped == 1  # the client hung up, so the server stopped writing
     with ScriptedOpenAI([]) as server:
         with pytest.raises(LLMTimeUp, match="no time"):  # too little time left: nothing is sent
             _chat(server).invoke([("user", "hi")], deadline=time.monotonic() + 1)
@@ -126,7 +129,7 @@ def test_the_deadline_bounds_a_slow_request_and_a_stream():
 def test_a_streamed_reply_with_a_tool_call_is_whole_and_its_speed_caps_the_next_reply():
     from openai_server import tool_calls
     with ScriptedOpenAI([tool_calls(("submit_candidate", {"source": GOOD})), text("y" * 2000)]) as server:
-        chat = _chat(server, stream=True)
+        chat = _chat(server)
         reply = chat.invoke([("user", "hi")], tools=[{"type": "function", "function": {
             "name": "submit_candidate", "parameters": {"type": "object", "properties": {}}}}])
         assert reply.tool_calls[0]["args"] == {"source": GOOD}

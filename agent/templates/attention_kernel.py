@@ -7,9 +7,9 @@ BLOCK_N at a time with an online softmax: a running maximum and sum per query re
 so the scores never reach memory. Head sizes pad to a power of two with masked loads (48 -> 64). The scores
 and the accumulator are fp32; 16-bit inputs multiply as such (probabilities cast to the values' type, as
 FlashAttention does), or upcast first with `operands="fp32"`; the output rounds once, on the store. A causal
-program stops at its last query's diagonal. Keys with fewer heads than the queries (grouped-query attention) are shared by each group of query
-heads; a mask (boolean, True keeps; or additive) broadcasts over whatever dims it lacks. A query that no key
-may see gives 0, as PyTorch's safe softmax does.
+program stops at its last query's diagonal. Keys with fewer heads than the queries (grouped-query attention)
+are shared by each group of query heads; a mask (boolean, True keeps; or additive) broadcasts over whatever
+dims it lacks. A query that no key may see gives 0, as PyTorch's safe softmax does.
 
     code = render_attention(kernel, "_attention_kernel0", {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4})
 """

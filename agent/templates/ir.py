@@ -227,6 +227,8 @@ class _Builder:
             if not isinstance(o, Node):
                 raise Unsupported("The forward returns an input, a constant or a view of one, which the "
                                   "templates do not copy.")
+        from agent.templates.attention_match import fuse_attention  # (it builds on this module's IR)
+        self.nodes = fuse_attention(self.nodes, outputs)
         live, order = set(outputs), []
         for node in reversed(self.nodes):
             if node in live:

@@ -2,7 +2,8 @@
 53 keys, head size 48, fixtures/attention_kinds.py): the call traces to one node, the candidate launches the
 attention kernel instead of matmul + softmax + matmul, and it matches the reference, plain and causal, with a
 boolean mask (a query that sees nothing gives 0), a computed additive mask, grouped-query heads, head size 96,
-inside nn.MultiheadAttention, and in bfloat16 through the real evaluator.
+inside nn.MultiheadAttention, and in bfloat16 through the real evaluator. Attention written out as
+softmax(q @ k^T * c) @ v becomes the same kernel, unless its weights are returned.
 
     python -m pytest -q tests/agent/test_attention.py
 """
@@ -38,7 +39,7 @@ def lowered(kind: str, folder: Path):
 
 
 def run_ok(runner, task: Path, source: str, bound: float = 1e-5) -> None:
-    assert check_source(source) is None
+    assert check_source(source, task.read_text()) is None
     assert "_attention_kernel" in source.split("class ModelNew")[1]  # launched, not only defined
     out = runner.run(task, source)
     assert out["error"] is None, out["error"]
@@ -64,6 +65,22 @@ def test_multi_head_attention_module(runner, tmp_path):
     task, a = lowered("mha", tmp_path)
     t = matching(a)[0]
     run_ok(runner, task, t.render(a, t.default(a)))
+
+
+@pytest.mark.parametrize("kind", ["handwritten", "weights"])
+def test_written_out_attention(kind, runner, tmp_path):
+    """The GEMM, softmax, GEMM chain is matched in the lowered program; returned weights keep it as it is."""
+    task = task_of(kind, tmp_path)
+    a = analyze(str(task), small=True)
+    kinds = [k.kind for k in plan(a).kernels]
+    assert kinds.count("attention") == (1 if kind == "handwritten" else 0), kinds
+    t = matching(a)[0]
+    source = t.render(a, t.default(a))
+    if kind == "handwritten":
+        run_ok(runner, task, source)
+        return
+    out = runner.run(task, source)
+    assert out["error"] is None and len(out["rel_errors"]) == 2 and max(out["rel_errors"]) <= 1e-5, out
 
 
 def test_bfloat16_passes_the_evaluator(tmp_path):

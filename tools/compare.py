@@ -70,13 +70,13 @@ def compare(out, expected, tolerance: tuple[float, float, float], checked, golde
                 raise Failed("incorrect", f"{where} differs from the reference in {differ} of "
                                           f"{r.numel()} elements.")
             continue
+        if g is not None and r.dtype in UNIT_ROUNDOFF:
+            _compare_low_precision(y, r, g, where, checked)
+            continue
         bad, mismatched, ref_sq, finite = _finite_pattern(y, r)
         if mismatched:
             raise Failed("incorrect", f"{where} has {bad} NaN or Inf elements where the reference is finite "
                                       f"(or an unwritten element).")
-        if g is not None and r.dtype in UNIT_ROUNDOFF:
-            _compare_low_precision(y, r, g, where, checked)
-            continue
         atol_frac, rtol, rel_bound = tolerance
         ref_norm = math.sqrt(ref_sq)
         rms = ref_norm / max(finite, 1) ** 0.5
@@ -91,24 +91,31 @@ def compare(out, expected, tolerance: tuple[float, float, float], checked, golde
 
 
 def _compare_low_precision(y: torch.Tensor, r: torch.Tensor, g: torch.Tensor, where: str, checked) -> None:
-    """The low-precision rule over the elements where the fp32 run and PyTorch's result are both finite."""
+    """The low-precision rule. Each NaN or Inf of the candidate must be PyTorch's or the fp32 run's (rounded to
+    the dtype: fp16 overflows); where PyTorch alone is non-finite (its own rounding), a finite candidate is held
+    to the floor. Errors are measured where the candidate and the fp32 run are finite."""
     u = UNIT_ROUNDOFF[r.dtype]
     zero = torch.zeros((), dtype=torch.float64, device=r.device)
-    gold_sq, count, cand_sq, ref_sq, max_err = zero, zero, zero, zero, zero
+    bad, gold_sq, count, cand_sq, ref_sq, max_err = zero.long(), zero, zero, zero, zero, zero
     for a, b, c in _pieces(y, r, g):
-        keep = torch.isfinite(b) & torch.isfinite(c)
+        bad = bad + (_unlike(a, b) & _unlike(a, c.to(r.dtype))).sum()
+        keep = torch.isfinite(a) & torch.isfinite(c)
         c64 = torch.where(keep, c.double(), 0.0)
         dc = torch.where(keep, a.double() - c64, 0.0).abs_()
-        dr = torch.where(keep, b.double() - c64, 0.0).abs_()
+        dr = torch.where(keep & torch.isfinite(b), b.double() - c64, 0.0).abs_()
         gold_sq, count = gold_sq + c64 @ c64, count + keep.sum()
         cand_sq, ref_sq, max_err = cand_sq + dc @ dc, ref_sq + dr @ dr, torch.maximum(max_err, dc.max())
+    if int(bad.item()):
+        raise Failed("incorrect", f"{where} has {int(bad.item())} NaN or Inf elements where neither PyTorch in "
+                                  f"{_name(r.dtype)} nor the fp32 run has them (or an unwritten element).")
     gold_norm, cand_norm, ref_norm = (math.sqrt(float(v.item())) for v in (gold_sq, cand_sq, ref_sq))
     rms = gold_norm / max(float(count.item()), 1.0) ** 0.5
     outside = zero.long()
     for a, b, c in _pieces(y, r, g):
-        keep = torch.isfinite(b) & torch.isfinite(c)
+        keep = torch.isfinite(a) & torch.isfinite(c)
         c64 = c.double()
-        bound = (b.double() - c64).abs_().mul_(LOW_FACTOR).add_(c64.abs().add_(rms).mul_(LOW_FLOOR * u))
+        own = torch.where(torch.isfinite(b), b.double() - c64, 0.0).abs_().nan_to_num_(0.0, 0.0, 0.0)
+        bound = own.mul_(LOW_FACTOR).add_(c64.abs().add_(rms).mul_(LOW_FLOOR * u))
         outside = outside + ((a.double() - c64).abs_() > bound).logical_and_(keep).sum()
     outside = int(outside.item())
     rel = cand_norm / gold_norm if gold_norm > 0 else float(max_err.item())
@@ -116,11 +123,20 @@ def _compare_low_precision(y: torch.Tensor, r: torch.Tensor, g: torch.Tensor, wh
     checked.max_abs_err = max(checked.max_abs_err, float(max_err.item()))
     checked.rel_err = max(checked.rel_err, rel)
     if cand_norm > LOW_FACTOR * ref_norm + LOW_FLOOR * u * gold_norm or outside:
-        name = str(r.dtype).replace("torch.", "")
-        raise Failed("incorrect", f"{where} is less accurate than PyTorch in {name}: relative error against "
-                                  f"the fp32 run {rel:.2e}, PyTorch's own {own:.2e} (bound {LOW_FACTOR:g}x that "
-                                  f"+ {LOW_FLOOR * u:.1e}), {outside} of {r.numel()} elements beyond "
+        raise Failed("incorrect", f"{where} is less accurate than PyTorch in {_name(r.dtype)}: relative error "
+                                  f"against the fp32 run {rel:.2e}, PyTorch's own {own:.2e} (bound {LOW_FACTOR:g}x "
+                                  f"that + {LOW_FLOOR * u:.1e}), {outside} of {r.numel()} elements beyond "
                                   f"{LOW_FACTOR:g}x PyTorch's error + {LOW_FLOOR:g}u.")
+
+
+def _unlike(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Where a's NaN and Inf elements are not b's (a finite element against a non-finite one, or another one)."""
+    fin_a, fin_b = torch.isfinite(a), torch.isfinite(b)
+    return (fin_a != fin_b) | ((a.nan_to_num() != b.nan_to_num()) & ~fin_b)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
 
 
 def _finite_pattern(y: torch.Tensor, r: torch.Tensor) -> tuple[int, bool, float, int]:

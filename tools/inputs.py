@@ -108,23 +108,19 @@ def with_finite_mask(inputs: list) -> None:
 
 def change_part(inputs: list, seed: int) -> None:
     """Before a trial's second call: a run of 1/CHANGED_FRACTION of each floating input, at a place the seed
-    picks, reversed and scaled by 1.5 in place (finite elements only, so no new -inf or NaN appears). Neither
-    a shift nor a scale alone: a normalization is blind to both."""
+    picks, overwritten in place with the input's own finite values from another place. Values the input already
+    holds keep it in its domain (a probability stays one), and neither a shift nor a scale (a normalization is
+    blind to both) nor a reordering within a row (a sum is blind to that) describes the change."""
     rng = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for x in inputs:
-            if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel()):
+            if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 1):
                 continue
-            flat = x.view(-1) if x.is_contiguous() else None
-            if flat is None:  # a strided input: change it whole
-                x.copy_(_changed(x.reshape(-1)).view(x.shape))
-                continue
+            flat = x.view(-1) if x.is_contiguous() else x.reshape(-1)  # a strided input: changed via a copy
             n = max(1, flat.numel() // CHANGED_FRACTION)
             start = int(torch.randint(0, flat.numel() - n + 1, (1,), generator=rng))
-            flat[start:start + n] = _changed(flat[start:start + n])
-
-
-def _changed(part: torch.Tensor) -> torch.Tensor:
-    flipped = part.flip(0)
-    keep = torch.isfinite(part) & torch.isfinite(flipped)
-    return torch.where(keep, flipped * 1.5, part)
+            source = (start + flat.numel() // 2) % (flat.numel() - n + 1)
+            part, other = flat[start:start + n], flat[source:source + n].clone()
+            part.copy_(torch.where(torch.isfinite(part) & torch.isfinite(other), other, part))
+            if not x.is_contiguous():
+                x.copy_(flat.view(x.shape))

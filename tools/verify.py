@@ -56,7 +56,8 @@ class Setup:
     launches: LaunchRecorder
     scale_inputs: bool = True
     explicit_tolerance: bool = False  # atol/rtol given for the task: bf16/fp16 outputs judged by them too
-    golden: torch.nn.Module | None = None  # the reference in fp32, made at the first low-precision output
+    golden: torch.nn.Module | bool | None = None  # the reference in fp32, made at the first low-precision output
+    # (False: it cannot run in fp32)
 
 
 def verify(setup: Setup, trials: int, seed: int | None = None) -> Checked:
@@ -140,9 +141,14 @@ def _trial(setup: Setup, draw: Draw, checked: Checked, grad: bool, first: bool) 
 def reference_outputs(setup: Setup, inputs: list, checked: Checked | None = None):
     """The reference's outputs; with `checked`, the ATen ops it ran are recorded there."""
     recorder = OpRecorder(setup.launches, poison=False)
-    with torch.no_grad(), recorder:
-        expected = setup.reference(*inputs)
-    _sync(setup.device)
+    try:
+        with torch.no_grad(), recorder:
+            expected = setup.reference(*inputs)
+        _sync(setup.device)
+    except Exception as e:  # the task's own code: no candidate can be judged on it
+        lines = str(e).strip().splitlines() or [""]
+        raise Failed("error", f"The task's reference failed on the evaluator's inputs ({type(e).__name__}: "
+                              f"{lines[-1][:200]})", task_error=True) from None
     if checked is not None:
         checked.reference_ops = recorder.compute_ops()
     return expected
@@ -150,15 +156,23 @@ def reference_outputs(setup: Setup, inputs: list, checked: Checked | None = None
 
 def golden_outputs(setup: Setup, inputs: list, expected):
     """The reference module and its inputs cast to float32 and run again, when an output is bf16 or fp16 (and
-    no explicit atol/rtol says otherwise); None otherwise."""
-    if setup.explicit_tolerance or not any(r.dtype in UNIT_ROUNDOFF for r in tensors(expected)):
+    no explicit atol/rtol says otherwise); None otherwise, and where the reference cannot run in fp32 (it fixes
+    its own dtypes): such a task is judged by the dtype's tolerances against PyTorch's result."""
+    if setup.explicit_tolerance or setup.golden is False or not any(r.dtype in UNIT_ROUNDOFF
+                                                                      for r in tensors(expected)):
         return None
-    if setup.golden is None:
-        setup.golden = copy.deepcopy(setup.reference).float()
-    with torch.no_grad():
-        golden = setup.golden(*[x.detach().float() if isinstance(x, torch.Tensor) and x.is_floating_point()
-                                else x for x in inputs])
-    _sync(setup.device)
+    try:
+        if setup.golden is None:
+            setup.golden = copy.deepcopy(setup.reference).float()
+        with torch.no_grad():
+            golden = setup.golden(*[x.detach().float() if isinstance(x, torch.Tensor) and x.is_floating_point()
+                                    else x for x in inputs])
+        _sync(setup.device)
+    except Exception:
+        setup.golden = False
+        return None
+    if tree_flatten(golden)[1] != tree_flatten(expected)[1]:
+        return None
     return golden
 
 

@@ -1,6 +1,12 @@
 """Trials that look like use: two calls per trial (the second after part of the inputs changed in place), one
 trial with grad enabled, shifted means, ties, all-negative and masked rows, a plain torch.Tensor out, and tasks
-that cannot tell a constant apart. Each cheat below passed the trials before them."""
+that cannot tell a constant apart. Each cheat below passed the trials before them. Through the evaluator a
+cheat may be refused by the static rules first (a Tensor subclass, a grad-mode query); verify_probe.py runs
+every cheat past them, so each runtime check is shown to catch its cheat on its own."""
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -45,7 +51,26 @@ def results():
 def test_verdict(results, i):
     _, _, verdict, fragments = CASES[i]
     r = results[i]
+    if verdict != "correct" and r.reason.startswith("Rejected (") and r.verdict == "rejected":
+        return  # a static rule refused it before it ran; test_runtime_checks_alone shows the trials catch it
     assert r.verdict == verdict and all(f in r.reason for f in fragments), r.reason
+
+
+@pytest.fixture(scope="module")
+def probed():
+    cases = [[str(FIXTURES / task), str(FIXTURES / "candidates" / candidate)] for candidate, task, _, _ in CASES]
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parents[2]))
+    run = subprocess.run([sys.executable, str(Path(__file__).with_name("verify_probe.py")), json.dumps(cases)],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("i", range(len(CASES)), ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_runtime_checks_alone(probed, i):
+    _, _, verdict, fragments = CASES[i]
+    r = probed[i]
+    assert r["verdict"] == verdict and all(f in r["reason"] for f in fragments), r["reason"]
 
 
 def test_a_task_that_cannot_discriminate_is_a_task_error(results):

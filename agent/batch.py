@@ -38,7 +38,7 @@ from agent.report_html import TaskRow, row_from_report, summary_lines, write_res
 from agent.runstore import RunStore
 from tools.executor import ExecutorConfig, LocalExecutor, visible_gpus
 from tools.results import TaskSpec
-from tools.task import TaskError, load_suite
+from tools.task import TaskError, add_dtype_option, load_suite
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 STATE_FILE = "batch.json"
@@ -71,6 +71,7 @@ def add_run_options(p: argparse.ArgumentParser, knowledge: bool = True) -> None:
     p.add_argument("--budget", type=int, help="candidates to evaluate per task (default 24)")
     p.add_argument("--time-limit", type=float, metavar="S", help="wall-clock seconds per task (default 1800)")
     p.add_argument("--small", action="store_true", default=None, help="use the tasks' SMALL_SHAPES on a GPU too")
+    add_dtype_option(p)
     p.add_argument("--model", help="model name at OPENAI_BASE_URL (with OPENAI_API_KEY); none: no LLM operator")
     p.add_argument("--policy", choices=POLICIES, help="parent selection (default greedy)")
     p.add_argument("--seed", type=int, help="seed of every search's random choices (default 0)")
@@ -94,11 +95,13 @@ class Settings:
     seed: int | None = None
     knowledge: bool = True
     workers: int = 1
+    dtype: str | None = None  # --dtype: overrides the task list's
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, workers: int) -> "Settings":
         return cls(budget=args.budget, time_limit=args.time_limit, small=args.small, model=args.model,
-                   policy=args.policy, seed=args.seed, knowledge=not args.no_knowledge, workers=workers)
+                   policy=args.policy, seed=args.seed, knowledge=not args.no_knowledge, workers=workers,
+                   dtype=args.dtype)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -152,12 +155,13 @@ class Batch:
                 else TaskRow.unfinished(s.name, s.path, self.state.task(s.name)) for s in self.specs]
 
 
-def load_specs(suite: str, small: bool | None = None) -> list[TaskSpec]:
+def load_specs(suite: str, small: bool | None = None, dtype: str | None = None) -> list[TaskSpec]:
     try:
         specs = load_suite(suite)
     except TaskError as e:
         raise UsageError(str(e)) from None
-    return [replace(s, path=str(Path(s.path).resolve()), small=True if small else s.small) for s in specs]
+    return [replace(s, path=str(Path(s.path).resolve()), small=True if small else s.small, dtype=dtype or s.dtype)
+            for s in specs]
 
 
 def default_workers() -> int:
@@ -192,7 +196,7 @@ def plan_batch(args: argparse.Namespace) -> Batch:
     if not args.resume:
         out = Path(args.out) if args.out else Path("runs") / f"batch-{Path(suite).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
         settings = Settings.from_args(args, args.workers or default_workers())
-        return new_batch(suite, load_specs(suite, settings.small), out, settings)
+        return new_batch(suite, load_specs(suite, settings.small, settings.dtype), out, settings)
     if not args.out:
         raise UsageError("--resume needs --out DIR, the folder of the batch to continue.")
     out = Path(args.out)
@@ -205,7 +209,7 @@ def plan_batch(args: argparse.Namespace) -> Batch:
     given = {k: v for k, v in vars(Settings.from_args(args, args.workers or stored.workers)).items()
              if v is not None and k != "knowledge"}
     settings = replace(stored, **given, knowledge=stored.knowledge and not args.no_knowledge)
-    return _with_tasks(Batch(suite, load_specs(suite, settings.small), out, settings, state))
+    return _with_tasks(Batch(suite, load_specs(suite, settings.small, settings.dtype), out, settings, state))
 
 
 # --- running ------------------------------------------------------------------------------------------
@@ -301,7 +305,7 @@ def _optimize_args(spec: TaskSpec, folder: Path, s: Settings, resume: bool) -> a
     """The arguments `kernelwright optimize` would get for this task (what agent.optimize.plan_run reads)."""
     return argparse.Namespace(task=spec.path, out=str(folder), resume=str(folder) if resume else None,
                               budget=s.budget, time_limit=s.time_limit, model=s.model, policy=s.policy,
-                              small=s.small, seed=s.seed, batch_size=None, plateau=None,
+                              small=s.small, seed=s.seed, batch_size=None, plateau=None, dtype=spec.dtype,
                               no_knowledge=not s.knowledge)
 
 

@@ -272,13 +272,14 @@ def ci(args: argparse.Namespace) -> int:
     picked, skipped = changed_tasks(repo, tasks, base)
     print(f"kernelwright ci: {len(picked)} task file(s) added or changed since {base}"
           + "".join(f"\n  {p.relative_to(repo)}" for p in picked), flush=True)
-    specs = [TaskSpec(path=str(p.resolve()), name=p.stem, small=True if args.small else None) for p in picked]
+    specs = [TaskSpec(path=str(p.resolve()), name=p.stem, small=True if args.small else None, dtype=args.dtype)
+             for p in picked]
     code, verdicts, updated = EXIT_OK, [], None
     if specs:
         out = Path(args.out) if args.out else Path("runs") / f"ci-{time.strftime('%Y%m%d-%H%M%S')}"
         settings = Settings(budget=args.budget, time_limit=args.time_limit, small=args.small, model=args.model,
                             policy=args.policy, seed=args.seed if args.seed is not None else 0,
-                            knowledge=args.knowledge, workers=1)
+                            knowledge=args.knowledge, workers=1, dtype=args.dtype)
         batch = new_batch(f"ci: {base}", specs, out, settings)
         code = run_batch(batch)
         if code == EXIT_USAGE:

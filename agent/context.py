@@ -35,6 +35,8 @@ class RunConfig:
     batch_size: int = _d(2, "Proposals per round, evaluated together by the executor.")
     parents: int = _d(2, "Parents the policy selects per round; proposals are shared among them.")
     small: bool = _d(False, "Evaluate on the task's SMALL_SHAPES even on a GPU (always on a CPU).")
+    dtype: str | None = _d(None, "Cast the task's floating inputs and parameters (float32, bfloat16, float16); "
+                                 "None: the task's own.")
     eval_timeout_s: float = _d(300.0, "Seconds one evaluation may take before its worker is killed.")
     trials: int = _d(4, "Timing trials per evaluation.")
     k_docs: int = _d(4, "Hardware and optimization documents retrieved into each prompt.")

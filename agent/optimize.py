@@ -29,6 +29,7 @@ from agent.llm import ChatClient, LLMConfigError, LLMError, llm_config
 from agent.policies import POLICIES, make_policy
 from agent.runstore import RunStore
 from tools.results import VERDICTS, TaskSpec
+from tools.task import add_dtype_option
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 STORE_FILE = "run.sqlite"
@@ -52,6 +53,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--policy", choices=POLICIES, help=f"parent selection (default {d.policy})")
     p.add_argument("--resume", metavar="RUN", help="continue the run in this folder (an earlier --out)")
     p.add_argument("--small", action="store_true", default=None, help="evaluate on the task's SMALL_SHAPES")
+    add_dtype_option(p)
     p.add_argument("--seed", type=int, help=f"seed of the search's random choices (default {d.seed})")
     p.add_argument("--batch-size", type=int, help=f"proposals per round (default {d.batch_size})")
     p.add_argument("--plateau", type=int, help=f"stop after N evaluations without progress; 0: never "
@@ -68,7 +70,8 @@ def _say(line: str) -> None:
 
 def _overrides(args: argparse.Namespace) -> dict:
     given = {"budget": args.budget, "time_limit_s": args.time_limit, "model": args.model, "policy": args.policy,
-             "small": args.small, "seed": args.seed, "batch_size": args.batch_size, "plateau": args.plateau}
+             "small": args.small, "seed": args.seed, "batch_size": args.batch_size, "plateau": args.plateau,
+             "dtype": args.dtype}
     return {k: v for k, v in given.items() if v is not None}
 
 
@@ -185,7 +188,8 @@ def param_seeds(knowledge, task: TaskContext, config: RunConfig) -> list[dict]:
 def optimize(args: argparse.Namespace) -> int:
     plan = plan_run(args)
     config, out = plan.config, plan.out
-    spec = TaskSpec(path=plan.task_path, name=Path(plan.task_path).stem, small=True if config.small else None)
+    spec = TaskSpec(path=plan.task_path, name=Path(plan.task_path).stem, small=True if config.small else None,
+                    dtype=config.dtype)
     try:
         llm = llm_config(config.model, config.base_url)
         chat = ChatClient(llm) if llm else None

@@ -13,10 +13,17 @@ from tools.results import TaskSpec
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 OVERRIDE_KEYS = {"path", "name", "dtype", "atol", "rtol", "shapes", "tf32", "small", "scale_inputs"}
 DTYPES = ("float32", "float16", "bfloat16", "float64")
+RUN_DTYPES = ("float32", "bfloat16", "float16")  # what optimize, batch and ci offer as --dtype
 
 
 class TaskError(Exception):
     """A task file or suite that cannot be used; the message is one sentence for a person."""
+
+
+def add_dtype_option(parser) -> None:
+    """--dtype for the commands that search: the same cast a task list's `dtype` gives every task."""
+    parser.add_argument("--dtype", choices=RUN_DTYPES, help="cast the tasks' floating inputs and parameters to "
+                                                            "this dtype (default: the tasks' own, or the task list's)")
 
 
 def check_task_file(path: str | Path) -> None:

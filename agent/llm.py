@@ -27,7 +27,7 @@ from typing import Mapping
 from typing import TYPE_CHECKING
 
 from agent.replies import (CHARS_PER_TOKEN, context_length_from, context_length_of_model, fit_messages,
-                           text_tool_calls)
+                           messages_chars, prompt_tokens_from, text_tool_calls)
 
 if TYPE_CHECKING:  # langchain and openai take about a second to import: only when a model is used
     from langchain_core.messages import AIMessage, BaseMessage
@@ -138,6 +138,8 @@ class ChatClient:
         self.retried = 0  # retries made so far, for the report
         self.context_tokens = config.context_tokens
         self.tokens_per_s: float | None = None  # the server's generation speed, from earlier replies
+        self.chars_per_token = CHARS_PER_TOKEN  # lowered when a context-length error shows it is fewer
+        self.sent_chars = 0  # characters of the last prompt sent
 
     def _with_retries(self, call, retries: int | None = None, deadline: float | None = None):
         import openai
@@ -173,14 +175,13 @@ class ChatClient:
         wrote as text become the reply's tool calls when it made none the structured way."""
         runnable = self.model.bind_tools(tools) if tools else self.model
         start = time.monotonic()
-        try:
-            reply = self._with_retries(lambda: self._request(runnable, messages, deadline), deadline=deadline)
-        except LLMError as e:
-            learned = context_length_from(str(e.__cause__ or e))
-            if learned is None or learned == self.context_tokens:
-                raise
-            self.context_tokens = learned  # the server said how long its context is: cut to fit, once more
-            reply = self._with_retries(lambda: self._request(runnable, messages, deadline), deadline=deadline)
+        for refit in range(3):
+            try:
+                reply = self._with_retries(lambda: self._request(runnable, messages, deadline), deadline=deadline)
+                break
+            except LLMError as e:
+                if refit == 2 or not self._learn_context(str(e.__cause__ or e)):
+                    raise
         self._learn_speed(reply, time.monotonic() - start)
         if tools and not reply.tool_calls:
             names = {t["function"]["name"] for t in tools}
@@ -198,22 +199,31 @@ class ChatClient:
                    "max_tokens": tokens}
         if self.config.base_url:  # llama.cpp and Ollama read max_tokens; ChatOpenAI sends max_completion_tokens
             options["extra_body"] = {"max_tokens": tokens}
+        from langchain_core.messages import convert_to_messages
+        messages = convert_to_messages(messages)
         if self.context_tokens:
             room = self.context_tokens - tokens - 256  # 256: the chat template's own tokens
-            from langchain_core.messages import convert_to_messages
-            messages = fit_messages(convert_to_messages(messages), max(room, 256) * CHARS_PER_TOKEN)
+            messages = fit_messages(messages, max(room, 256) * self.chars_per_token)
+        self.sent_chars = messages_chars(messages)
         if not self.config.stream:
             return runnable.invoke(messages, **options)
-        return self._streamed(runnable.stream(messages, **options), deadline)
+        try:
+            return self._streamed(runnable.stream(messages, **options), deadline)
+        except EmptyStream:  # llama.cpp breaks off the stream of an over-long prompt; unstreamed, it says why
+            import openai
+            try:
+                return runnable.invoke(messages, **options)
+            except openai.APIConnectionError:  # the pool handed back the broken stream's connection: once more
+                return runnable.invoke(messages, **options)
 
     def _streamed(self, chunks, deadline: float | None) -> AIMessage:
         """The whole reply of a stream, or LLMTimeUp as soon as a chunk arrives after the deadline: the
         connection is closed, which is what makes a server (llama.cpp's among them) stop generating. A reply
         cut this way still teaches the client the server's speed."""
-        from langchain_core.messages import AIMessage, message_chunk_to_message
+        from langchain_core.messages import message_chunk_to_message
         total, first = None, None
         try:
-            for chunk in chunks:
+            for chunk in _or_empty(chunks):
                 total = chunk if total is None else total + chunk
                 first = first or time.monotonic()
                 if deadline is not None and time.monotonic() > deadline:
@@ -222,8 +232,19 @@ class ChatClient:
         finally:
             chunks.close()
         if total is None:
-            return AIMessage(content="")
+            raise EmptyStream()
         return strict_tool_calls(message_chunk_to_message(total), total.tool_call_chunks)
+
+    def _learn_context(self, error: str) -> bool:
+        """What a context-length error says: the context's length and how many tokens the prompt sent took
+        (so, how many characters a token is for this model and prompt). False when it says neither."""
+        length, used = context_length_from(error), prompt_tokens_from(error)
+        if length is None:
+            return False
+        self.context_tokens = length
+        if used and self.sent_chars:
+            self.chars_per_token = min(self.chars_per_token, 0.9 * self.sent_chars / used)
+        return True
 
     def reply_tokens(self, left: float | None) -> int:
         """The cap on the next reply: the configured one, lowered to what the server writes in the time left
@@ -258,6 +279,20 @@ class ChatClient:
         mine = [m for m in entries if m.get("id") == self.config.model] or (entries if len(entries) == 1 else [])
         if mine and not self.context_tokens:
             self.context_tokens = context_length_of_model(mine[0])
+
+
+class EmptyStream(Exception):
+    """A streamed request that ended without a single chunk."""
+
+
+def _or_empty(chunks):
+    """The stream's chunks; EmptyStream where langchain finds none (it raises a bare ValueError then)."""
+    try:
+        yield from chunks
+    except ValueError as e:
+        if "No generation chunks" in str(e):
+            raise EmptyStream() from e
+        raise
 
 
 def strict_tool_calls(reply: AIMessage, chunks: list[dict]) -> AIMessage:

@@ -15,11 +15,12 @@ import json
 import re
 import uuid
 
-CHARS_PER_TOKEN = 3  # a prompt's characters per token, erring short (code and English run 3 to 4)
+CHARS_PER_TOKEN = 3.0  # a prompt's characters per token until a server's error tells (English ~4, code 2-4)
 _THINK = re.compile(r"<think>.*?(</think>|\Z)", flags=re.S)
 _CONTEXT = (re.compile(r"context (?:window|length|size) (?:of|is) (\d+)", re.I),
             re.compile(r"maximum context length is (\d+)", re.I),
             re.compile(r"\bn_ctx\D{0,4}(\d+)", re.I))
+_PROMPT_TOKENS = (re.compile(r"(\d+) in the messages", re.I), re.compile(r"Requested tokens \((\d+)\)", re.I))
 _ARGS_KEYS = ("arguments", "parameters", "args", "input")
 
 
@@ -75,6 +76,19 @@ def context_length_from(message: str) -> int | None:
     return None
 
 
+def prompt_tokens_from(message: str) -> int | None:
+    """The prompt's length in tokens, where a server's context-length error states it."""
+    for pattern in _PROMPT_TOKENS:
+        found = pattern.search(message or "")
+        if found:
+            return int(found.group(1))
+    return None
+
+
+def messages_chars(messages: list) -> int:
+    return sum(len(_text(m)) for m in messages)
+
+
 def context_length_of_model(entry: dict) -> int | None:
     """The context length in a /v1/models entry, under the names servers use (vLLM: max_model_len;
     llama.cpp: meta.n_ctx or meta.n_ctx_train; others: context_length)."""
@@ -90,7 +104,7 @@ def fit_messages(messages: list, budget_chars: int) -> list:
     """The conversation cut to about `budget_chars` characters of text: the longest texts lose their middle
     first (with a note saying how much went), the last message is cut only when nothing else is left."""
     sizes = [len(_text(m)) for m in messages]
-    excess = sum(sizes) - budget_chars
+    excess = sum(sizes) - int(budget_chars)
     if excess <= 0:
         return messages
     out = list(messages)

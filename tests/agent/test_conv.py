@@ -23,7 +23,7 @@ def task_of(kind: str, folder: Path) -> Path:
 
 
 def run_ok(runner, task: Path, source: str) -> None:
-    assert check_source(source) is None
+    assert check_source(source, task.read_text()) is None
     out = runner.run(task, source)
     assert out["error"] is None, out["error"]
     assert out["rel_errors"] and all(e <= 1e-5 for e in out["rel_errors"]), out

@@ -70,7 +70,7 @@ def test_a_best_kernel_slower_than_eager_is_said_plainly_and_marked(tmp_path, ca
     assert best is not None and "No faster kernel; keep PyTorch." in printed and "(0.50x)" in printed
     first, rest = (tmp_path / "out" / "best.py").read_text().split("\n", 1)
     assert first.startswith("# SLOWER THAN EAGER PYTORCH: 0.50x (2 ms against 1 ms on NVIDIA H200)")
-    assert rest == source and check_source(first + "\n" + rest) is None  # still a candidate eval accepts
+    assert rest == source and check_source(first + "\n" + rest, Path(TASK).read_text()) is None  # still a candidate eval accepts
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["slower_than_eager"] is True and report["best"]["speedup_vs_eager"] == 0.5
 

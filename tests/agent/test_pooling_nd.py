@@ -23,7 +23,7 @@ def render(task: str, template: str, params: dict | None = None) -> str:
 
 
 def check(task: str, source: str, runner) -> None:
-    assert check_source(source) is None
+    assert check_source(source, (FIXTURES / f"{task}.py").read_text()) is None
     out = runner.run(FIXTURES / f"{task}.py", source)
     assert out["error"] is None, out["error"]
     assert out["rel_errors"] and all(e <= 1e-5 for e in out["rel_errors"]), out

@@ -24,7 +24,7 @@ def test_recurrent_layers_match_the_reference(kind, runner, tmp_path):
     t = BY_NAME["rnn"]
     for params in t.variants(a)[:2]:
         source = t.render(a, params)
-        assert check_source(source) is None and "for s in range(5):" in source
+        assert check_source(source, task.read_text()) is None and "for s in range(5):" in source
         out = runner.run(task, source)
         assert out["error"] is None, out["error"]
         assert len(out["rel_errors"]) == (3 if kind == "lstm" else 2)

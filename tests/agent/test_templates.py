@@ -19,7 +19,7 @@ def check(task: str, template: str, params: dict, runner) -> str:
     a = analyze(str(FIXTURES / f"{task}.py"), small=True)
     t = BY_NAME[template]
     source = t.render(a, {**t.default(a), **params})
-    assert check_source(source) is None
+    assert check_source(source, (FIXTURES / f"{task}.py").read_text()) is None
     assert "class ModelNew(Model)" in source and "@triton.jit" in source
     out = runner.run(FIXTURES / f"{task}.py", source)
     assert out["error"] is None, out["error"]

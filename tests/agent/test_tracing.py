@@ -27,7 +27,7 @@ def render_and_run(task: str, template: str, small: bool, runner) -> str:
     t = BY_NAME[template]
     source = t.render(a, t.default(a))
     compile(source, "candidate", "exec")  # check_source passes what does not parse; loading would not
-    assert check_source(source) is None
+    assert check_source(source, (FIXTURES / f"{task}.py").read_text()) is None
     out = runner.run(FIXTURES / f"{task}.py", source)
     assert out["error"] is None, out["error"]
     assert out["rel_errors"] and all(e <= 1e-4 for e in out["rel_errors"]), out

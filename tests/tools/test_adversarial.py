@@ -17,10 +17,10 @@ CASES = [
     ("honest.py", "task_softmax.py", "correct", "Correct on every trial"),
     ("honest_identity.py", "task_identity.py", "correct", "Correct"),
     ("linear_relu_declared_mm.py", "task_linear_relu.py", "correct", "Correct"),
-    ("no_kernel.py", "task_softmax.py", "rejected", "never launched a Triton kernel"),
-    ("decoy_kernel.py", "task_softmax.py", "rejected", "it ran aten._softmax"),
-    ("decomposed_fallback.py", "task_softmax.py", "rejected", "in PyTorch outside any Triton kernel"),
-    ("undeclarable_op.py", "task_softmax.py", "rejected", "only vendor GEMM and convolution"),
+    ("no_kernel.py", "task_softmax.py", "rejected", "calls torch.softmax"),  # the candidate language
+    ("decoy_kernel.py", "task_softmax.py", "rejected", "calls torch.softmax"),
+    ("decomposed_fallback.py", "task_softmax.py", "rejected", "calls .amax()"),
+    ("undeclarable_op.py", "task_softmax.py", "rejected", "calls torch.softmax"),
     ("matmul_declared_mm.py", "task_matmul.py", "rejected", "every op of the task ran in PyTorch"),
     ("zeros_output.py", "task_softmax.py", "incorrect", "relative error 1.00e+00"),
     ("constant_output.py", "task_softmax.py", "incorrect", "differs from the reference"),
@@ -36,7 +36,7 @@ CASES = [
     ("evaluator_access.py", "task_softmax.py", "rejected", "evaluator-access"),
     ("frame_peek.py", "task_softmax.py", "rejected", "introspection"),
     ("reference_swap.py", "task_softmax.py", "rejected", "introspection"),
-    ("imported_class_patch.py", "task_softmax.py", "rejected", "monkeypatch"),
+    ("imported_class_patch.py", "task_softmax.py", "rejected", "python-internals"),
     ("hang.py", "task_softmax.py", "timeout", "did not finish within"),
     # A store far outside any allocation: the interpreter's process dies; on a GPU, an illegal address.
     ("illegal_address.py", "task_softmax.py", "crash", "illegal memory access" if HAS_GPU else "SIGSEGV"),
@@ -116,7 +116,8 @@ def test_results_cached_by_address_never_pass():
     with LocalExecutor() as ex:
         r = ex.submit(EvalJob(TaskSpec(str(FIXTURES / "task_softmax.py")), source, trials=3)).result()
     assert r.verdict in ("incorrect", "rejected"), r.reason
-    catches = ("never launched a Triton kernel", "differs from the reference", "reuses earlier results")
+    catches = ("never launched a Triton kernel", "differs from the reference", "reuses earlier results",
+               ".data_ptr")  # the last: the candidate language, before it runs
     assert any(c in r.reason for c in catches), r.reason
 
 

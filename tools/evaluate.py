@@ -63,7 +63,8 @@ class WarmWorker:
             work = os.path.join(scratch, "work")
             os.mkdir(work)
             Path(job_path).write_text(json.dumps(job_to_json(job)))
-            run = self._run_child({"job": job_path, "result": result_path, "cwd": work}, job.timeout_s)
+            run = self._run_child({"job": job_path, "result": result_path, "cwd": work,
+                                   "triton_cache": os.path.join(scratch, "triton")}, job.timeout_s)
             result = _read_result(result_path, run, job.timeout_s)
         result.seconds = time.perf_counter() - started
         return result
@@ -97,7 +98,9 @@ class WarmWorker:
         if self.server is None or self.server.poll() is not None:
             env = scrubbed_env({
                 "PYTHONPATH": _import_path(), "PYTHONUNBUFFERED": "1",
-                "KERNELWRIGHT_CACHE": str(cache_dir()), "TRITON_CACHE_DIR": str(cache_dir() / "triton"),
+                # Kernels compile into each job's own Triton cache; only Triton's driver modules are shared.
+                "KERNELWRIGHT_CACHE": str(cache_dir()), "TRITON_CACHE_MANAGER": "tools.triton_cache:JobCache",
+                "KERNELWRIGHT_TRITON_SHARED": str(cache_dir() / "triton-driver"),
                 "TORCHINDUCTOR_CACHE_DIR": str(cache_dir() / "inductor"),
                 "KERNELWRIGHT_DEVICE": "cuda" if visible_gpus() else "cpu",
                 "KERNELWRIGHT_ISOLATION": self.isolation,

@@ -3,18 +3,20 @@ scrubbed environment and KERNELWRIGHT_ISOLATION set. It imports PyTorch, Triton 
 without touching the GPU, so a candidate pays neither the interpreter's start nor the imports.
 
 `persistent` (the default): jobs run in the server itself, one after another, so the CUDA context, library
-handles and compiled kernels stay warm between candidates. Each job still gets its own directory and HOME,
-fresh modules and a freed allocator; after a crash, a timeout or a broken context the server exits and the
+handles and Triton's driver stay warm between candidates. Each job still gets its own directory, HOME and
+Triton cache, fresh modules and a freed allocator; after a crash, a timeout or a broken context the server exits and the
 next job starts a new one. Candidates share a process only with candidates of the same slot, one at a
-time, and the static rules forbid the ways one could leave state for the next.
+time. The candidate language (tools/language.py) forbids the ways one could leave state for the next, and
+the server proves it: a snapshot of its global state before each candidate and after (tools/clean.py); a
+candidate that changed it is rejected, and the server exits so that the next job starts a fresh one.
 
 `fork`: one forked child per job, as isolated as a fresh process: its own process group, scratch
-directory and HOME, and its own CUDA context (CUDA is first touched after the fork). Several times
-slower per candidate on a GPU, where each child pays for a new CUDA context.
+directory, HOME and Triton cache, and its own CUDA context (CUDA is first touched after the fork). Several
+times slower per candidate on a GPU, where each child pays for a new CUDA context.
 
-Protocol, one line each way per job: in `{"job": PATH, "result": PATH, "cwd": DIR}`; out `pid N` (the
-process to kill on a timeout), then `exit STATUS` (a negative status is the signal that killed the child),
-followed by ` final` when the server exits after this job."""
+Protocol, one line each way per job: in `{"job": PATH, "result": PATH, "cwd": DIR, "triton_cache": DIR}`;
+out `pid N` (the process to kill on a timeout), then `exit STATUS` (a negative status is the signal that killed
+the child), followed by ` final` when the server exits after this job."""
 from __future__ import annotations
 
 import json
@@ -84,8 +86,8 @@ def _run_here(request: dict) -> tuple[int, bool]:
     code, keep = 1, False
     try:
         _enter(request)
-        result = main(request["job"], request["result"])
-        code, keep = 0, result.verdict not in ("crash", "timeout")
+        result, clean = main(request["job"], request["result"])
+        code, keep = 0, clean and result.verdict not in ("crash", "timeout")
     except BaseException:  # a candidate that raised SystemExit, say: no result, and a fresh process next
         traceback.print_exc()
     finally:
@@ -103,6 +105,7 @@ def _enter(request: dict) -> None:
     """The job's directory becomes the working directory and HOME; its output goes to files there."""
     os.chdir(request["cwd"])
     os.environ["HOME"] = request["cwd"]
+    os.environ["TRITON_CACHE_DIR"] = request["triton_cache"]  # read by Triton at each compile (tools/triton_cache.py)
     for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
         out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(out, fd)

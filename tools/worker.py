@@ -10,19 +10,31 @@ from pathlib import Path
 
 
 def main(job_path: str, result_path: str):
+    """Evaluates the job and writes its result: (the result, whether this process is still clean enough to
+    take another candidate). A candidate that changed the process's global state is rejected for it."""
     started = time.perf_counter()
-    from tools.results import job_from_json
+    from tools.clean import StateWatch
+    from tools.results import EvalResult, job_from_json
 
     job = job_from_json(json.loads(open(job_path).read()))
-    result = evaluate_here(job)
+    watch = StateWatch()
+    result = evaluate_here(job, watch)
+    changed, clean = watch.finish()
+    if changed:
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        result = EvalResult("rejected", f"Rejected (global-state): it changed the worker's global state "
+                                        f"({'; '.join(changed[:3])}{more}), which would sway later verdicts.",
+                            device=result.device, interpreted=result.interpreted)
     result.seconds = time.perf_counter() - started
     with open(result_path + ".tmp", "w") as f:
         json.dump(result.to_json(), f)
     os.replace(result_path + ".tmp", result_path)
-    return result
+    return result, clean
 
 
-def evaluate_here(job):
+def evaluate_here(job, watch=None):
+    """One evaluation in this process; `watch` (a tools.clean.StateWatch) snapshots the global state once the
+    evaluator has set it up and again just before the candidate's code first runs."""
     import torch
 
     from tools.compile_info import compile_info
@@ -41,6 +53,8 @@ def evaluate_here(job):
     torch.backends.cudnn.allow_tf32 = spec.tf32
     recorder = LaunchRecorder()
     recorder.install()
+    if watch is not None:
+        watch.start()
 
     small = spec.small if spec.small is not None else not on_gpu
     phases, lap = {}, _stopwatch()
@@ -61,6 +75,8 @@ def evaluate_here(job):
         return EvalResult("rejected", rule, **base)
     with open("candidate.py", "w") as f:
         f.write(job.candidate)
+    if watch is not None:
+        watch.candidate_starts()
     try:
         module = import_file("candidate.py", "kw_candidate")
         if not hasattr(module, "ModelNew"):

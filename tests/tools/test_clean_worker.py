@@ -1,0 +1,95 @@
+"""A persistent worker proves it is clean (tools/clean.py): a candidate that changes the process's global state is
+`rejected` with what it changed, and the next candidates get the verdicts a fresh worker gives them. Each job
+compiles into its own Triton cache (tools/triton_cache.py)."""
+import os
+import sysconfig
+from pathlib import Path
+
+import pytest
+import torch
+
+from tools.clean import changes, snapshot
+from tools.evaluate import WarmWorker
+from tools.results import EvalJob, TaskSpec
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _job(candidate: str, task: str) -> EvalJob:
+    return EvalJob(TaskSpec(str(FIXTURES / task)), (FIXTURES / "candidates" / candidate).read_text(), trials=2,
+                   profile=False)
+
+
+def test_a_candidate_that_leaves_a_global_hook_is_rejected_and_the_worker_replaced(tmp_path, monkeypatch):
+    """The hook comes from code its task file carries (exempt from the candidate language, as the task's own),
+    so only the worker's snapshot can see it. Kept warm, the worker would hand the next task's reference zeros:
+    a kernel writing zeros would pass and an honest one fail."""
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path))
+    with WarmWorker(isolation="persistent") as worker:
+        assert worker.run(_job("honest.py", "task_softmax.py")).correct
+        pid = worker.server.pid
+        hooked = worker.run(_job("hook_via_task_helper.py", "task_softmax_helpers.py"))
+        assert hooked.verdict == "rejected", hooked.reason
+        assert "global state" in hooked.reason and "_global_forward_hooks" in hooked.reason, hooked.reason
+        assert worker.server is None  # replaced at the next job
+        zeros = worker.run(_job("zeros_identity.py", "task_identity.py"))
+        honest = worker.run(_job("honest_identity.py", "task_identity.py"))
+        assert worker.server.pid != pid
+    assert zeros.verdict == "incorrect" and honest.verdict == "correct", (zeros.reason, honest.reason)
+
+
+def test_honest_candidates_leave_the_worker_clean(tmp_path, monkeypatch):
+    """Verification and timing (the compiled baseline included) change nothing the snapshot watches."""
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path))
+    with WarmWorker(isolation="persistent") as worker:
+        first = worker.run(EvalJob(TaskSpec(str(FIXTURES / "task_softmax.py")),
+                                   (FIXTURES / "candidates" / "honest.py").read_text(), trials=2, profile=True))
+        pid = worker.server.pid
+        second = worker.run(_job("linear_relu_declared_mm.py", "task_linear_relu.py"))
+        assert (first.verdict, second.verdict, worker.server.pid) == ("correct", "correct", pid), second.reason
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda: setattr(torch, "softmax", lambda *a, **k: None), "torch.softmax was rebound"),
+    (lambda: setattr(torch.nn.functional, "relu", torch.nn.functional.relu6), "torch.nn.functional.relu was rebound"),
+    (lambda: torch.set_default_dtype(torch.float64), "default dtype changed from torch.float32 to torch.float64"),
+    (lambda: torch.nn.modules.module.register_module_forward_hook(lambda m, a, o: o),
+     "torch.nn.modules.module._global_forward_hooks"),
+    (lambda: setattr(torch.Tensor, "kw_probe", 1), "torch.Tensor.kw_probe was added"),
+    (lambda: torch.set_float32_matmul_precision("medium"), "float32 matmul precision changed"),
+    (lambda: torch.set_grad_enabled(False), "grad mode changed from True to False"),
+])
+def test_the_snapshot_names_each_change(change, expected):
+    saved = torch.softmax, torch.nn.functional.relu, torch.get_default_dtype(), torch.get_float32_matmul_precision()
+    before = snapshot()
+    handle = change()
+    try:
+        found = changes(before, snapshot())
+        assert any(expected in c for c in found), found
+    finally:
+        if hasattr(handle, "remove"):
+            handle.remove()
+        if hasattr(torch.Tensor, "kw_probe"):
+            del torch.Tensor.kw_probe
+        torch.softmax, torch.nn.functional.relu = saved[:2]
+        torch.set_default_dtype(saved[2])
+        torch.set_float32_matmul_precision(saved[3])
+        torch.set_grad_enabled(True)
+    assert changes(before, snapshot()) == []  # and undone, nothing is left
+
+
+def test_each_job_compiles_into_its_own_triton_cache(tmp_path, monkeypatch):
+    """Kernels land in the job's directory (deleted with it); only Triton's own driver modules are shared."""
+    from triton.runtime.cache import get_cache_manager
+    job, shared = tmp_path / "job", tmp_path / "shared"
+    monkeypatch.setenv("TRITON_CACHE_MANAGER", "tools.triton_cache:JobCache")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(job))
+    monkeypatch.setenv("KERNELWRIGHT_TRITON_SHARED", str(shared))
+    cache = get_cache_manager("ab" * 32)
+    kernel = cache.put(b"cubin", "softmax_kernel.cubin")
+    driver = cache.put(b"elf", "cuda_utils" + sysconfig.get_config_var("EXT_SUFFIX"))
+    assert kernel.startswith(str(job)) and driver.startswith(str(shared)), (kernel, driver)
+    assert cache.get_file("softmax_kernel.cubin") == kernel and Path(driver).read_bytes() == b"elf"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "next_job"))
+    later = get_cache_manager("ab" * 32)
+    assert later.get_file("softmax_kernel.cubin") is None and later.get_file(os.path.basename(driver)) == driver

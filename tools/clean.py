@@ -11,7 +11,6 @@ difference rejects the candidate and replaces the worker (tools/worker.py, tools
 """
 from __future__ import annotations
 
-import builtins
 import sys
 
 import torch
@@ -73,7 +72,6 @@ def _flags() -> dict[str, object]:
         "saved-tensor hooks": torch._C._autograd._top_saved_tensors_default_hooks(True) is not None,
         "trace function": id(sys.gettrace()), "profile function": id(sys.getprofile()),
         "import hooks": (tuple(map(id, sys.meta_path)), tuple(map(id, sys.path_hooks))),
-        "threads": __import__("threading").active_count(),
     }
     for name, value in vars(nn_module).items():  # the global module hooks (forward, backward, registration)
         if name.startswith("_global_") and isinstance(value, dict):
@@ -88,7 +86,6 @@ def snapshot() -> dict[str, object]:
         if obj is not None:
             namespace = vars(obj) if not isinstance(obj, dict) else obj
             state[f"names {path}"] = _identities(namespace, public=path in PUBLIC)
-    state["names builtins"] = _identities(vars(builtins), public=False)
     for name, module in list(sys.modules.items()):
         if name.startswith(EVALUATOR) and module is not None:
             state[f"names {name}"] = _identities(vars(module), public=False)

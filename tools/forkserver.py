@@ -35,6 +35,8 @@ def serve() -> None:
     # import-time reference cycles then hold)
     from tools import worker  # noqa: F401
     from tools import compile_info, measure, verify  # noqa: F401
+    if os.environ.get("KERNELWRIGHT_DEVICE") == "cuda":
+        _warm_compiler()
 
     persistent = os.environ.get("KERNELWRIGHT_ISOLATION") == "persistent"
     protocol = os.fdopen(os.dup(1), "w", buffering=1)  # job output goes to files, never to this pipe
@@ -55,6 +57,16 @@ def serve() -> None:
         _, status = os.waitpid(pid, 0)
         code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
         print(f"exit {code}", file=protocol, flush=True)
+
+
+def _warm_compiler() -> None:
+    """What the first torch.compile in a process changes for good (Dynamo rebinds nn.Module.__init__, Inductor
+    registers its operators), done here, on the CPU, so that the compiled baseline of a job's profile is not
+    taken for a change its candidate made (tools/clean.py)."""
+    import torch
+    import torch._inductor.compile_fx  # noqa: F401
+
+    torch.compile(torch.nn.Identity(), backend="eager")(torch.zeros(1))
 
 
 def _child(request: dict) -> None:

@@ -68,6 +68,16 @@ def _mask_lines(mask: Leaf) -> list[str]:
     return [f"valid = valid & ({load}0) != 0)"]
 
 
+def _mask_offset(mask: Leaf, batch: tuple, index: list[str], attrs: dict) -> str:
+    """The mask's element offset at this batch position. A matched mask (attention_match.py) has leading dims
+    of its own (`mask_batch`: (batch, heads) where the kernel's batch is their product), aligned with those."""
+    own = tuple(attrs.get("mask_batch", batch))
+    if own == batch:
+        return _batch_offset(mask, batch, index)
+    digits = [_digit("pid_b", math.prod(own[j + 1:]), own[j], j == 0) for j in range(len(own))]
+    return _batch_offset(mask, own, digits)
+
+
 def _source(name: str, kernel: Kernel, p: dict, num_m: int) -> str:
     q, k, v, mask = kernel.nodes[0].args[:4]
     a = kernel.nodes[0].attrs
@@ -90,7 +100,7 @@ def _source(name: str, kernel: Kernel, p: dict, num_m: int) -> str:
              f"v_base = v_ptr + {_batch_offset(v, batch, index)}",
              f"qt = tl.load(q_base + rm[:, None] * {sqm} + rd[None, :] * {sqd}, "
              f"mask=(rm[:, None] < {lq}) & (rd[None, :] < {d}), other=0.0){up}",
-             *([f"m_base = m_ptr + {_batch_offset(mask, batch, index)}"] if mask is not None else []),
+             *([f"m_base = m_ptr + {_mask_offset(mask, batch, index, a)}"] if mask is not None else []),
              'm_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)',
              "l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)",
              "acc = tl.zeros((BLOCK_M, BLOCK_DV), dtype=tl.float32)"]

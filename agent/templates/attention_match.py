@@ -1,36 +1,23 @@
-"""Hand-written attention found in a lowered program: `softmax(q @ k^T * c) @ v` (the form nn.MultiheadAttention
-with need_weights, PyTorch's math path and minGPT-style modules trace to) becomes one attention node, so it
-runs as the flash-attention kernel instead of a GEMM, a softmax pass and a GEMM. Matched over the IR:
+"""Hand-written attention found in a lowered program: `softmax(q @ k^T * c [+ masks]) @ v` (the form
+nn.MultiheadAttention with need_weights, PyTorch's math path and minGPT-style modules trace to) becomes one
+attention node, so it runs as the flash-attention kernel instead of a GEMM, a softmax pass and a GEMM. Matched
+over the IR:
 
-    g1 = mm(q, kT)  [views keeping the last two dims]  x = g1 [* c]
+    g1 = mm(q, kT)  [views keeping the last two dims]  x = g1 [* c] [masks]    (attention_mask.py)
     p  = exp(x - max(x, -1)) / sum(exp(x - max(x, -1)), -1)  [a safe softmax's where(max == -inf, 0, p)]
-    g2 = mm(p [views], v)   ->   g2 = attention(q, kT seen as k, v, scale=c)
+    g2 = mm(p [views], v)   ->   g2 = attention(q, kT seen as k, v, mask, causal, scale=c)
 
 Only where no other node reads the scores or the probabilities (returned attention weights keep the
-decomposition). Masks between the product and the softmax are not matched yet.
+decomposition).
 
-    nodes = fuse_attention(nodes, outputs)
+    nodes = fuse_attention(nodes, outputs, ModelState(traced, module))
 """
 from __future__ import annotations
 
 import math
 
+from agent.templates.attention_mask import is_node, kernel_mask, score_terms, through_views
 from agent.templates.ir import Leaf, Node, contiguous_strides
-
-
-def _source(value, keep: list):
-    """The value under views that keep its last two dims (a reshape to or from heads, a same-shape expand);
-    the views passed are appended to `keep`."""
-    while isinstance(value, Node) and value.op == "view" and value.fn in ("reshape", "expand") and \
-            value.numel == value.args[0].numel and tuple(value.shape[-2:]) == tuple(value.args[0].shape[-2:]):
-        keep.append(value)
-        value = value.args[0]
-    return value
-
-
-def _is(value, op: str, fn: str, arity: int | None = None) -> bool:
-    return isinstance(value, Node) and value.op == op and value.fn == fn and \
-        (arity is None or len(value.args) == arity)
 
 
 def _last_dim(r: Node) -> bool:
@@ -41,37 +28,26 @@ def _last_dim(r: Node) -> bool:
 def _softmax_input(p, chain: list):
     """x where p is softmax(x) over the last dim (plain or safe), else None; matched nodes go to `chain`."""
     safe = None
-    if _is(p, "pw", "where", 3) and p.args[1] in (0, 0.0):  # rows of -inf give 0 (the kernel's answer too)
+    if is_node(p, "pw", "where", 3) and p.args[1] in (0, 0.0):  # rows of -inf give 0 (the kernel's answer too)
         cond = p.args[0]
-        if not (_is(cond, "pw", "eq", 2) and cond.args[1] == -math.inf and _is(cond.args[0], "reduce", "max")):
+        if not (is_node(cond, "pw", "eq", 2) and cond.args[1] == -math.inf and
+                is_node(cond.args[0], "reduce", "max")):
             return None
         safe, p = [p, cond, cond.args[0]], p.args[2]
-    if not _is(p, "pw", "div", 2):
+    if not is_node(p, "pw", "div", 2):
         return None
     e, s = p.args
-    if not (_is(e, "pw", "exp") and _is(s, "reduce", "sum") and s.args[0] is e and _last_dim(s)):
+    if not (is_node(e, "pw", "exp") and is_node(s, "reduce", "sum") and s.args[0] is e and _last_dim(s)):
         return None
     d = e.args[0]
-    if not (_is(d, "pw", "sub", 2) and d.attrs.get("alpha", 1) == 1 and _is(d.args[1], "reduce", "max")):
+    if not (is_node(d, "pw", "sub", 2) and d.attrs.get("alpha", 1) == 1 and
+            is_node(d.args[1], "reduce", "max")):
         return None
     x, m = d.args
     if m.args[0] is not x or not _last_dim(m) or safe and (safe[2].args[0] is not x or not _last_dim(safe[2])):
         return None
     chain += [p, e, s, d, m] + (safe or [])
     return x
-
-
-def _scores(x, chain: list) -> tuple[Node, float] | None:
-    """(the GEMM q @ kT, the scale c) where x = (q @ kT) * c, else None."""
-    scale = 1.0
-    if _is(x, "pw", "mul", 2) and isinstance(x.args[1], float):
-        chain.append(x)
-        x, scale = x.args[0], x.args[1]
-    g1 = _source(x, chain)
-    if not (_is(g1, "gemm", "mm") and len(g1.shape) == 3):
-        return None
-    chain.append(g1)
-    return g1, scale
 
 
 def _transposed(kt, name: str) -> tuple[object, Node | None]:
@@ -91,10 +67,11 @@ def _plain(value) -> bool:
     return not isinstance(value, Leaf) or (value.kind == "tensor" and not value.bounds)
 
 
-def fuse_attention(nodes: list[Node], outputs: list) -> list[Node]:
-    """`nodes` (topological order) with each matched `softmax(q @ kT * c) @ v` GEMM turned into an attention
-    node in place (the scores and softmax nodes then go dead), views of kT inserted before it. Nothing the
-    forward returns is matched away."""
+def fuse_attention(nodes: list[Node], outputs: list, state=lambda base: None) -> list[Node]:
+    """`nodes` (topological order) with each matched `softmax(q @ kT * c [+ masks]) @ v` GEMM turned into an
+    attention node in place (the scores and softmax nodes then go dead), views of kT and the nodes computing
+    its mask inserted before it. Nothing the forward returns is matched away. `state` gives the model's tensors
+    by base, where the lowering may read a mask's values (attention_mask.ModelState)."""
     readers: dict = {o: [None] for o in outputs}
     for n in nodes:
         for a in n.inputs:
@@ -102,16 +79,20 @@ def fuse_attention(nodes: list[Node], outputs: list) -> list[Node]:
     out = []
     for g2 in nodes:
         chain: list = []
-        if _is(g2, "gemm", "mm") and len(g2.shape) == 3:
-            x = _softmax_input(_source(g2.args[0], chain), chain)
-            found = _scores(x, chain) if x is not None else None
+        if is_node(g2, "gemm", "mm") and len(g2.shape) == 3:
+            x = _softmax_input(through_views(g2.args[0], chain), chain)
+            found = score_terms(x, chain) if x is not None else None
             inner = set(chain)
             if found and all(set(readers.get(c, [])) <= inner | {g2} for c in chain) and \
                     all(_plain(a) for a in (*found[0].args, g2.args[1])):
-                g1, scale = found
-                k, view = _transposed(g1.args[1], g2.name + "_k")
-                out += [view] if view is not None else []
-                g2.op, g2.fn, g2.args = "attention", "flash", [g1.args[0], k, g2.args[1], None]
-                g2.attrs = {"causal": False, "scale": scale}
+                g1, scale, terms = found
+                mask = kernel_mask(terms, g1.dtype, state, g2.name)
+                if mask is not None:
+                    k, view = _transposed(g1.args[1], g2.name + "_k")
+                    out += ([view] if view is not None else []) + mask.nodes
+                    g2.op, g2.fn, g2.args = "attention", "flash", [g1.args[0], k, g2.args[1], mask.mask]
+                    g2.attrs = {"causal": mask.causal, "scale": scale}
+                    if mask.batch is not None:
+                        g2.attrs["mask_batch"] = mask.batch
         out.append(g2)
     return out

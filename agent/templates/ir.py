@@ -147,7 +147,7 @@ def lower(analysis: TaskAnalysis) -> Program:
         except Exception as e:
             raise Unsupported(f"The task could not be traced for the templates ({type(e).__name__}: "
                               f"{str(e).splitlines()[0][:200] if str(e) else ''}).") from None
-        program = _Builder(traced).build()
+        program = _Builder(traced, analysis.module).build()
     except Unsupported as e:
         analysis.__dict__["_templates_program"] = e
         raise
@@ -181,8 +181,8 @@ POOLS = {"max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool2d", "av
 
 
 class _Builder:
-    def __init__(self, traced):
-        self.t = traced
+    def __init__(self, traced, module=None):
+        self.t, self.module = traced, module  # the task module: attention masks may read the model's values
         self.env: dict = {}
         self.nodes: list[Node] = []
         self.bases: dict[str, Leaf] = {}
@@ -227,8 +227,9 @@ class _Builder:
             if not isinstance(o, Node):
                 raise Unsupported("The forward returns an input, a constant or a view of one, which the "
                                   "templates do not copy.")
-        from agent.templates.attention_match import fuse_attention  # (it builds on this module's IR)
-        self.nodes = fuse_attention(self.nodes, outputs)
+        from agent.templates.attention_match import fuse_attention  # (they build on this module's IR)
+        from agent.templates.attention_mask import ModelState
+        self.nodes = fuse_attention(self.nodes, outputs, ModelState(self.t, self.module))
         live, order = set(outputs), []
         for node in reversed(self.nodes):
             if node in live:

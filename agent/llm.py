@@ -44,7 +44,12 @@ class LLMConfigError(LLMError):
 
 
 class LLMTimeUp(LLMError):
-    """The deadline came before or during a request; the search's other operators go on."""
+    """The deadline came before or during a request; the search's other operators go on. `partial` is what
+    a streamed reply had said by then."""
+
+    def __init__(self, message: str, partial: str = ""):
+        super().__init__(message)
+        self.partial = partial
 
 
 MIN_REQUEST_S = 5.0  # a request with less time than this left is not sent
@@ -228,7 +233,8 @@ class ChatClient:
                 first = first or time.monotonic()
                 if deadline is not None and time.monotonic() > deadline:
                     self._learn_speed(total, time.monotonic() - first)
-                    raise LLMTimeUp("the deadline came while the reply was streaming; the request was dropped")
+                    raise LLMTimeUp("the deadline came while the reply was streaming; the request was dropped",
+                                    partial=total.text or "")
         finally:
             chunks.close()
         if total is None:

@@ -252,7 +252,7 @@ class Workbench:
             return "error: the draft defines no class ModelNew"
         if "triton.jit" not in self.draft:
             return "error: the draft has no @triton.jit kernel"
-        broken = check_source(self.draft)
+        broken = check_source(self.draft, self.task.source)
         if broken:
             return f"error: the evaluator will reject the draft: {broken}"
         return "the draft parses and defines ModelNew with a @triton.jit kernel"
@@ -368,6 +368,8 @@ class LLMOperator:
                 try:
                     reply = self.chat.invoke(messages, tools=TOOLS, deadline=deadline)
                 except LLMTimeUp as e:
+                    if e.partial:
+                        replies.append(f"{e.partial}\n[dropped at the deadline]")
                     raise NoCandidate(f"the conversation's share of the time limit ran out ({e})") from None
                 messages.append(reply)
                 replies.append(reply_record(reply))

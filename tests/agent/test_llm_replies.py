@@ -114,9 +114,10 @@ def test_the_deadline_bounds_a_slow_request_and_a_stream():
         assert time.monotonic() - start < 12
     with ScriptedOpenAI([text("x" * 400, delay_s=0.4)]) as server:  # 26 chunks, 0.4 s apart: ~10 s
         chat, start = _chat(server), time.monotonic()
-        with pytest.raises(LLMTimeUp, match="streaming"):
+        with pytest.raises(LLMTimeUp, match="streaming") as cut:
             chat.invoke([("user", "hi")], deadline=start + 6)
         assert time.monotonic() - start < 8 and 2 < chat.tokens_per_s < 20  # 16 characters every 0.4 s
+        assert 160 <= len(cut.value.partial) < 400 and set(cut.value.partial) == {"x"}  # what came, kept
         while server.dropped == 0 and time.monotonic() - start < 15:  # a server sees the hang-up when it writes
             time.sleep(0.2)
         assert server.dropped == 1  # the client hung up, so the server stopped writing

@@ -68,8 +68,9 @@ def test_optimize_with_a_real_model_ends_in_time_and_no_worse_than_without_one(t
 
     # every conversation is stored with its replies; one without code is an error that says why
     model_rows = [r for r in _candidates(tmp_path / "llm") if r["operator"] == "llm"]
-    assert model_rows and all("--- model reply 1 ---" in r["prompt"] for r in model_rows)
-    for r in model_rows:
+    assert model_rows
+    for r in model_rows:  # a reply, or a request that the time limit ended before it said anything
+        assert "--- model reply 1 ---" in r["prompt"] or "deadline came during a request" in r["reason"]
         if not r["source"]:
             assert r["verdict"] == "error" and r["reason"].startswith("no usable code: ")
 

@@ -58,6 +58,11 @@ class WarmWorker:
         started = time.perf_counter()
         job = replace(job, task=replace(job.task, path=str(Path(job.task.path).resolve())))
         with tempfile.TemporaryDirectory(prefix="kw-eval-") as scratch:
+            if job.task.source is not None:  # a task sent from another host: its file, under its own name
+                task_file = Path(scratch, "task", Path(job.task.path).name)
+                task_file.parent.mkdir()
+                task_file.write_text(job.task.source)
+                job = replace(job, task=replace(job.task, path=str(task_file), source=None))
             # The candidate works in scratch/work; the job and its result stay one level up.
             job_path, result_path = os.path.join(scratch, "job.json"), os.path.join(scratch, "result.json")
             work = os.path.join(scratch, "work")

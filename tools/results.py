@@ -25,6 +25,7 @@ class TaskSpec:
     tf32: bool = False  # allow TF32 in the reference (and expect candidates to match TF32 accuracy)
     small: bool | None = None  # use the task's SMALL_SHAPES; None: only when running on a CPU
     scale_inputs: bool = True  # vary input magnitudes across trials; off where they overflow (cumprod)
+    source: str | None = None  # the task file's text, for a job run where `path` does not exist (tools/cluster.py)
 
 
 @dataclass
@@ -95,6 +96,7 @@ class EvalResult:
     baselines: Baselines | None = None
     seconds: float = 0.0  # the whole evaluation, as the caller saw it
     phase_seconds: dict[str, float] = field(default_factory=dict)  # setup, verify, profile, ... in the worker
+    host: str = ""  # where a cluster ran it: "HOST" or "HOST GPU N" (tools/cluster.py); "" on this machine
 
     @property
     def correct(self) -> bool:

@@ -36,7 +36,7 @@ from agent.policies import POLICIES
 from agent.progress import Progress, StdoutLines
 from agent.report_html import TaskRow, row_from_report, summary_lines, write_results
 from agent.runstore import RunStore
-from tools.executor import ExecutorConfig, LocalExecutor, visible_gpus
+from tools.executor import ExecutorConfig, add_cluster_option, open_executor, visible_gpus
 from tools.results import TaskSpec
 from tools.task import TaskError, add_dtype_option, load_suite
 
@@ -72,6 +72,7 @@ def add_run_options(p: argparse.ArgumentParser, knowledge: bool = True) -> None:
     p.add_argument("--time-limit", type=float, metavar="S", help="wall-clock seconds per task (default 1800)")
     p.add_argument("--small", action="store_true", default=None, help="use the tasks' SMALL_SHAPES on a GPU too")
     add_dtype_option(p)
+    add_cluster_option(p)
     p.add_argument("--model", help="model name at OPENAI_BASE_URL (with OPENAI_API_KEY); none: no LLM operator")
     p.add_argument("--policy", choices=POLICIES, help="parent selection (default greedy)")
     p.add_argument("--seed", type=int, help="seed of every search's random choices (default 0)")
@@ -107,7 +108,7 @@ class Settings:
 def main(args: argparse.Namespace) -> int:
     if args.max_seconds is not None and args.max_seconds <= 0:
         raise UsageError("--max-seconds must be positive.")
-    return run_batch(plan_batch(args), args.max_seconds)
+    return run_batch(plan_batch(args), args.max_seconds, args.cluster)
 
 
 # --- state --------------------------------------------------------------------------------------------
@@ -224,8 +225,9 @@ class Shared:
     stop: threading.Event
 
 
-def run_batch(batch: Batch, max_seconds: float | None = None) -> int:
-    """Runs the batch's unfinished tasks; with `max_seconds`, stops cleanly once they have passed."""
+def run_batch(batch: Batch, max_seconds: float | None = None, cluster: str | None = None) -> int:
+    """Runs the batch's unfinished tasks (on the Dask `cluster`, if given); with `max_seconds`, stops cleanly
+    once they have passed."""
     try:
         llm = llm_config(batch.settings.model)
         if llm:
@@ -234,6 +236,8 @@ def run_batch(batch: Batch, max_seconds: float | None = None) -> int:
         what = "" if isinstance(e, LLMConfigError) else "The LLM endpoint check failed: "
         print(f"kernelwright: {what}{e}", file=sys.stderr)
         return EXIT_USAGE
+    workers = batch.settings.workers
+    executor = open_executor(cluster, ExecutorConfig() if visible_gpus() else ExecutorConfig(workers_per_device=workers))
     todo = [s for s in batch.specs if batch.state.task(s.name)["status"] != "done"]
     batch.state.save()
     progress = Progress(total=len(batch.specs), done=len(batch.specs) - len(todo),
@@ -244,8 +248,6 @@ def run_batch(batch: Batch, max_seconds: float | None = None) -> int:
     if len(todo) < len(batch.specs):
         progress.log(f"resuming {batch.out}: {len(batch.specs) - len(todo)} of {len(batch.specs)} tasks finished, "
                      f"{len(todo)} to run")
-    workers = batch.settings.workers
-    executor = LocalExecutor(ExecutorConfig() if visible_gpus() else ExecutorConfig(workers_per_device=workers))
     knowledge = open_knowledge() if batch.settings.knowledge and todo else None
     shared = Shared(executor, Serialized(knowledge, threading.Lock()) if knowledge else None, threading.Lock(),
                     progress, threading.Event())

@@ -139,17 +139,18 @@ class Verdict:
         return "the task could not be run; see the log" if self.gate == "run" else ""
 
 
-def reverify(rows: list[TaskRow], specs: dict[str, TaskSpec], out: Path, seed: int) -> dict[str, str]:
+def reverify(rows: list[TaskRow], specs: dict[str, TaskSpec], out: Path, seed: int,
+             cluster: str | None = None) -> dict[str, str]:
     """Runs every best kernel once more with fresh inputs (another seed, more trials); task -> failure reason."""
-    from tools.executor import LocalExecutor
+    from tools.executor import open_executor
     from tools.results import EvalJob
     todo = [r for r in rows if r.verdict == "correct" and r.best_kernel]
     if not todo:
         return {}
     jobs = [EvalJob(task=specs[r.task], candidate=(out / r.best_kernel).read_text(), trials=6, seed=seed + 1,
                     profile=False) for r in todo]
-    with LocalExecutor() as executor:
-        results = executor.map(jobs)
+    with open_executor(cluster) as executor:
+        results = [f.result() for f in [executor.submit(j) for j in jobs]]
     return {r.task: f"the best kernel failed re-verification: {res.verdict}: {res.reason}"
             for r, res in zip(todo, results) if not res.correct}
 
@@ -281,12 +282,12 @@ def ci(args: argparse.Namespace) -> int:
                             policy=args.policy, seed=args.seed if args.seed is not None else 0,
                             knowledge=args.knowledge, workers=1, dtype=args.dtype)
         batch = new_batch(f"ci: {base}", specs, out, settings)
-        code = run_batch(batch)
+        code = run_batch(batch, cluster=args.cluster)
         if code == EXIT_USAGE:
             return code
         rows = batch.rows()
         if code != EXIT_INTERRUPTED:
-            failures = reverify(rows, {s.name: s for s in specs}, out, settings.seed)
+            failures = reverify(rows, {s.name: s for s in specs}, out, settings.seed, args.cluster)
             verdicts = [Verdict(str(p.relative_to(repo)), r, failures.get(r.task, "")) for p, r in zip(picked, rows)]
             judge(verdicts, baseline, args.threshold, args.update_baseline)
             code = exit_code(verdicts)

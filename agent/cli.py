@@ -37,9 +37,10 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """Runs a parsed subcommand; bad input it reports as a UsageError becomes one line and exit 2."""
     from agent.optimize import UsageError
+    from tools.cluster import ClusterError
     try:
         return args.func(args)
-    except UsageError as e:
+    except (UsageError, ClusterError) as e:
         print(f"kernelwright: {e}", file=sys.stderr)
         return 2
 

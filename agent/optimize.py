@@ -28,6 +28,7 @@ from agent.interfaces import Individual, Operator, TaskContext
 from agent.llm import ChatClient, LLMConfigError, LLMError, llm_config
 from agent.policies import POLICIES, make_policy
 from agent.runstore import RunStore
+from tools.executor import add_cluster_option
 from tools.results import VERDICTS, TaskSpec
 from tools.task import add_dtype_option
 
@@ -54,6 +55,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="RUN", help="continue the run in this folder (an earlier --out)")
     p.add_argument("--small", action="store_true", default=None, help="evaluate on the task's SMALL_SHAPES")
     add_dtype_option(p)
+    add_cluster_option(p)
     p.add_argument("--seed", type=int, help=f"seed of the search's random choices (default {d.seed})")
     p.add_argument("--batch-size", type=int, help=f"proposals per round (default {d.batch_size})")
     p.add_argument("--plateau", type=int, help=f"stop after N evaluations without progress; 0: never "
@@ -149,7 +151,7 @@ def task_context(spec: TaskSpec, small: bool) -> TaskContext:
         small = True
     try:
         analysis = analyze(spec.path, small=small, shapes=spec.shapes, arch=arch, tf32=spec.tf32,
-                           name=spec.name).to_json()
+                           name=spec.name, dtype=spec.dtype).to_json()
     except Exception as e:  # tracing runs the task's own code: any error means "no analysis"
         _say(f"analysis: the reference could not be traced ({type(e).__name__}: {str(e)[:160]})")
         analysis = {}
@@ -200,9 +202,9 @@ def optimize(args: argparse.Namespace) -> int:
     except LLMError as e:
         raise UsageError(f"The LLM endpoint check failed: {e}.") from None
 
-    from tools.executor import ExecutorConfig, LocalExecutor
+    from tools.executor import open_executor
+    executor = open_executor(args.cluster)
     knowledge = None if args.no_knowledge else open_knowledge()
-    executor = LocalExecutor(ExecutorConfig())
     try:
         run = build_run(plan, spec, executor=executor, knowledge=knowledge, chat=chat, say=_say)
     except UsageError:

@@ -1,8 +1,9 @@
 """The local executor: one worker slot per visible GPU (one on a CPU). Each slot keeps a warm worker
-server on its GPU (tools/evaluate.py), replaced whenever a candidate breaks it. A cluster backend
-implements the same two methods (agent/interfaces.py: Executor)."""
+server on its GPU (tools/evaluate.py), replaced whenever a candidate breaks it. The cluster backend
+(tools/cluster.py) implements the same two methods (agent/interfaces.py: Executor); open_executor picks one."""
 from __future__ import annotations
 
+import os
 import queue
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -52,3 +53,20 @@ class LocalExecutor:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def add_cluster_option(parser) -> None:
+    """--cluster for the commands that evaluate: a Dask scheduler instead of this machine's devices."""
+    parser.add_argument("--cluster", metavar="ADDRESS", help="evaluate on the Dask cluster whose scheduler is at "
+                                                             "ADDRESS, e.g. tcp://HOST:8786 (default: "
+                                                             "KERNELWRIGHT_CLUSTER, else this machine)")
+
+
+def open_executor(cluster: str | None = None, config: ExecutorConfig | None = None):
+    """The cluster executor when `cluster` or KERNELWRIGHT_CLUSTER names a scheduler, else a LocalExecutor with
+    `config`. An unreachable scheduler raises tools.cluster.ClusterError."""
+    address = cluster or os.environ.get("KERNELWRIGHT_CLUSTER")
+    if not address:
+        return LocalExecutor(config)
+    from tools.cluster import ClusterConfig, ClusterExecutor
+    return ClusterExecutor(ClusterConfig(address))

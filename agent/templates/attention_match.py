@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from agent.templates.attention_mask import is_node, kernel_mask, score_terms, through_views
+from agent.templates.attention_mask import is_node, kernel_mask, scaled_query, score_terms, through_views
 from agent.templates.ir import Leaf, Node, contiguous_strides
 
 
@@ -87,10 +87,11 @@ def fuse_attention(nodes: list[Node], outputs: list, state=lambda base: None) ->
                     all(_plain(a) for a in (*found[0].args, g2.args[1])):
                 g1, scale, terms = found
                 mask = kernel_mask(terms, g1.dtype, state, g2.name)
-                if mask is not None:
+                query = scaled_query(g1.args[0], terms, g2.name)
+                if mask is not None and query is not None:
                     k, view = _transposed(g1.args[1], g2.name + "_k")
-                    out += ([view] if view is not None else []) + mask.nodes
-                    g2.op, g2.fn, g2.args = "attention", "flash", [g1.args[0], k, g2.args[1], mask.mask]
+                    out += ([view] if view is not None else []) + mask.nodes + query[1]
+                    g2.op, g2.fn, g2.args = "attention", "flash", [query[0], k, g2.args[1], mask.mask]
                     g2.attrs = {"causal": mask.causal, "scale": scale}
                     if mask.batch is not None:
                         g2.attrs["mask_batch"] = mask.batch

@@ -110,6 +110,7 @@ class TaskAnalysis:
     roofline: str  # "memory" or "compute"
     floor_s: float  # max(flops / peak, bytes / bandwidth)
     family: str
+    dtype: str | None = None  # the cast the evaluator applies (TaskSpec.dtype); None: the task's own dtypes
     source: str = field(repr=False, default="")
     module: types.ModuleType | None = field(repr=False, compare=False, default=None)
 
@@ -220,17 +221,20 @@ class _Skipped(Exception):
     """A capture that did not try (the task is too large for it)."""
 
 
-def trace(module: types.ModuleType, *, meta: bool, decompositions: dict | None = None) -> Traced:
+def trace(module: types.ModuleType, *, meta: bool, decompositions: dict | None = None,
+          dtype: str | None = None) -> Traced:
     """The ATen graph of Model(*get_init_inputs()).forward(*get_inputs()), built under manual_seed(0), from the
     first capture in CAPTURES that succeeds. meta=True builds the model on the meta device (no memory, no
-    values) where a capture can. Parameters, buffers and tensors stored as plain module attributes (an RNN's
-    initial hidden state) are placeholders of the graph, read by a candidate from `self`."""
+    values) where a capture can. `dtype` casts the floating parameters, buffers and inputs as the evaluator
+    does for a task list's or --dtype's cast (tools/worker.py, tools/inputs.py). Parameters, buffers and
+    tensors stored as plain module attributes (an RNN's initial hidden state) are placeholders of the graph,
+    read by a candidate from `self`."""
     failures = []
     table = {**(decompositions or {}), **attention_ops.DECOMPOSITIONS}  # attention: one node per call
     for name, capture in CAPTURES:
         try:
             with recurrent_ops.kept(), attention_ops.kept():  # one node per layer stack, per attention
-                traced = capture(module, meta, table)
+                traced = capture(module, meta, table, dtype=dtype)
         except _Skipped as e:
             failures.append(f"{name} skipped ({e})")
             continue
@@ -249,12 +253,14 @@ def _first_line(e: Exception) -> str:
     return text.splitlines()[0][:200].rstrip(".") if text else "no message"
 
 
-def _build(module: types.ModuleType, meta: bool, limit: int | None = None) -> tuple[torch.nn.Module, list]:
+def _build(module: types.ModuleType, meta: bool, limit: int | None = None,
+           dtype: str | None = None) -> tuple[torch.nn.Module, list]:
     """Model(*get_init_inputs()) and get_inputs() under manual_seed(0), on the meta device or on the CPU within
-    `limit` bytes (measured on the meta device first where the model builds there)."""
+    `limit` bytes (measured on the meta device first where the model builds there), floating tensors cast to
+    `dtype` as the evaluator casts them (the model built first, then cast)."""
     if limit:
         try:
-            model, inputs = _build(module, True)
+            model, inputs = _build(module, True, dtype=dtype)
         except Exception:  # it may not build on the meta device (.item() in __init__): build it and count
             model = inputs = None
         if model is not None:
@@ -263,7 +269,12 @@ def _build(module: types.ModuleType, meta: bool, limit: int | None = None) -> tu
                 raise _Skipped(f"the model and inputs at the task's shapes take more than {limit >> 30} GiB")
     torch.manual_seed(0)
     with torch.device("meta") if meta else _Budget(limit) if limit else contextlib.nullcontext():
-        return module.Model(*module.get_init_inputs()), list(module.get_inputs())
+        model, inputs = module.Model(*module.get_init_inputs()), list(module.get_inputs())
+    if dtype is None:
+        return model, inputs
+    cast = getattr(torch, dtype)
+    return model.to(cast), [x.to(cast) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                            for x in inputs]
 
 
 def _state(model: torch.nn.Module) -> list[tuple[str, str, torch.Tensor]]:
@@ -280,7 +291,7 @@ def _state(model: torch.nn.Module) -> list[tuple[str, str, torch.Tensor]]:
 
 
 def _make_fx(module, meta: bool, decompositions: dict, *, build: str = "", real: bool = False,
-             constants: bool = False) -> Traced:
+             constants: bool = False, dtype: str | None = None) -> Traced:
     """make_fx over a functional call of the model: its state and the tensor inputs are the graph's
     placeholders. The model is built on the meta device when `meta`, unless `build` is "real" (on the CPU, at
     most REAL_LIMIT bytes). Fake placeholders live on the CPU even for a meta-built model, so a tensor the
@@ -288,7 +299,7 @@ def _make_fx(module, meta: bool, decompositions: dict, *, build: str = "", real:
     if build == "real" and not meta:
         raise _Skipped("the model is built on the CPU already")
     on_meta = meta and not real and build != "real"
-    model, inputs = _build(module, on_meta, REAL_LIMIT if meta and not on_meta else None)
+    model, inputs = _build(module, on_meta, REAL_LIMIT if meta and not on_meta else None, dtype)
     arg_names = list(inspect.signature(model.forward).parameters)[:len(inputs)]
     named = _state(model)
     tensor_pos = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
@@ -337,10 +348,10 @@ class _Budget(TorchDispatchMode):
         return out
 
 
-def _export(module, meta: bool, decompositions: dict) -> Traced:
+def _export(module, meta: bool, decompositions: dict, *, dtype: str | None = None) -> Traced:
     """torch.export of the model, decomposed to the ATen level make_fx gives. Constants the forward creates
     become get_attr nodes; buffer mutations the export returns are dropped (module bookkeeping)."""
-    model, inputs = _build(module, meta)
+    model, inputs = _build(module, meta, dtype=dtype)
     arg_names = list(inspect.signature(model.forward).parameters)[:len(inputs)]
     table = torch.export.default_decompositions()
     for op, fn in decompositions.items():
@@ -388,9 +399,11 @@ CAPTURES = [  # (name, capture), tried in order
 
 
 def analyze(task_source_or_path: str, small: bool, *, shapes: dict | None = None, arch: str = "sm_90",
-            tf32: bool = False, name: str = "") -> TaskAnalysis:
+            tf32: bool = False, name: str = "", dtype: str | None = None) -> TaskAnalysis:
+    """The task traced and described at the shapes (`small`, `shapes`) and the cast (`dtype`: "bfloat16", ...,
+    as TaskSpec.dtype) the evaluator will run it at."""
     module, source, overrides = load_task(task_source_or_path, small, shapes)
-    traced = trace(module, meta=not small)
+    traced = trace(module, meta=not small, dtype=dtype)
     gm = traced.gm
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     used = [(role, n) for role, n in zip(traced.roles, placeholders) if n.users]
@@ -416,7 +429,7 @@ def analyze(task_source_or_path: str, small: bool, *, shapes: dict | None = None
         total_flops=total_flops, min_bytes=min_bytes, intensity=intensity, ridge=ridge,
         roofline="compute" if intensity > ridge else "memory",
         floor_s=max(total_flops / peak_flops, min_bytes / peak_bw), family=_family(ops, outputs, inputs),
-        source=source, module=module)
+        dtype=dtype, source=source, module=module)
 
 
 # --- per-op description ------------------------------------------------------------------------------

@@ -151,7 +151,7 @@ def task_context(spec: TaskSpec, small: bool) -> TaskContext:
         small = True
     try:
         analysis = analyze(spec.path, small=small, shapes=spec.shapes, arch=arch, tf32=spec.tf32,
-                           name=spec.name).to_json()
+                           name=spec.name, dtype=spec.dtype).to_json()
     except Exception as e:  # tracing runs the task's own code: any error means "no analysis"
         _say(f"analysis: the reference could not be traced ({type(e).__name__}: {str(e)[:160]})")
         analysis = {}

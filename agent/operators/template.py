@@ -24,11 +24,11 @@ def analysis_of(task: TaskContext) -> TaskAnalysis:
     small = bool(stored.get("small", task.arch == "cpu"))
     shapes = dict(stored.get("shapes") or {})
     key = (hashlib.sha256(task.source.encode()).hexdigest(), small, tuple(sorted(shapes.items())),
-           bool(stored.get("tf32", False)))
-    if key not in _ANALYSES:
-        arch = task.arch if task.arch.startswith("sm_") else "sm_90"
+           bool(stored.get("tf32", False)), stored.get("dtype"), task.arch)
+    if key not in _ANALYSES:  # arch "cpu": the evaluator is Triton's interpreter (base.default_operands)
+        arch = task.arch if task.arch.startswith("sm_") or task.arch == "cpu" else "sm_90"
         _ANALYSES[key] = analyze(task.source, small=small, shapes=shapes, arch=arch,
-                                 tf32=bool(stored.get("tf32", False)), name=task.name)
+                                 tf32=bool(stored.get("tf32", False)), name=task.name, dtype=stored.get("dtype"))
     return _ANALYSES[key]
 
 

@@ -143,7 +143,8 @@ def lower(analysis: TaskAnalysis) -> Program:
         return cached
     try:
         try:
-            traced = trace(analysis.module, meta=not analysis.small, decompositions=DECOMPOSITIONS)
+            traced = trace(analysis.module, meta=not analysis.small, decompositions=DECOMPOSITIONS,
+                           dtype=analysis.dtype)
         except Exception as e:
             raise Unsupported(f"The task could not be traced for the templates ({type(e).__name__}: "
                               f"{str(e).splitlines()[0][:200] if str(e) else ''}).") from None

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from agent.analysis import TaskAnalysis
 from agent.templates.ir import Program, Unsupported, lower
 from agent.templates.params import kernel_default, kernel_invalid, kernel_space, sizes
@@ -13,6 +15,7 @@ from agent.templates.program import render_program, work
 from agent.templates.schedule import Kernel, schedule
 
 PLAN_KEYS = ("SPLIT_K", "impl", "precision")  # parameters that change the schedule or the GEMM itself
+PRODUCT_KEYS = ("precision", "operands")  # how every tl.dot of the plan multiplies, whichever kernel is tuned
 
 
 @dataclass
@@ -28,6 +31,11 @@ class Plan:
 
     def has(self, op: str) -> bool:
         return any(n.op == op for n in self.program.nodes)
+
+    def half_products(self) -> bool:
+        """Whether a GEMM, convolution or attention of the task multiplies 16-bit (bf16, fp16) operands."""
+        return any(a.dtype in (torch.float16, torch.bfloat16) for n in self.program.nodes
+                   if n.op in ("gemm", "attention") for a in n.args[:3] if a is not None)
 
 
 def plan(analysis: TaskAnalysis, params: dict | None = None) -> Plan:
@@ -57,12 +65,23 @@ def why_unsupported(analysis: TaskAnalysis) -> str | None:
     return None
 
 
+def default_operands(analysis: TaskAnalysis) -> str:
+    """How the default candidate feeds 16-bit operands to tl.dot (codegen.dot_cast): as they are ("input":
+    tensor cores, fp32 accumulator) on a GPU; upcast ("fp32") when the task is analysed for a CPU (arch "cpu"),
+    where the evaluator runs the candidate in Triton's interpreter, whose tl.dot reads bfloat16 operands as
+    integers: there the default is the product the interpreter computes right. Either is one value of the
+    `operands` parameter, named in the candidate's header, and the search may try the other."""
+    return "fp32" if analysis.arch == "cpu" else "input"
+
+
 def default(analysis: TaskAnalysis) -> dict:
-    return kernel_default(plan(analysis).main)
+    pl = plan(analysis)
+    return {**kernel_default(pl.main), **({"operands": default_operands(analysis)} if pl.half_products() else {})}
 
 
 def space(analysis: TaskAnalysis) -> dict[str, list]:
-    return kernel_space(plan(analysis).main)
+    pl = plan(analysis)
+    return {**kernel_space(pl.main), **({"operands": ["input", "fp32"]} if pl.half_products() else {})}
 
 
 def invalid(analysis: TaskAnalysis, params: dict) -> str | None:
@@ -80,10 +99,12 @@ def _kernel_params(params: dict) -> dict:
 
 def fitted(kernel: Kernel, kp: dict) -> dict:
     """`kp`, unless they are GEMM parameters and the tuned kernel is no GEMM (nor attention, whose query and
-    key tiles are BLOCK_M and BLOCK_N too): then that kernel's defaults.
+    key tiles are BLOCK_M and BLOCK_N too): then that kernel's defaults, with kp's PRODUCT_KEYS kept.
     With a vendor GEMM or convolution (impl "torch") the tuned Triton kernel is its epilogue, whose layout
     GEMM parameters do not describe: a row reduction handed them would hold its whole row at once."""
-    return kernel_default(kernel) if "BLOCK_M" in kp and kernel.layout not in ("gemm", "attention") else kp
+    if "BLOCK_M" in kp and kernel.layout not in ("gemm", "attention"):
+        return {**kernel_default(kernel), **{k: kp[k] for k in PRODUCT_KEYS if k in kp}}
+    return kp
 
 
 def render(analysis: TaskAnalysis, params: dict, template: str) -> str:
@@ -94,7 +115,8 @@ def render(analysis: TaskAnalysis, params: dict, template: str) -> str:
         raise ValueError(f"Invalid parameters for the {template} template: {reason}.")
     shown = {k: v for k, v in params.items() if k != "template"}
     header = f"# --- Triton candidate built by the {template} template from the traced task; parameters: {shown}"
-    return render_program(analysis.source, pl.program, pl.kernels, pl.buffers, pl.primary, kp, header)
+    products = {k: kp[k] for k in PRODUCT_KEYS if k in kp}  # every GEMM and attention kernel, tuned or not
+    return render_program(analysis.source, pl.program, pl.kernels, pl.buffers, pl.primary, kp, header, products)
 
 
 def features(analysis: TaskAnalysis, params: dict) -> dict:
@@ -122,5 +144,6 @@ def features(analysis: TaskAnalysis, params: dict) -> dict:
     return {"access": access,
             "block_class": "small" if biggest <= 64 else "medium" if biggest <= 1024 else "large",
             "fusion": sum(1 for n in pl.program.nodes if n.op != "view"),
-            "tensor_cores": k.layout == "gemm" and params.get("precision", "ieee") != "ieee",
+            "tensor_cores": k.layout in ("gemm", "attention") and (params.get("precision", "ieee") != "ieee" or (
+                pl.half_products() and params.get("operands", "input") == "input")),
             "launches": sum(1 for x in pl.kernels if x.kind != "torch_gemm")}

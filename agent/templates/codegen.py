@@ -56,6 +56,25 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
+HALF = {"torch.float16": "tl.float16", "torch.bfloat16": "tl.bfloat16"}
+
+
+def dot_cast(a: Leaf, b: Leaf, operands: str) -> str:
+    """The cast each tl.dot operand takes as it is loaded; the accumulator is fp32 either way. 16-bit operands
+    (bf16, fp16) stay 16-bit with `operands` "input" (tensor cores; an fp32 buffer between kernels is rounded
+    to the dtype, as PyTorch's own intermediate is) or are upcast with "fp32" (exact products: also what the
+    Triton interpreter, whose tl.dot reads bfloat16 operands as integers, computes right). fp32 operands stay
+    as they are (input_precision decides); a 16-bit operand meeting one of another dtype is upcast."""
+    a_half, b_half = HALF.get(str(a.dtype)), HALF.get(str(b.dtype))
+    if a_half is None and b_half is None:
+        return ""
+    if operands == "fp32" or a_half != b_half:
+        return ".to(tl.float32)"
+    if operands != "input":
+        raise ValueError(f"operands must be 'input' or 'fp32', not {operands!r}")
+    return f".to({a_half})"
+
+
 class Scope:
     def __init__(self):
         self.lines: list[str] = []

@@ -180,7 +180,7 @@ def nll_loss_forward(logp, target, weight, reduction, ignore_index):
         raise NotImplementedError("class weights and non-2-D inputs")
     classes = torch.arange(logp.shape[1], device=logp.device).view(1, -1)
     picked = torch.sum(torch.where(classes == target.view(-1, 1), logp, 0.0), [1])
-    valid = torch.where(target != ignore_index, 1.0, 0.0)
+    valid = (target != ignore_index).to(logp.dtype)  # PyTorch's total weight has the input's dtype
     loss = -picked * valid
     total = torch.sum(valid)
     if reduction == 1:

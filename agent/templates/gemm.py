@@ -2,10 +2,13 @@
 following pointwise ops fused as an epilogue. Tiles of
 BLOCK_M x BLOCK_N accumulate tl.dot products in fp32 (input_precision "ieee" unless the task allows TF32),
 programs walk the output in GROUP_M-row groups for L2 reuse, and SPLIT_K > 1 splits a long K over programs
-(the partial products are summed by a reduction kernel that also runs the epilogue). With impl="torch"
-the product stays a vendor GEMM or cuDNN convolution (declared in KERNELWRIGHT_TORCH_OPS) and only the
-epilogue is Triton, for fp32 shapes where a Triton GEMM cannot win; never when the GEMM or convolution (with
-its own bias) is all the task does, which the evaluator would reject."""
+(the partial products are summed by a reduction kernel that also runs the epilogue). The epilogue runs in
+fp32 and the output rounds once, on the store. bf16/fp16 operands go to tl.dot as they are (tensor cores) or
+upcast to fp32, the `operands` parameter (base.default_operands says which is the default, and why the CPU's
+differs). With impl="torch" the product stays a vendor GEMM or cuDNN convolution (declared in
+KERNELWRIGHT_TORCH_OPS) and only the epilogue is Triton, for fp32 shapes where a Triton GEMM cannot win; never
+when the GEMM or convolution (with its own bias) is all the task does, which the evaluator would reject, nor
+with 16-bit operands, where a Triton tl.dot runs on tensor cores as the vendor GEMM does."""
 from __future__ import annotations
 
 import math
@@ -36,16 +39,18 @@ def _gemm(analysis: TaskAnalysis):
 
 
 def space(analysis: TaskAnalysis) -> dict[str, list]:
-    _, k, m, kk, n, batch, epilogue = _gemm(analysis)
+    pl, k, m, kk, n, batch, epilogue = _gemm(analysis)
     s = dict(kernel_space(k))
     s["SPLIT_K"] = [1, 2, 4, 8, 16] if kk >= 2048 and k.nodes[0].fn == "mm" else [1]
-    s["impl"] = ["triton", "torch"] if epilogue else ["triton"]
+    s["impl"] = ["triton", "torch"] if epilogue and not pl.half_products() else ["triton"]
     s["precision"] = ["ieee", "tf32"] if analysis.tf32 else ["ieee"]
+    if pl.half_products():
+        s["operands"] = ["input", "fp32"]
     return s
 
 
 def default(analysis: TaskAnalysis) -> dict:
-    _, k, m, kk, n, batch, epilogue = _gemm(analysis)
+    pl, k, m, kk, n, batch, epilogue = _gemm(analysis)
     d = dict(kernel_default(k))
     tiles = math.ceil(m / d["BLOCK_M"]) * math.ceil(n / d["BLOCK_N"]) * batch
     split = 1
@@ -53,9 +58,10 @@ def default(analysis: TaskAnalysis) -> dict:
         split *= 2
     # in fp32 without TF32 a vendor GEMM runs at the FMA peak, which a Triton tl.dot does not reach: keep
     # it under the fused Triton epilogue when there is one (a bare GEMM must stay Triton to count)
-    vendor = epilogue and not analysis.tf32 and 2 * m * n * kk * batch >= 2**30
+    vendor = epilogue and not analysis.tf32 and not pl.half_products() and 2 * m * n * kk * batch >= 2**30
     return {**d, "SPLIT_K": split, "impl": "torch" if vendor else "triton",
-            "precision": "tf32" if analysis.tf32 else "ieee"}
+            "precision": "tf32" if analysis.tf32 else "ieee",
+            **({"operands": base.default_operands(analysis)} if pl.half_products() else {})}
 
 
 def variants(analysis: TaskAnalysis) -> list[dict]:
@@ -65,8 +71,10 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
                "num_warps": 4, "num_stages": 4}]
     if kk >= 4096 and k.nodes[0].fn == "mm":
         out.append({**d, "impl": "triton", "SPLIT_K": 1 if d["SPLIT_K"] > 1 else min(8, next_pow2(kk // 2048))})
-    if epilogue:
+    if epilogue and "torch" in space(analysis)["impl"]:
         out.append({**d, "impl": "triton" if d["impl"] == "torch" else "torch"})
+    if d.get("operands") == "input":  # exact fp32 products of 16-bit operands, slower (no "input" on a CPU)
+        out.append({**d, "operands": "fp32"})
     return [p for p in out if kernel_invalid(k, base._kernel_params(p)) is None]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from agent.templates.codegen import Gen, KernelCode, Launch, kernel_header, next_pow2, store_lines
+from agent.templates.codegen import Gen, KernelCode, Launch, dot_cast, kernel_header, next_pow2, store_lines
 from agent.templates.schedule import Kernel
 
 
@@ -98,9 +98,10 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     a_off = " + ".join([f"ci[None, :] * {sx[1]}"] + [f"i{i} * {sx[2 + i]}" for i in range(len(spatial))])
     b_off = " + ".join([f"ci[:, None] * {ci_stride}"] + [f"kw{i}[:, None] * {sw[2 + i]}" for i in range(len(window))])
     a_mask = " & ".join([f"(rm1[:, None] < {M})", f"(kk[None, :] < {K})"] + conds)
-    precision = p.get("precision", "ieee")
-    body += [f"ta = tl.load(x_row[:, None] + {a_off}, mask={a_mask}, other=0.0)",
-             f"tb = tl.load(w_col[None, :] + {b_off}, mask=(kk[:, None] < {K}) & (rn1[None, :] < {N}), other=0.0)",
+    precision, cast = p.get("precision", "ieee"), dot_cast(x, w, p.get("operands", "input"))
+    body += [f"ta = tl.load(x_row[:, None] + {a_off}, mask={a_mask}, other=0.0){cast}",
+             f"tb = tl.load(w_col[None, :] + {b_off}, mask=(kk[:, None] < {K}) & (rn1[None, :] < {N}), "
+             f"other=0.0){cast}",
              f'acc += tl.dot(ta, tb, input_precision="{precision}")']
     lines += ["acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", f"for k0 in range(0, {K}, BLOCK_K):"]
     lines += ["    " + line for line in body]

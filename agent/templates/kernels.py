@@ -9,7 +9,8 @@ import math
 import torch
 
 from agent.templates.attention_kernel import render_attention
-from agent.templates.codegen import NEUTRAL, Gen, KernelCode, Launch, Scope, kernel_header, next_pow2, store_lines
+from agent.templates.codegen import (NEUTRAL, Gen, KernelCode, Launch, Scope, dot_cast, kernel_header, next_pow2,
+                                     store_lines)
 from agent.templates.implicit_gemm import render_conv
 from agent.templates.ir import Node
 from agent.templates.rnn_kernel import render_rnn
@@ -377,9 +378,9 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
     n_cond = [] if N % bn == 0 else [f"(rn1[:, None] < {N})" if b_t else f"(rn1[None, :] < {N})"]
     a_mask = " & ".join(m_cond + ([] if even_k else [k_row if a_t else k_col]))
     b_mask = " & ".join(n_cond + ([] if even_k else [k_col if b_t else k_row]))
-    precision = p.get("precision", "ieee")
-    lines += _indent([f"ta = tl.load(a_ptrs{', mask=' + a_mask + ', other=0.0' if a_mask else ''})",
-                      f"tb = tl.load(b_ptrs{', mask=' + b_mask + ', other=0.0' if b_mask else ''})",
+    precision, cast = p.get("precision", "ieee"), dot_cast(a, b, p.get("operands", "input"))
+    lines += _indent([f"ta = tl.load(a_ptrs{', mask=' + a_mask + ', other=0.0' if a_mask else ''}){cast}",
+                      f"tb = tl.load(b_ptrs{', mask=' + b_mask + ', other=0.0' if b_mask else ''}){cast}",
                       f"acc += tl.dot({'tl.trans(ta)' if a_t else 'ta'}, {'tl.trans(tb)' if b_t else 'tb'}, "
                       f'input_precision="{precision}")',
                       f"a_ptrs += BLOCK_K * {sa[-1]}", f"b_ptrs += BLOCK_K * {sb[-2]}"])

@@ -5,7 +5,8 @@ how many programs run.
   flat  BLOCK, num_warps
   row   mode (one_pass | looped), BLOCK_O rows per program, BLOCK_R, num_warps, num_stages, SPLIT
   col   BLOCK_I, BLOCK_R, num_warps, num_stages
-  gemm  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages (+ SPLIT_K, impl, precision at plan level)
+  gemm  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages (+ SPLIT_K, impl, precision at plan level, and
+        operands, input or fp32, where bf16/fp16 operands meet tl.dot: base.default_operands)
   rnn   BLOCK_H hidden units per program, BLOCK_K, num_warps
   attention  BLOCK_M queries per program, BLOCK_N keys per step, num_warps, num_stages (+ precision)
 """

@@ -25,7 +25,7 @@ def _cell(mode: str) -> list[str]:
     product of the candidate gate is kept apart in hn)."""
     if mode == "lstm":
         return ["ig = tl.sigmoid(a0)", "fg = tl.sigmoid(a1)", "gg = _tanh(a2)", "og = tl.sigmoid(a3)",
-                "cp = tl.load(c_ptr + c_off + rb * H + rj, mask=mask, other=0.0)",
+                "cp = tl.load(c_ptr + c_off + rb * H + rj, mask=mask, other=0.0).to(tl.float32)",
                 "c = fg * cp + ig * gg", "h = og * _tanh(c)",
                 "tl.store(cn_ptr + s_off + rb * H + rj, c, mask=mask)"]
     if mode == "gru":

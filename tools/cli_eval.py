@@ -5,7 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
-from tools.results import EvalJob, EvalResult, TaskSpec
+from tools.results import MAX_DEEP_SETS, VERIFIED_ON, EvalJob, EvalResult, TaskSpec
 from tools.task import TaskError, check_spec
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -28,6 +28,10 @@ def register(subparsers) -> None:
     size.add_argument("--small", action="store_true", default=None, help="use the task's SMALL_SHAPES")
     size.add_argument("--full", dest="small", action="store_false", help="use the task's own shapes, also on a CPU")
     p.add_argument("--no-profile", action="store_true", help="verify only")
+    p.add_argument("--deep", type=int, default=0, metavar="N",
+                   help="re-verify a correct kernel on N more input sets across the input space (scales 1e-3 to "
+                        "1e3, shifted and masked rows, fresh seeds) and report the worst error and its input; "
+                        "--trial-seed replays them")
     p.set_defaults(func=run)
 
 
@@ -43,8 +47,10 @@ def run(args: argparse.Namespace) -> int:
         return _usage_error(f"Cannot read candidate {args.candidate}: {e.strerror if isinstance(e, OSError) else e}.")
     if args.timeout <= 0 or args.trials < 1:
         return _usage_error("--timeout and --trials must be positive.")
+    if not 0 <= args.deep <= MAX_DEEP_SETS:
+        return _usage_error(f"--deep takes 0 to {MAX_DEEP_SETS} input sets.")
     result = evaluate(EvalJob(spec, candidate, timeout_s=args.timeout, trials=args.trials, seed=args.seed,
-                              trial_seed=args.trial_seed, profile=not args.no_profile))
+                              trial_seed=args.trial_seed, profile=not args.no_profile, deep=args.deep))
     print(json.dumps(result.to_json(), indent=1) if args.json else summary(result))
     if result.task_error:
         return EXIT_USAGE
@@ -53,6 +59,14 @@ def run(args: argparse.Namespace) -> int:
 
 def summary(r: EvalResult) -> str:
     lines = [f"{r.verdict.upper()}: {r.reason}", f"device: {r.device}"]
+    if r.verified_on:
+        lines.append(f"verified on: {r.verified_on} ({VERIFIED_ON[r.verified_on]})")
+    d = r.deep
+    if d and d.failed:
+        lines.append(f"--deep: {d.failed} of {d.sets} input sets failed; worst at {d.worst_input}: {d.worst_reason}")
+    elif d:
+        lines.append(f"--deep: all {d.sets} input sets passed; worst relative error {d.worst_rel_err:.2e} (max abs "
+                     f"error {d.worst_abs_err:.2e}) at {d.worst_input}")
     t = r.timing
     if t and t.interpreted:
         lines.append(f"interpreter time {t.ms:.3f} ms (Triton interpreter on a CPU: not a GPU figure, "

@@ -1,6 +1,13 @@
 """Triton compile metadata of the kernels a candidate launched: registers, spills, shared memory,
-num_warps, num_stages. On a GPU they are read from the compiled kernels; on a CPU each kernel is compiled
-for sm_90 anyway (Triton builds a cubin without a GPU) and ptxas reports registers and spills."""
+num_warps, num_stages. On a GPU they are read from the compiled kernels, in the worker (no compile). On a CPU
+each kernel is compiled for sm_90 anyway (Triton builds a cubin without a GPU) and ptxas reports registers and
+spills; that compile can take minutes, so it never runs in the candidate's time: the worker only writes what
+its kernels were launched with (`write_specs`), and the parent compiles once the verdict is in (`compile_after`),
+in a process of its own with its own time limit.
+
+    info = from_kernels(recorder.first)                       # a GPU worker
+    info = write_specs(recorder.first, "compile_specs.json")  # a CPU worker: placeholder, figures to come
+    info = compile_after(work_dir, env)                       # the parent, after the worker has answered"""
 from __future__ import annotations
 
 import inspect
@@ -20,24 +27,49 @@ from tools.results import CompileInfo, KernelInfo
 TRITON_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
                  torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
                  torch.bool: "i1"}
+SPECS_FILE = "compile_specs.json"  # in the job's work folder, beside candidate.py
+COMPILE_TIMEOUT_S = 300.0
+PENDING = "pending: compiled for sm_90 after the verdict, outside the candidate's time"
 
 
-def compile_info(first: dict[str, Launch], on_gpu: bool, candidate_path: str = "candidate.py") -> CompileInfo:
-    if on_gpu:
-        return CompileInfo([_from_kernel(name, l.kernel) for name, l in first.items()],
-                           "read from the compiled kernels")
-    # The interpreter has patched triton.language in this process, so compile in a clean one.
+def from_kernels(first: dict[str, Launch]) -> CompileInfo:
+    return CompileInfo([_from_kernel(name, l.kernel) for name, l in first.items()], "read from the compiled kernels")
+
+
+def write_specs(first: dict[str, Launch], path: str = SPECS_FILE) -> CompileInfo:
+    """Writes each kernel's launch signature for `compile_after`; the placeholder the result carries until then."""
+    names = [KernelInfo(name) for name in first]
     try:
         specs = [_signature(name, l) for name, l in first.items()]
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        run = subprocess.run([sys.executable, "-m", "tools.compile_info", candidate_path, json.dumps(specs)],
-                             capture_output=True, text=True, env=env, timeout=300)
+    except Exception as e:  # a constexpr that is not plain data (a tl.dtype, say) cannot cross: say so
+        return CompileInfo(names, f"not available on this CPU: {_one_line(e)}")
+    Path(path).write_text(json.dumps(specs))
+    return CompileInfo(names, PENDING)
+
+
+def compile_after(work: str, env: dict[str, str], timeout_s: float = COMPILE_TIMEOUT_S) -> CompileInfo | None:
+    """Compiles the kernels whose specs the worker wrote in `work` (None when it wrote none), in a process of
+    its own (the interpreter's patches of triton.language are not in it) started in `work` with `env`."""
+    from tools.sandbox import kill_group
+    specs_path = os.path.join(work, SPECS_FILE)
+    if not os.path.exists(specs_path):
+        return None
+    specs = json.loads(Path(specs_path).read_text())
+    env = {k: v for k, v in env.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.Popen([sys.executable, "-m", "tools.compile_info", "candidate.py", specs_path], cwd=work,
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = run.communicate(timeout=timeout_s)
         if run.returncode != 0:
-            raise RuntimeError((run.stderr.strip().splitlines() or ["no output"])[-1])
-        return CompileInfo([KernelInfo(**k) for k in json.loads(run.stdout)],
+            raise RuntimeError((err.strip().splitlines() or [f"exit {run.returncode}"])[-1])
+        return CompileInfo([KernelInfo(**k) for k in json.loads(out)],
                            "compiled for sm_90 on a CPU; registers and spills from ptxas")
-    except Exception as e:  # any Triton or ptxas failure: say so, the verdict does not depend on it
-        return CompileInfo([KernelInfo(name) for name in first],
+    except Exception as e:  # any Triton or ptxas failure, or the time limit: say so, the verdict stands
+        kill_group(run.pid)
+        run.wait()
+        if isinstance(e, subprocess.TimeoutExpired):
+            e = RuntimeError(f"no answer within {timeout_s:g} s")
+        return CompileInfo([KernelInfo(s["name"]) for s in specs],
                            f"not available on this CPU: compiling for sm_90 failed ({_one_line(e)})")
 
 
@@ -54,7 +86,7 @@ def _signature(name: str, launch: Launch) -> dict:
             signature[arg], constexprs[arg] = "constexpr", value
         else:
             signature[arg] = _triton_type(value)
-    json.dumps(constexprs)  # a constexpr that is not plain data (a tl.dtype, say) cannot cross: say so
+    json.dumps(constexprs)
     options = {k: v for k, v in launch.kwargs.items() if k in ("num_warps", "num_stages")}
     return {"name": name, "function": fn.__name__, "signature": signature, "constexprs": constexprs,
             "options": options}
@@ -118,7 +150,7 @@ def _one_line(e: Exception) -> str:
     return f"{type(e).__name__}: {text[-1] if text else ''}"[:200]
 
 
-if __name__ == "__main__":  # python -m tools.compile_info CANDIDATE.py SPECS_JSON (no TRITON_INTERPRET)
+if __name__ == "__main__":  # python -m tools.compile_info CANDIDATE.py SPECS.json (no TRITON_INTERPRET)
     from tools.task import import_file
     candidate = import_file(sys.argv[1], "kw_candidate")
-    print(json.dumps([_compile_sm90(spec, candidate).__dict__ for spec in json.loads(sys.argv[2])]))
+    print(json.dumps([_compile_sm90(spec, candidate).__dict__ for spec in json.loads(Path(sys.argv[2]).read_text())]))

@@ -71,6 +71,15 @@ class WarmWorker:
             run = self._run_child({"job": job_path, "result": result_path, "cwd": work,
                                    "triton_cache": os.path.join(scratch, "triton")}, job.timeout_s)
             result = _read_result(result_path, run, job.timeout_s)
+            if result.compile is not None:  # on a CPU, compiled now: outside the candidate's time
+                from tools.compile_info import compile_after
+                compiling = time.perf_counter()
+                info = compile_after(work, scrubbed_env({
+                    "PYTHONPATH": _import_path(), "HOME": work, "TRITON_CACHE_DIR": os.path.join(scratch, "triton"),
+                    "TRITON_DEFAULT_FP_FUSION": "1"}))
+                if info is not None:
+                    result.compile = info
+                    result.phase_seconds["compile_info"] = round(time.perf_counter() - compiling, 3)
         result.seconds = time.perf_counter() - started
         return result
 

@@ -34,7 +34,7 @@ def serve() -> None:
     import torch._dynamo  # noqa: F401  (else imported inside the first candidate's forward, whose tensors its
     # import-time reference cycles then hold)
     from tools import worker  # noqa: F401
-    from tools import compile_info, measure, verify  # noqa: F401
+    from tools import compile_info, deep, gpu_checks, measure, verify  # noqa: F401
     if os.environ.get("KERNELWRIGHT_DEVICE") == "cuda":
         _warm_compiler()
 

@@ -10,6 +10,13 @@ from typing import Literal
 
 Verdict = Literal["correct", "incorrect", "rejected", "timeout", "crash", "error"]
 VERDICTS: tuple[str, ...] = ("correct", "incorrect", "rejected", "timeout", "crash", "error")
+# Where a verdict was reached, and so what it can vouch for ("": no worker verdict, e.g. a timeout).
+VerifiedOn = Literal["gpu", "interpreter", ""]
+VERIFIED_ON: dict[str, str] = {
+    "gpu": "trials on the GPU, its activity trace checked, two runs on the same inputs compared",
+    "interpreter": "Triton interpreter on a CPU: not tamper-proof; races and TF32 are not checked",
+    "": "no verdict from a worker",
+}
 
 
 @dataclass
@@ -28,6 +35,9 @@ class TaskSpec:
     source: str | None = None  # the task file's text, for a job run where `path` does not exist (tools/cluster.py)
 
 
+MAX_DEEP_SETS = 300
+
+
 @dataclass
 class EvalJob:
     """One candidate to evaluate against one task."""
@@ -39,6 +49,7 @@ class EvalJob:
     seed: int = 0  # the seed the task's and the candidate's parameters are made under
     trial_seed: int | None = None  # the trials' inputs; None: drawn unpredictably (a failure names the one drawn)
     profile: bool = True
+    deep: int = 0  # `eval --deep N`: re-verify a correct kernel on N more input sets (at most MAX_DEEP_SETS)
     baselines: "Baselines | None" = None  # eager/compile times already measured in this run, if any
 
 
@@ -81,17 +92,32 @@ class Timing:
 
 
 @dataclass
+class DeepCheck:
+    """`eval --deep N`: a correct kernel re-verified on N fresh input sets (scales, shifts, masks, seeds)."""
+
+    sets: int
+    failed: int
+    worst_rel_err: float  # the largest relative error over the sets (a failing set counts first)
+    worst_abs_err: float
+    worst_input: str  # the set that gave it: "deep set 3 of 8: shifted inputs x1000; trial seed 1234"
+    worst_verdict: str = ""  # "incorrect" or "rejected" when that set failed; "" when every set passed
+    worst_reason: str = ""  # why it failed there
+
+
+@dataclass
 class EvalResult:
     verdict: Verdict
     reason: str
     device: str = "unknown"
     interpreted: bool = False
+    verified_on: VerifiedOn = ""  # what the verdict can vouch for: VERIFIED_ON
     timing: Timing | None = None
     compile: CompileInfo | None = None
     max_abs_err: float | None = None
     rel_err: float | None = None
     torch_ops: list[str] = field(default_factory=list)  # ATen compute ops run outside Triton
     suspicious: bool = False  # faster than the speed-of-light floor: re-verified and flagged
+    deep: DeepCheck | None = None  # the --deep re-verification, when asked for
     task_error: bool = False  # the task itself, not the candidate, could not be loaded
     baselines: Baselines | None = None
     seconds: float = 0.0  # the whole evaluation, as the caller saw it
@@ -115,6 +141,8 @@ class EvalResult:
             data["compile"] = CompileInfo([KernelInfo(**k) for k in c["kernels"]], c["source"])
         if data.get("baselines"):
             data["baselines"] = Baselines(**data["baselines"])
+        if data.get("deep"):
+            data["deep"] = DeepCheck(**data["deep"])
         return cls(**data)
 
 

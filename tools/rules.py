@@ -30,6 +30,11 @@ RUNTIME_REASONS = {
     "output-type": "its output {which} is a {type}, not a plain torch.Tensor",
     "side-stream": "it launched a kernel on a stream other than the evaluator's",
     "stale-output": "it returned a wrong result once the inputs changed in place, so it reuses earlier results",
+    "precision-flags": "it changed {flags}, which the evaluator fixes for the whole evaluation",
+    "gpu-activity": "the GPU ran {kernels}, which is neither one of its Triton kernels nor launched by a declared "
+                    "vendor op or an allocation",
+    "host-copy": "it copied memory between host and device ({copies}) during its forward",
+    "nondeterministic": "two runs on the same inputs disagree ({detail}): a race between its programs",
 }
 
 

@@ -58,23 +58,49 @@ class Setup:
     explicit_tolerance: bool = False  # atol/rtol given for the task: bf16/fp16 outputs judged by them too
     golden: torch.nn.Module | bool | None = None  # the reference in fp32, made at the first low-precision output
     # (False: it cannot run in fp32)
+    precision: dict[str, object] = field(default_factory=dict)  # the evaluator's precision flags, set at verify()
 
 
 def verify(setup: Setup, trials: int, seed: int | None = None) -> Checked:
     """Raises Failed at the first trial a candidate fails, naming the trial and the seed (None: a fresh one
     from the operating system, drawn now that the candidate is loaded)."""
     checked = Checked(seed=draw_seed() if seed is None else seed)
+    setup.precision = setup.precision or precision_flags()
     checked.widen = discriminating(setup, checked.seed)
     for t in range(trials):
         draw, grad = trial_draw(checked.seed, t, setup.scale_inputs, checked.widen), t == trials - 1
         try:
-            _trial(setup, draw, checked, grad, first=(t == 0))
+            trial(setup, draw, checked, grad, first=(t == 0))
         except Failed as e:
             where = (f"trial {t + 1} of {trials}: {draw.pattern} inputs x{draw.scale:g}"
                      + (", grad enabled" if grad else "") + (f", widened ({draw.widen})" if draw.widen else "")
                      + f"; trial seed {checked.seed}")
             raise Failed(e.verdict, f"{str(e).rstrip('.')} ({where}).") from None
+    if setup.device.type == "cuda":  # what only a GPU shows: its activity trace, races (tools/gpu_checks.py)
+        from tools.gpu_checks import check_activity, check_repeatable
+        draw = trial_draw(checked.seed, 0, setup.scale_inputs, checked.widen)
+        try:
+            inputs = make_inputs(setup, draw)
+            check_activity(setup, inputs)
+            check_repeatable(setup, inputs)
+        except Failed as e:
+            raise Failed(e.verdict, f"{str(e).rstrip('.')} ({draw.pattern} inputs x{draw.scale:g}; trial seed "
+                                    f"{checked.seed}).") from None
     return checked
+
+
+def precision_flags() -> dict[str, object]:
+    """The flags that change how PyTorch rounds matmuls and convolutions: the evaluator sets them for the task
+    (TF32 only where the task allows it) and they must hold through every call of the candidate."""
+    matmul = torch.backends.cuda.matmul
+    return {"torch.backends.cuda.matmul.allow_tf32": matmul.allow_tf32,
+            "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+            "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision(),
+            "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction":
+                matmul.allow_fp16_reduced_precision_reduction,
+            "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction":
+                matmul.allow_bf16_reduced_precision_reduction,
+            "torch.backends.cudnn.deterministic": torch.backends.cudnn.deterministic}
 
 
 def discriminating(setup: Setup, seed: int) -> str:
@@ -96,7 +122,7 @@ def discriminating(setup: Setup, seed: int) -> str:
                  task_error=True)
 
 
-def _trial(setup: Setup, draw: Draw, checked: Checked, grad: bool, first: bool) -> None:
+def trial(setup: Setup, draw: Draw, checked: Checked, grad: bool, first: bool) -> None:
     """Candidate, then reference; part of the inputs changed in place; candidate, then reference. Each output
     is checked, then let go, as soon as it can be."""
     inputs = make_inputs(setup, draw)
@@ -188,6 +214,9 @@ def run_recorded(setup: Setup, model, inputs: list, checked: Checked, grad: bool
         raise Failed("rejected", RUNTIME_REASONS["no-kernel"])
     if setup.launches.foreign_streams > foreign:
         raise Failed("rejected", RUNTIME_REASONS["side-stream"])
+    changed = [k for k, v in precision_flags().items() if setup.precision and setup.precision[k] != v]
+    if changed:
+        raise Failed("rejected", RUNTIME_REASONS["precision-flags"].format(flags=", ".join(changed)))
     checked.torch_ops = sorted(set(checked.torch_ops) | set(recorder.compute_ops()))
     return out
 

@@ -24,7 +24,7 @@ def main(job_path: str, result_path: str):
         more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
         result = EvalResult("rejected", f"Rejected (global-state): it changed the worker's global state "
                                         f"({'; '.join(changed[:3])}{more}), which would sway later verdicts.",
-                            device=result.device, interpreted=result.interpreted)
+                            device=result.device, interpreted=result.interpreted, verified_on=result.verified_on)
     result.seconds = time.perf_counter() - started
     with open(result_path + ".tmp", "w") as f:
         json.dump(result.to_json(), f)
@@ -37,9 +37,10 @@ def evaluate_here(job, watch=None):
     evaluator has set it up and again just before the candidate's code first runs."""
     import torch
 
-    from tools.compile_info import compile_info
+    from tools.compile_info import from_kernels, write_specs
+    from tools.deep import deep_verify
     from tools.guard import LaunchRecorder
-    from tools.results import EvalResult
+    from tools.results import VERIFIED_ON, EvalResult
     from tools.rules import check_source
     from tools.task import TaskError, import_file, load_task_module
     from tools.verify import TF32_TOLERANCE, TOLERANCES, Failed, Setup, verify
@@ -47,7 +48,7 @@ def evaluate_here(job, watch=None):
     on_gpu = torch.cuda.is_available()
     device = torch.device("cuda" if on_gpu else "cpu")
     device_name = torch.cuda.get_device_name() if on_gpu else "cpu (Triton interpreter)"
-    base = dict(device=device_name, interpreted=not on_gpu)
+    base = dict(device=device_name, interpreted=not on_gpu, verified_on="gpu" if on_gpu else "interpreter")
     spec = job.task
     torch.backends.cuda.matmul.allow_tf32 = spec.tf32
     torch.backends.cudnn.allow_tf32 = spec.tf32
@@ -100,8 +101,16 @@ def evaluate_here(job, watch=None):
     try:
         checked = verify(setup, job.trials, job.trial_seed)
         phases["verify"] = lap()
-        info = compile_info(recorder.first, on_gpu)
-        phases["compile_info"] = lap()
+        deep = deep_verify(setup, job.deep, checked) if job.deep else None
+        if deep is not None:
+            phases["deep"] = lap()
+            if deep.failed:
+                return EvalResult(deep.worst_verdict, f"{deep.worst_reason.rstrip('.')} (under --deep, "
+                                  f"{deep.failed} of {deep.sets} input sets failed; worst: {deep.worst_input}).",
+                                  max_abs_err=deep.worst_abs_err, rel_err=deep.worst_rel_err, deep=deep, **base)
+        # Compile metadata never counts against the candidate's time: read from the kernels on a GPU, compiled by
+        # the parent after the verdict on a CPU (tools/compile_info.py).
+        info = from_kernels(recorder.first) if on_gpu else write_specs(recorder.first)
         timing, baselines, suspicious = None, None, False
         if job.profile:
             from tools.measure import measure
@@ -113,10 +122,11 @@ def evaluate_here(job, watch=None):
         if type(e).__name__ == "CompilationError":
             return EvalResult("error", f"A Triton kernel did not compile: {_describe(e)}.", **base)
         return EvalResult("crash", f"The candidate crashed: {_describe(e)}.", **base)
-    reason = "Correct on every trial" + (
-        "; faster than the speed-of-light floor, so it was re-verified and is flagged" if suspicious else "") + "."
+    reason = "Correct on every trial" + (f" and on {deep.sets} --deep input sets" if deep else "") + (
+        "; faster than the speed-of-light floor, so it was re-verified and is flagged" if suspicious else "") + (
+        "" if on_gpu else f"; an interpreter verdict ({VERIFIED_ON['interpreter']})") + "."
     return EvalResult("correct", reason, timing=timing, compile=info, max_abs_err=checked.max_abs_err,
-                      rel_err=checked.rel_err, torch_ops=checked.torch_ops, suspicious=suspicious,
+                      rel_err=checked.rel_err, torch_ops=checked.torch_ops, suspicious=suspicious, deep=deep,
                       baselines=baselines, phase_seconds=phases, **base)
 
 

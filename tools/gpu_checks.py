@@ -1,0 +1,117 @@
+"""What only a GPU shows, checked by tools/verify.py after the trials of every GPU evaluation:
+
+    check_activity(setup, inputs)     # the device's own activity trace of one forward: only the candidate's work
+    check_repeatable(setup, inputs)   # two runs on the same inputs agree within the tolerance: no races
+
+The activity trace is read from below Python (CUPTI, through the PyTorch profiler), so no hook, dispatch mode or
+callback of the candidate's hides work from it. Every GPU kernel must be one of the candidate's Triton kernels,
+or launched by a declared vendor op (KERNELWRIGHT_TORCH_OPS) or by allocation and layout ops alone; any copy
+between host and device is refused. Op names are matched exactly, namespace and overload, never by prefix.
+`judge_activity` is the rule on plain data, so it is tested on a CPU; the trace itself needs a GPU."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+from tools.compare import Failed, compare
+from tools.rules import ALLOWED_OPS, RUNTIME_REASONS
+
+HOST_DEVICE_COPIES = ("HtoD", "DtoH", "HtoH", "PtoP")  # CUPTI's memcpy kinds that cross the host boundary
+LAYOUT_OPS = frozenset(f"aten::{n}{suffix}" for n in ALLOWED_OPS for suffix in ("", "_"))  # aten::fill_, ...
+
+
+@dataclass(frozen=True)
+class DeviceWork:
+    """One activity on the GPU: a kernel, a memcpy or a memset, and the ops that launched it, innermost first,
+    each as (name, overload): ("aten::mm", "default")."""
+
+    name: str
+    kind: str  # "kernel", "memcpy", "memset"
+    ops: tuple[tuple[str, str], ...] = ()
+
+
+def check_activity(setup, inputs: list) -> None:
+    """One forward of the candidate under the profiler; raises Failed('rejected') for foreign GPU work."""
+    triton = {name for launch in setup.launches.first.values() for name in (launch.name, _compiled_name(launch))}
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], **_overload_names()) as prof:
+        with torch.no_grad():
+            setup.candidate(*inputs)
+        torch.cuda.synchronize()
+    problem = judge_activity(activity(prof.events()), triton - {""}, setup.declared_ops)
+    if problem:
+        raise Failed("rejected", problem)
+
+
+def judge_activity(work: list[DeviceWork], triton: set[str], declared: list[str]) -> str | None:
+    """Why this device activity is not only the candidate's own kernels and declared ops, or None."""
+    copies = sorted({w.name for w in work if w.kind == "memcpy" and any(k in w.name for k in HOST_DEVICE_COPIES)})
+    if copies:
+        return RUNTIME_REASONS["host-copy"].format(copies=", ".join(copies))
+    wanted = [_declared(d) for d in declared]
+    foreign = []
+    for w in work:
+        if w.kind != "kernel" or w.name in triton:
+            continue
+        ops = [op for op in w.ops if "::" in op[0]]  # ATen and other namespaced ops, not annotations
+        by_declared = any(op[0] == name and overload in ("", op[1]) for op in ops for name, overload in wanted)
+        layout_only = bool(ops) and all(op[0] in LAYOUT_OPS for op in ops)
+        if not (by_declared or layout_only):
+            launched = f" (from {ops[0][0]})" if ops else " (outside any op)"
+            foreign.append(w.name[:120] + launched)
+    if foreign:
+        return RUNTIME_REASONS["gpu-activity"].format(kernels="; ".join(sorted(set(foreign))[:3]))
+    return None
+
+
+def activity(events) -> list[DeviceWork]:
+    """The profiler's device events, each with the chain of CPU ops that launched it (through the correlation
+    id that CUPTI gives the launch and its kernel)."""
+    ops = {e.id: e for e in events if e.device_type == DeviceType.CPU and not e.is_async}
+    work = []
+    for e in events:
+        if e.device_type != DeviceType.CUDA:
+            continue
+        chain, op = [], ops.get(getattr(e, "linked_correlation_id", 0))
+        while op is not None:
+            chain.append((op.name, op.overload_name or ""))
+            op = op.cpu_parent
+        kind = "memcpy" if e.name.startswith("Memcpy") else "memset" if e.name.startswith("Memset") else "kernel"
+        work.append(DeviceWork(e.name, kind, tuple(chain)))
+    return work
+
+
+def check_repeatable(setup, inputs: list) -> None:
+    """The candidate twice on the same inputs: the outputs must agree within the task's tolerance (a kernel
+    whose programs race gives a different answer from run to run; the interpreter runs programs one by one)."""
+    from tools.verify import Checked
+    with torch.no_grad():
+        first = setup.candidate(*inputs)
+        second = setup.candidate(*inputs)
+    if setup.device.type == "cuda":
+        torch.cuda.synchronize()
+    try:
+        compare(second, first, setup.tolerance, Checked())
+    except Failed as e:
+        raise Failed("incorrect", RUNTIME_REASONS["nondeterministic"].format(detail=str(e).rstrip("."))) from None
+
+
+def _declared(op: str) -> tuple[str, str]:
+    """'aten.mm' -> ('aten::mm', ''): any overload; 'aten.mm.default' -> ('aten::mm', 'default')."""
+    parts = op.split(".")
+    return "::".join(parts[:2]), ".".join(parts[2:])
+
+
+def _compiled_name(launch) -> str:
+    kernel = launch.kernel
+    return getattr(kernel, "name", "") or getattr(getattr(kernel, "metadata", None), "name", "") or ""
+
+
+def _overload_names() -> dict:
+    """The profiler option that records each op's overload name, where this PyTorch has it."""
+    try:
+        return {"experimental_config": torch._C._profiler._ExperimentalConfig(capture_overload_names=True)}
+    except (AttributeError, TypeError):
+        return {}

@@ -7,7 +7,8 @@ Selection: task files (KernelBench format, directly in --tasks) that differ from
 HEAD, committed or not, plus untracked ones, in path order. Each is optimized like `kernelwright batch` (same
 seed, same budget: the same inputs select the same kernels, as far as timing noise allows; the knowledge store
 is off unless --knowledge, since it changes between runs), its best kernel is verified once more with fresh
-inputs, and its time is compared with the committed baseline file (JSON, keyed by the task's path in the repo).
+inputs and on --deep N input sets across the input space (`kernelwright eval --deep`), and its time is compared
+with the committed baseline file (JSON, keyed by the task's path in the repo).
 Writes a JUnit XML report (--junit) and a Markdown summary (--summary, else $GITHUB_STEP_SUMMARY when set).
 
 Exit codes (the first that applies):
@@ -34,9 +35,10 @@ from pathlib import Path
 from agent.batch import EXIT_INTERRUPTED, Settings, add_run_options, new_batch, run_batch
 from agent.optimize import UsageError
 from agent.report_html import TaskRow, kept_text
-from tools.results import TaskSpec
+from tools.results import MAX_DEEP_SETS, TaskSpec
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_VERIFY, EXIT_REGRESSION = 0, 1, 2, 3, 4
+DEEP_GPU, DEEP_CPU = 16, 2  # --deep sets per accepted kernel: the interpreter takes seconds a set
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -50,6 +52,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, default=0.10, metavar="F",
                    help="allowed slowdown against the baseline, as a fraction (default 0.10)")
     p.add_argument("--update-baseline", action="store_true", help="write this run's times into the baseline file")
+    p.add_argument("--deep", type=int, metavar="N", help=f"input sets across the input space each accepted kernel "
+                   f"is re-verified on (default {DEEP_GPU} on a GPU, {DEEP_CPU} on a CPU; 0: none)")
     p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report here")
     p.add_argument("--summary", metavar="FILE", help="write the Markdown summary here")
     p.add_argument("--out", metavar="DIR", help="output folder of the runs (default runs/ci-TIMESTAMP)")
@@ -105,6 +109,12 @@ def changed_tasks(repo: Path, tasks: Path, base: str) -> tuple[list[Path], list[
     return picked, skipped
 
 
+def deep_sets(asked: int | None) -> int:
+    """--deep's sets per accepted kernel: as asked, else DEEP_GPU where this machine has a GPU, DEEP_CPU where not."""
+    from tools.evaluate import visible_gpus
+    return asked if asked is not None else DEEP_GPU if visible_gpus() else DEEP_CPU
+
+
 # --- baseline and gates ---------------------------------------------------------------------------------
 def load_baseline(path: Path) -> dict:
     if not path.exists():
@@ -140,15 +150,16 @@ class Verdict:
 
 
 def reverify(rows: list[TaskRow], specs: dict[str, TaskSpec], out: Path, seed: int,
-             cluster: str | None = None) -> dict[str, str]:
-    """Runs every best kernel once more with fresh inputs (another seed, more trials); task -> failure reason."""
+             cluster: str | None = None, deep: int = 0) -> dict[str, str]:
+    """Runs every best kernel once more with fresh inputs (another seed, more trials, `deep` sets across the input
+    space); task -> failure reason."""
     from tools.executor import open_executor
     from tools.results import EvalJob
     todo = [r for r in rows if r.verdict == "correct" and r.best_kernel]
     if not todo:
         return {}
     jobs = [EvalJob(task=specs[r.task], candidate=(out / r.best_kernel).read_text(), trials=6, seed=seed + 1,
-                    profile=False) for r in todo]
+                    profile=False, deep=deep) for r in todo]
     with open_executor(cluster) as executor:
         results = [f.result() for f in [executor.submit(j) for j in jobs]]
     return {r.task: f"the best kernel failed re-verification: {res.verdict}: {res.reason}"
@@ -222,17 +233,19 @@ def markdown(verdicts: list[Verdict], base: str, code: int, skipped: list[str], 
     lines = ["## kernelwright ci", "",
              f"**{_outcome(code)}** · {len(verdicts)} task file(s) added or changed since `{base}`", ""]
     if interp:
-        lines += ["_Times are Triton-interpreter times on a CPU, not GPU times; no speedups are shown._", ""]
+        lines += ["_Times are Triton-interpreter times on a CPU, not GPU times; no speedups are shown. Interpreter "
+                  "verdicts are not tamper-proof, and races and TF32 are not checked._", ""]
     if verdicts:
-        lines += [f"| task | result | " + ("" if interp else "kept | ") + f"best {unit} | "
+        lines += [f"| task | result | verified on | " + ("" if interp else "kept | ") + f"best {unit} | "
                   + ("" if interp else "x eager | x torch.compile | ") + f"baseline {unit} | change | evaluations |",
-                  "|---|---|" + ("" if interp else "---|") + "---:|" + ("" if interp else "---:|---:|")
+                  "|---|---|---|" + ("" if interp else "---|") + "---:|" + ("" if interp else "---:|---:|")
                   + "---:|---:|---:|"]
         for v in verdicts:
             r = v.row
             result = {"": "pass", "verification": "FAIL: verification", "performance": "FAIL: slower",
                       "run": "ERROR"}[v.gate]
-            cells = [f"`{v.key}`", result] + ([] if interp else [kept_text(r) or "–"]) + [_num(r.best_ms)]
+            cells = [f"`{v.key}`", result, r.verified_on or "–"] + ([] if interp else [kept_text(r) or "–"]) + [
+                _num(r.best_ms)]
             if not interp:
                 cells += [_num(r.speedup_vs_eager, "x"), _num(r.speedup_vs_compile, "x")]
             cells += [_num(v.baseline_ms), f"{v.change:+.1%}" if v.change is not None else (v.note or "–"),
@@ -266,6 +279,8 @@ def ci(args: argparse.Namespace) -> int:
         raise UsageError(f"The tasks folder {tasks} does not exist.")
     if args.threshold < 0 or args.budget is not None and args.budget < 1:
         raise UsageError("--threshold must not be negative and --budget must be at least 1.")
+    if args.deep is not None and not 0 <= args.deep <= MAX_DEEP_SETS:
+        raise UsageError(f"--deep takes 0 to {MAX_DEEP_SETS} input sets.")
     repo = repo_root(tasks)
     base = args.base or default_base(repo)
     baseline_path = Path(args.baseline) if args.baseline else tasks / "baseline.json"
@@ -287,7 +302,8 @@ def ci(args: argparse.Namespace) -> int:
             return code
         rows = batch.rows()
         if code != EXIT_INTERRUPTED:
-            failures = reverify(rows, {s.name: s for s in specs}, out, settings.seed, args.cluster)
+            failures = reverify(rows, {s.name: s for s in specs}, out, settings.seed, args.cluster,
+                                deep=deep_sets(args.deep))
             verdicts = [Verdict(str(p.relative_to(repo)), r, failures.get(r.task, "")) for p, r in zip(picked, rows)]
             judge(verdicts, baseline, args.threshold, args.update_baseline)
             code = exit_code(verdicts)

@@ -335,7 +335,8 @@ def best_summary(best: Individual | None) -> dict | None:
                                           "speedup_vs_eager", "speedup_vs_compile", "spread_pct",
                                           "interpreted")} if t else {}
     return {"id": best.id, "operator": best.operator, "parent_id": best.parent_id, "verdict": best.result.verdict,
-            "device": best.result.device, "suspicious": best.result.suspicious, **figures}
+            "device": best.result.device, "suspicious": best.result.suspicious,
+            "verified_on": best.result.verified_on, **figures}
 
 
 def common_failure(archive: list[Individual]) -> str | None:
@@ -370,7 +371,8 @@ def summary(report: dict, out: Path) -> str:
         lines.append("No correct candidate was found.")
     elif b.get("interpreted"):
         lines.append(f"best: #{b['id']} ({b['operator']}), {b['ms']:.4g} ms in the Triton interpreter on a CPU "
-                     f"(not a GPU time; no speedup is claimed).")
+                     f"(not a GPU time; no speedup is claimed; an interpreter verdict: not tamper-proof, races "
+                     f"and TF32 not checked).")
     elif report.get("slower_than_eager"):
         lines.append(f"No faster kernel; keep PyTorch. The best correct kernel, #{b['id']} ({b['operator']}), takes "
                      f"{b['ms']:.4g} ms on {b['device']} against eager PyTorch's {b['eager_ms']:.4g} ms "

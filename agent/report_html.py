@@ -27,7 +27,7 @@ from tools.score import FAST_P, Outcome, kernel_kept, speedup, summarize
 TEMPLATE = Path(__file__).parent / "prompts" / "report.html.j2"
 CSV_COLUMNS = ("task", "status", "verdict", "kept", "eager_ms", "compile_ms", "best_ms", "floor_ms", "speedup_vs_eager",
                "speedup_vs_compile", "floor_fraction", "evaluations", "seconds", "best_kernel", "interpreted",
-               "device", "stop_reason")
+               "verified_on", "device", "stop_reason")
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")
 
@@ -50,6 +50,7 @@ class TaskRow:
     speedup_vs_compile: float | None = None
     kept: bool | None = None  # the kernel is kept: correct and faster than eager (None: no GPU times to tell)
     interpreted: bool = False
+    verified_on: str = ""  # the best kernel's verdict kind: "gpu" or "interpreter" (tools/results.py VERIFIED_ON)
     device: str = ""
     suspicious: bool = False
     seconds: float = 0.0
@@ -93,7 +94,8 @@ class TaskRow:
                 f", {self.speedup_vs_compile:.2f}x torch.compile" if self.speedup_vs_compile else "")
         else:
             figure = f"{self.best_ms:.4g} ms" + (" in the Triton interpreter" if self.interpreted else "")
-        return f"correct, {figure} ({self.evaluations} evaluated, {self.seconds:.0f} s)"
+        kind = f", {self.verified_on} verdict" if self.verified_on else ""
+        return f"correct, {figure} ({self.evaluations} evaluated, {self.seconds:.0f} s{kind})"
 
 
 def row_from_report(task: str, path: str, report: dict, folder: Path, root: Path, seconds: float,
@@ -121,6 +123,7 @@ def row_from_report(task: str, path: str, report: dict, folder: Path, root: Path
         row.compile_ms = best.get("compile_ms") or row.compile_ms
         row.interpreted, row.device = bool(best.get("interpreted")), best.get("device") or row.device
         row.suspicious = bool(best.get("suspicious"))
+        row.verified_on = best.get("verified_on") or ""
         row.speedup_vs_eager, row.speedup_vs_compile = speedup(row.outcome()), speedup(row.outcome(), "compile")
         kernel = folder / "best.py"
         row.best_kernel = str(kernel.relative_to(root)) if kernel.is_file() else None
@@ -242,8 +245,9 @@ def _cell(value, text: str | None = None) -> dict:
 
 def _cells(r: TaskRow, interp: bool) -> list[dict]:
     ms = lambda v: _cell(v, f"{v:.4g}" if v is not None else None)  # noqa: E731
-    head = [_cell(r.task), _cell(r.status), _cell(r.verdict or None, r.verdict + (" (suspicious)" if r.suspicious
-                                                                                  else ""))]
+    verdict = r.verdict + (" (suspicious)" if r.suspicious else "") + (
+        " (interpreter verdict)" if r.verdict == "correct" and r.verified_on == "interpreter" else "")
+    head = [_cell(r.task), _cell(r.status), _cell(r.verdict or None, verdict)]
     link = {**_cell(r.best_kernel, r.best_kernel), "href": r.best_kernel}
     tail = [_cell(r.evaluations), _cell(round(r.seconds, 1), f"{r.seconds:.0f}"), link]
     if interp:

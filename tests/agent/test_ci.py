@@ -111,11 +111,12 @@ def test_gates_exit_codes_and_reports(repo, tmp_path, capsys):
 def test_summary_says_when_pytorch_is_kept():
     from agent.report_html import TaskRow
     slow = TaskRow("b_new", "tasks/b_new.py", "done", "correct", best_ms=2.0, eager_ms=1.0, compile_ms=0.8,
-                   speedup_vs_eager=0.5, speedup_vs_compile=0.4, kept=False, device="NVIDIA H200")
+                   speedup_vs_eager=0.5, speedup_vs_compile=0.4, kept=False, device="NVIDIA H200", verified_on="gpu")
     fast = TaskRow("c_new", "tasks/c_new.py", "done", "correct", best_ms=0.5, eager_ms=1.0, compile_ms=0.8,
-                   speedup_vs_eager=2.0, speedup_vs_compile=1.6, kept=True, device="NVIDIA H200")
+                   speedup_vs_eager=2.0, speedup_vs_compile=1.6, kept=True, device="NVIDIA H200", verified_on="gpu")
     md = ci.markdown([ci.Verdict("tasks/b_new.py", slow), ci.Verdict("tasks/c_new.py", fast)], "main", 0, [], None)
-    assert "| task | result | kept | best ms |" in md
-    assert "| `tasks/b_new.py` | pass | PyTorch | 2 |" in md and "| `tasks/c_new.py` | pass | kernel | 0.5 |" in md
+    assert "| task | result | verified on | kept | best ms |" in md
+    assert "| `tasks/b_new.py` | pass | gpu | PyTorch | 2 |" in md
+    assert "| `tasks/c_new.py` | pass | gpu | kernel | 0.5 |" in md
     assert "- tasks/b_new.py: no faster kernel; keep PyTorch (the best correct kernel runs at 0.50x eager)" in md
     assert "c_new.py: no faster" not in md

@@ -32,19 +32,20 @@ def space(analysis: TaskAnalysis) -> dict[str, list]:
 
 
 def default(analysis: TaskAnalysis) -> dict:
-    return {**base.default(analysis), "precision": "tf32" if analysis.tf32 else "ieee", "operands": "input"}
+    operands = base.default_operands(analysis) if _half(analysis) else "input"
+    return {**base.default(analysis), "precision": "tf32" if analysis.tf32 else "ieee", "operands": operands}
 
 
 def variants(analysis: TaskAnalysis) -> list[dict]:
     """The default, then narrower query tiles (more programs for short sequences), wider key steps, and for 16-bit
-    inputs fp32 products (exact products; also what the Triton interpreter, whose tl.dot reads bfloat16 as
-    integers, can check)."""
+    inputs the other way of feeding tl.dot (base.default_operands says which is the default where)."""
     d = default(analysis)
     s = space(analysis)
     out = [d, {**d, "BLOCK_M": min(s["BLOCK_M"][-1], 64), "BLOCK_N": min(s["BLOCK_N"][-1], 32), "num_warps": 4},
            {**d, "BLOCK_N": s["BLOCK_N"][-1], "num_stages": 3}]
-    if "fp32" in s["operands"]:
-        out.append({**d, "operands": "fp32"})
+    other = "input" if d["operands"] == "fp32" else "fp32"
+    if other in s["operands"]:
+        out.append({**d, "operands": other})
     kept = []
     for p in out:
         if p not in kept and base.invalid(analysis, p) is None:

@@ -26,7 +26,7 @@ PY
 python -m llama_cpp.server --model "$model" --model_alias local --host 127.0.0.1 --port "$port" \
   --chat_format "${KERNELWRIGHT_REAL_LLM_CHAT_FORMAT:-gemma}" --n_ctx 8192 >"$work/server.log" 2>&1 &
 server=$!
-trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true; rm -rf "$work"' EXIT
 
 for _ in $(seq 120); do
   curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null && break
@@ -36,4 +36,6 @@ done
 curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null || { echo "the model server did not answer within 120 s" >&2; exit 2; }
 
 export OPENAI_BASE_URL="http://127.0.0.1:$port/v1" OPENAI_API_KEY=local KERNELWRIGHT_REAL_LLM_MODEL=local
-python -m pytest -m real_llm tests/real_llm -v -rs "$@"
+status=0
+python -m pytest -m real_llm tests/real_llm -v -rs "$@" || status=$?
+exit $status

@@ -109,8 +109,9 @@ def evaluate_here(job, watch=None):
                                   f"{deep.failed} of {deep.sets} input sets failed; worst: {deep.worst_input}).",
                                   max_abs_err=deep.worst_abs_err, rel_err=deep.worst_rel_err, deep=deep, **base)
         # Compile metadata never counts against the candidate's time: read from the kernels on a GPU, compiled by
-        # the parent after the verdict on a CPU (tools/compile_info.py).
-        info = from_kernels(recorder.first) if on_gpu else write_specs(recorder.first)
+        # the parent after the verdict on a CPU (tools/compile_info.py), and there only for a profile (the
+        # sm_90 compile takes seconds; a correctness check has no use for registers and spills).
+        info = from_kernels(recorder.first) if on_gpu else write_specs(recorder.first) if job.profile else None
         timing, baselines, suspicious = None, None, False
         if job.profile:
             from tools.measure import measure

@@ -18,7 +18,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 @pytest.fixture(scope="module")
 def honest():
     return evaluate(EvalJob(TaskSpec(str(FIXTURES / "task_softmax.py")),
-                            (FIXTURES / "candidates" / "honest.py").read_text(), trials=2, profile=False))
+                            (FIXTURES / "candidates" / "honest.py").read_text(), trials=2))
 
 
 def test_a_cpu_verdict_says_what_it_cannot_see(honest):
@@ -30,6 +30,12 @@ def test_a_cpu_verdict_says_what_it_cannot_see(honest):
 def test_compile_metadata_comes_after_the_verdict(honest):
     assert honest.compile is not None and honest.compile.source != PENDING
     assert "compile_info" in honest.phase_seconds and "verify" in honest.phase_seconds
+
+
+def test_a_correctness_check_without_a_profile_compiles_nothing():
+    r = evaluate(EvalJob(TaskSpec(str(FIXTURES / "task_softmax.py")),
+                         (FIXTURES / "candidates" / "honest.py").read_text(), trials=1, profile=False))
+    assert r.correct and r.compile is None and "compile_info" not in r.phase_seconds
 
 
 def test_the_kind_survives_the_wire_and_reaches_the_reports(tmp_path):

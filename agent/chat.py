@@ -24,6 +24,8 @@ import uuid
 from pathlib import Path
 from typing import Annotated, Literal, TypedDict
 
+from agent.replies import finish_reason
+
 
 EXIT_OK, EXIT_USAGE = 0, 2
 OFFLINE = ("No model is configured, so only the slash-commands work (type /help). To talk with the agent, "
@@ -327,8 +329,7 @@ class Session:
 
 def reply_note(message) -> str:
     """What the person should know about a reply that did not go as asked, or ''."""
-    finish = (getattr(message, "response_metadata", None) or {}).get("finish_reason")
-    if finish == "length":
+    if finish_reason(message) == "length":
         return ("the reply was cut at the model's length limit; ask for less at a time, or raise "
                 "KERNELWRIGHT_LLM_MAX_TOKENS")
     if getattr(message, "invalid_tool_calls", None):

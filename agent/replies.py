@@ -69,20 +69,25 @@ def _as_call(value, names: set[str]) -> dict | None:
 
 def context_length_from(message: str) -> int | None:
     """The context length (tokens) that a server's error message or model listing states, if it does."""
-    for pattern in _CONTEXT:
-        found = pattern.search(message or "")
-        if found:
-            return int(found.group(1))
-    return None
+    return _first_number(_CONTEXT, message)
 
 
 def prompt_tokens_from(message: str) -> int | None:
     """The prompt's length in tokens, where a server's context-length error states it."""
-    for pattern in _PROMPT_TOKENS:
+    return _first_number(_PROMPT_TOKENS, message)
+
+
+def _first_number(patterns: tuple, message: str) -> int | None:
+    for pattern in patterns:
         found = pattern.search(message or "")
         if found:
             return int(found.group(1))
     return None
+
+
+def finish_reason(reply) -> str:
+    """Why the server ended a reply ("stop", "length", "tool_calls", ...), or ''."""
+    return str((getattr(reply, "response_metadata", None) or {}).get("finish_reason") or "")
 
 
 def messages_chars(messages: list) -> int:

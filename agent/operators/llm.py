@@ -27,7 +27,7 @@ from agent.llm import ChatClient, LLMError, LLMTimeUp
 from agent.policies import kernel_features
 from agent.prompts import (ParentView, ProposalPrompt, load_strategies, render_nudge, render_proposal,
                            render_system)
-from agent.replies import strip_reasoning
+from agent.replies import finish_reason, strip_reasoning
 from tools.results import Baselines, EvalJob, EvalResult, TaskSpec
 from tools.rules import check_source
 
@@ -406,10 +406,6 @@ def _bad_calls(reply) -> list[ToolMessage]:
     return [ToolMessage(f"error: the arguments of {bad.get('name')} are not a valid JSON object "
                         f"({bad.get('error') or 'unparseable'}); call it again", tool_call_id=bad.get("id") or "")
             for bad in reply.invalid_tool_calls]
-
-
-def finish_reason(reply) -> str:
-    return str((getattr(reply, "response_metadata", None) or {}).get("finish_reason") or "")
 
 
 def reply_record(reply) -> str:

@@ -12,7 +12,7 @@ from tools.profile import count_work, device_ceilings, floor_ms, matmul_key, tim
 from tools.rules import RUNTIME_REASONS
 from tools.results import Baselines, EvalJob, Timing
 from tools.inputs import Draw, make_inputs
-from tools.verify import Checked, Failed, Setup, compare, golden_outputs, verify
+from tools.verify import Checked, Failed, Setup, judge, verify
 
 SUSPICIOUS_BELOW = 0.95  # a time under this fraction of the floor is re-verified and flagged
 
@@ -62,7 +62,7 @@ def check_not_stale(setup: Setup, inputs: list, checked: Checked) -> None:
         out = setup.candidate(*inputs)
         expected = setup.reference(*inputs)
     try:
-        compare(out, expected, setup.tolerance, Checked(), golden_outputs(setup, inputs, expected))
+        judge(setup, inputs, out, expected, Checked())
     except Failed:
         raise Failed("rejected", RUNTIME_REASONS["stale-output"]) from None
 

@@ -95,3 +95,30 @@ def test_piecewise_comparison_catches_one_bad_element_anywhere():
     ints = torch.arange(300000)
     with pytest.raises(Failed, match="in 1 of 300000 elements"):
         compare(torch.where(ints == 299999, 0, ints), ints, TOLERANCES[torch.float32], Checked())
+
+
+def test_large_inputs_are_checked_for_mutation_by_a_hash_not_a_copy(monkeypatch):
+    from tools import verify
+    x = torch.randn(300, 1000)
+    monkeypatch.setattr(verify, "HASH_ABOVE_BYTES", x.numel() * x.element_size() - 1)
+    snapshot = verify._snapshot([x, 3])
+    assert isinstance(snapshot[0], verify.BitsHash) and snapshot[1] == 3  # no tensor of the input's size held
+    verify._check_inputs_unchanged([x, 3], snapshot)
+    x[299, 999] = torch.nextafter(x[299, 999], torch.tensor(float("inf")))  # the last element, by one ulp
+    with pytest.raises(Failed, match="modified its input 0"):
+        verify._check_inputs_unchanged([x, 3], snapshot)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int64, torch.bool])
+def test_the_input_hash_sees_any_changed_bit(dtype):
+    from tools.verify import BitsHash
+    x = (torch.randn(70, 1001) * 5).to(dtype)
+    view = x.t()  # a strided input is hashed in the order of its elements, as the copy was compared
+    first = BitsHash(view, key=12345)
+    assert first.matches(view) and BitsHash(view, key=12346).sums != first.sums
+    for flip in (0, 7, x.element_size() * 8 - 1):  # lowest bit, a middle one, the sign (a bool's only bit: 0)
+        changed = x.clone()
+        bits = changed.view(-1)[35035:35036].view(torch.uint8)
+        bits[flip // 8] ^= 1 << (flip % 8) if dtype != torch.bool else 1
+        assert not first.matches(changed.t()), (dtype, flip)
+    assert not first.matches(view.contiguous().view(70, 1001))  # the same bits in another shape

@@ -1,0 +1,68 @@
+"""fp32 judged against the math where its tolerance is out of PyTorch's own reach (tools/verify.py: judge): an
+fp32 output that misses the tolerance passes when it is within the rule of tools/compare.py against a float64
+run of the reference, as accurate as PyTorch's fp32 result give or take 3x; one less accurate still fails."""
+import copy
+
+import pytest
+import torch
+
+from tools.compare import TOLERANCES, Failed, compare
+from tools.verify import Checked, Setup, judge
+
+
+class IllConditioned(torch.nn.Module):
+    """x @ a @ inverse(a) for an `a` of condition number 1e4: fp32 rounding of the large intermediate shows in
+    the small result, about 1e-4 of it, five times the fp32 bound."""
+
+    def __init__(self, n: int = 64):
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        q, _ = torch.linalg.qr(torch.randn(n, n, dtype=torch.float64, generator=g))
+        s = torch.logspace(0, 4, n, dtype=torch.float64)
+        self.a = torch.nn.Parameter((q * s) @ q.T)
+        self.b = torch.nn.Parameter((q / s) @ q.T)
+
+    def forward(self, x):
+        return (x @ self.a) @ self.b
+
+
+def setup_for(model: torch.nn.Module) -> Setup:
+    return Setup(None, model, None, torch.device("cpu"), None, TOLERANCES[torch.float32], [], None)
+
+
+def test_pytorchs_own_fp32_result_misses_the_fp32_bound_here():
+    model, x = IllConditioned(), torch.randn(256, 64, generator=torch.Generator().manual_seed(4))
+    exact = model.double()(x.double())
+    fp32 = model.float()(x)
+    assert (fp32.double() - exact).norm() / exact.norm() > 5 * TOLERANCES[torch.float32][2]
+
+
+def test_an_fp32_output_as_accurate_as_pytorch_passes_against_float64():
+    model, x = IllConditioned().float(), torch.randn(256, 64, generator=torch.Generator().manual_seed(4))
+    setup = setup_for(model)
+    expected = model(x)
+    exact = copy.deepcopy(model).double()(x.double()).float()  # the math on the same weights, rounded once
+    with pytest.raises(Failed, match="bound 2e-05"):
+        compare(exact, expected, setup.tolerance, Checked())  # the tolerance alone rejects the exact answer
+    checked = Checked()
+    judge(setup, [x], exact, expected, checked)
+    assert checked.rel_err < 1e-6  # its error is measured against the float64 run
+
+
+def test_an_fp32_output_less_accurate_than_pytorch_still_fails():
+    model, x = IllConditioned().float(), torch.randn(256, 64, generator=torch.Generator().manual_seed(4))
+    expected = model(x)
+    exact = copy.deepcopy(model).double()(x.double())
+    off = (exact + 4 * (expected.double() - exact).std() * torch.randn(exact.shape, dtype=torch.float64,
+                                                                      generator=torch.Generator().manual_seed(5)))
+    with pytest.raises(Failed, match="less accurate than PyTorch in float32: relative error against the float64"):
+        judge(setup_for(model), [x], off.float(), expected, Checked())
+
+
+def test_a_well_conditioned_fp32_task_keeps_its_tolerance():
+    """Where PyTorch's fp32 is accurate, the float64 run holds a candidate to about that accuracy: an output off
+    by 1e-4 fails either way."""
+    model, x = torch.nn.Linear(64, 32).float(), torch.randn(128, 64)
+    expected = model(x)
+    with pytest.raises(Failed, match="less accurate than PyTorch in float32"):
+        judge(setup_for(model), [x], expected * (1 + 1e-4), expected, Checked())

@@ -1,4 +1,5 @@
 """Every trick in the adversarial suite gets the verdict it deserves; the honest kernels pass."""
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -12,43 +13,15 @@ FIXTURES = Path(__file__).parent / "fixtures"
 HAS_GPU = torch.cuda.is_available()
 SECRET = "sk-test-not-for-candidates-1234"
 
-# candidate, task, expected verdict, a fragment the reason must contain
-CASES = [
-    ("honest.py", "task_softmax.py", "correct", "Correct on every trial"),
-    ("honest_identity.py", "task_identity.py", "correct", "Correct"),
-    ("linear_relu_declared_mm.py", "task_linear_relu.py", "correct", "Correct"),
-    ("no_kernel.py", "task_softmax.py", "rejected", "calls torch.softmax"),  # the candidate language
-    ("decoy_kernel.py", "task_softmax.py", "rejected", "calls torch.softmax"),
-    ("decomposed_fallback.py", "task_softmax.py", "rejected", "calls .amax()"),
-    ("undeclarable_op.py", "task_softmax.py", "rejected", "calls torch.softmax"),
-    ("matmul_declared_mm.py", "task_matmul.py", "rejected", "every op of the task ran in PyTorch"),
-    ("zeros_output.py", "task_softmax.py", "incorrect", "relative error 1.00e+00"),
-    ("constant_output.py", "task_softmax.py", "incorrect", "differs from the reference"),
-    ("unwritten_rows.py", "task_softmax.py", "incorrect", "NaN or Inf"),
-    ("nan_output.py", "task_softmax.py", "incorrect", "NaN or Inf"),
-    ("slightly_off.py", "task_softmax.py", "incorrect", "differs from the reference"),
-    ("cached_output.py", "task_softmax.py", "rejected", "never launched a Triton kernel"),  # on its 2nd call
-    ("mutates_input.py", "task_softmax.py", "rejected", "modified its input 0"),
-    ("alias_identity.py", "task_identity.py", "rejected", "shares memory with an input"),
-    ("monkeypatch.py", "task_softmax.py", "rejected", "monkeypatch"),
-    ("tf32_switch.py", "task_softmax.py", "rejected", "monkeypatch"),
-    ("side_stream.py", "task_softmax.py", "rejected", "side-stream"),
-    ("evaluator_access.py", "task_softmax.py", "rejected", "evaluator-access"),
-    ("frame_peek.py", "task_softmax.py", "rejected", "introspection"),
-    ("reference_swap.py", "task_softmax.py", "rejected", "introspection"),
-    ("imported_class_patch.py", "task_softmax.py", "rejected", "python-internals"),
-    ("hang.py", "task_softmax.py", "timeout", "did not finish within"),
-    # A store far outside any allocation: the interpreter's process dies; on a GPU, an illegal address.
-    ("illegal_address.py", "task_softmax.py", "crash", "illegal memory access" if HAS_GPU else "SIGSEGV"),
-    ("raises.py", "task_softmax.py", "crash", "index out of range in the wrapper"),
-    # Triton reports a kernel that does not compile at its first launch: a compile error on a GPU, an
-    # InterpreterError (the same NameError) in the interpreter.
-    ("compile_error.py", "task_softmax.py", *(("error", "did not compile") if HAS_GPU else ("crash", "NameError"))),
-    ("syntax_error.py", "task_softmax.py", "error", "SyntaxError"),
-    ("no_modelnew.py", "task_softmax.py", "error", "no class ModelNew"),
-    ("reads_secret.py", "task_softmax.py", "rejected", "imports"),
-    ("writes_result.py", "task_softmax.py", "rejected", "builtins"),
-]
+
+def _case(c: dict) -> tuple:
+    """(candidate, task, expected verdict, fragments the reason must contain, timeout) on this device."""
+    c = c | (c.get("cpu", {}) if not HAS_GPU else {})
+    return c["candidate"], c["task"], c["verdict"], c["reason"], c.get("timeout_s", 180)
+
+
+CASES = [_case(c) for c in tomllib.loads((FIXTURES / "cases.toml").read_text())["case"]
+         if c["test"] == "test_adversarial.py::test_verdict"]
 
 
 @pytest.fixture(scope="module", params=["persistent", "fork"])
@@ -56,10 +29,9 @@ def results(request, monkeypatch_module):
     monkeypatch_module.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch_module.setenv("MY_SERVICE_TOKEN", SECRET)
     jobs = []
-    for candidate, task, verdict, _ in CASES:
+    for candidate, task, verdict, _, timeout_s in CASES:
         jobs.append(EvalJob(TaskSpec(str(FIXTURES / task)), (FIXTURES / "candidates" / candidate).read_text(),
-                            timeout_s=25 if candidate == "hang.py" else 180, trials=3,
-                            profile=verdict == "correct"))
+                            timeout_s=timeout_s, trials=3, profile=verdict == "correct"))
     with LocalExecutor(ExecutorConfig(workers_per_device=2, isolation=request.param)) as ex:
         return dict(zip([c[0] for c in CASES], ex.map(jobs)))
 
@@ -71,10 +43,10 @@ def monkeypatch_module():
     mp.undo()
 
 
-@pytest.mark.parametrize("candidate,task,verdict,fragment", CASES, ids=[c[0] for c in CASES])
-def test_verdict(results, candidate, task, verdict, fragment):
+@pytest.mark.parametrize("candidate,task,verdict,fragments,timeout_s", CASES, ids=[c[0] for c in CASES])
+def test_verdict(results, candidate, task, verdict, fragments, timeout_s):
     r = results[candidate]
-    assert (r.verdict, fragment in r.reason) == (verdict, True), r.reason
+    assert (r.verdict, all(f in r.reason for f in fragments)) == (verdict, True), r.reason
 
 
 def test_secrets_never_reach_the_worker(monkeypatch, tmp_path):

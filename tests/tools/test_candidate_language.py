@@ -3,6 +3,7 @@ reason naming its line; every honest candidate the project writes or keeps (seed
 honest evaluator fixtures) is inside it. The templates' renders are checked where they are made
 (tests/agent/test_templates.py and the lowering tests)."""
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -15,30 +16,11 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"
 SOFTMAX = (FIXTURES / "task_softmax.py").read_text()
 
-# cheat (against task_softmax.py), the rule it breaks, a fragment of the reason, text on the line it names
-CHEATS = [
-    ("alias_rebind.py", "monkeypatch", "ops.softmax", "ops.softmax = lambda"),
-    ("global_forward_hook.py", "hooks", "register_module_forward_hook", "import register_module_forward_hook"),
-    ("computed_getattr.py", "computed-names", "getattr", 'getattr(torch, "soft" + "max")'),
-    ("item_scalar.py", "tensor-to-python", ".item", ".item()"),
-    ("tolist_python.py", "tensor-to-python", ".tolist", "x.tolist()"),
-    ("numpy_roundtrip.py", "tensor-to-python", ".numpy", ".numpy()"),
-    ("float_of_tensor.py", "tensor-to-python", "float(x[0, 0])", "float(x[0, 0])"),
-    ("tensor_subclass_output.py", "tensor-subclass", "torch.Tensor", "class Agreeable(torch.Tensor)"),
-    ("private_api.py", "python-internals", "torch._softmax", "torch._softmax("),
-    ("library_prefix_op.py", "custom-ops", "torch.library", "library.Library("),
-    ("dispatch_modes_off.py", "dispatch-mode", "_disable_current_modes", "import _disable_current_modes"),
-    ("grad_mode_probe.py", "grad-mode", "torch.is_grad_enabled", "torch.is_grad_enabled()"),
-    ("lasting_rebind.py", "monkeypatch", "torch.Tensor.softmax", "torch.Tensor.softmax = "),
-    ("grid_callback.py", "callbacks", "out.copy_", "noop_kernel[lambda meta:"),
-    ("module_alias_value.py", "values", "torch.softmax", "self.fast = torch.softmax"),
-    ("ignores_dtype_cast.py", "overrides", "nn.Module.to", "def to(self"),
-    ("default_dtype.py", "calls", "torch.set_default_dtype", "torch.set_default_dtype("),
-    ("python_per_element.py", "calls", ".apply_", "e.apply_(math.exp)"),
-    ("data_swap.py", "monkeypatch", "out.data", "out.data = "),
-    # without the task file that carries its hook utility, that utility is the candidate's own code
-    ("hook_via_task_helper.py", "hooks", "register_module_forward_hook", "register_module_forward_hook(hook)"),
-]
+# cheat (against task_softmax.py), the rule it breaks, a fragment of the reason, text on the line it names:
+# from fixtures/cases.toml
+CHEATS = [(c["candidate"], c["refused_by"], c["reason"][0], c["line"])
+          for c in tomllib.loads((FIXTURES / "cases.toml").read_text())["case"]
+          if c["test"] == "test_candidate_language.py::test_cheat_is_outside_the_language"]
 
 
 @pytest.mark.parametrize("candidate, rule, fragment, on_line", CHEATS, ids=[c[0] for c in CHEATS])

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,22 +22,10 @@ from tools.verify import _check_plain_tensors
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
-# candidate, task, expected verdict, fragments the reason must contain
-CASES = [
-    ("sample_keyed_cache.py", "task_softmax.py", "rejected", ["reuses earlier results", "trial seed"]),
-    ("changes_on_second_call.py", "task_softmax.py", "incorrect", ["on the second call", "changed in place"]),
-    ("wrong_on_masked_rows.py", "task_softmax.py", "incorrect", ["NaN or Inf", "masked inputs"]),
-    ("lazy_subclass_output.py", "task_softmax.py", "rejected", ["not a plain torch.Tensor"]),
-    ("alias_on_second_call.py", "task_identity.py", "rejected", ["shares memory with an input"]),
-    ("grad_mode_switch.py", "task_softmax.py", "incorrect", ["differs from the reference", "grad enabled"]),
-    ("tuple_output.py", "task_softmax.py", "incorrect", ["a tuple of 1 where the reference returns a Tensor"]),
-    ("argmax_last_on_ties.py", "task_argmax.py", "incorrect", ["differs from the reference in", "shifted inputs"]),
-    ("constant_half.py", "task_flat.py", "incorrect", ["differs from the reference", "widened (scaled up x100)"]),
-    ("constant_half.py", "task_constant.py", "error", ["cannot discriminate", "no speedup"]),
-    # honest kernels of the same tasks
-    ("argmax_first.py", "task_argmax.py", "correct", ["Correct"]),
-    ("sigmoid_flat.py", "task_flat.py", "correct", ["Correct"]),
-]
+# candidate, task, expected verdict, fragments the reason must contain (fixtures/cases.toml)
+CASES = [(c["candidate"], c["task"], c["verdict"], c["reason"])
+         for c in tomllib.loads((FIXTURES / "cases.toml").read_text())["case"]
+         if c["test"] == "test_trials.py::test_verdict"]
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ The cases are tests/tools/fixtures/cases.toml. Each is evaluated against its tas
 does; a table puts both verdicts beside the expected one. Then the warm time of a small task: the honest
 softmax evaluated five times in one warm persistent worker, without and with a profile.
 
-    python benchmarks/cheats_bench.py [--only SUBSTR] [--skip-cli] [--json OUT.json]
+    python benchmarks/cheats_bench.py [--only SUBSTR] [--skip-cli] [--jobs N] [--json OUT.json]
 
 Exit 0 only when every verdict is the expected one and its reason holds the expected fragments. On a CPU
 (the Triton interpreter) a case's `cpu` verdict applies where cases.toml gives one. A case the candidate
@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -109,6 +110,8 @@ def main() -> int:
     parser.add_argument("--only", metavar="SUBSTR", help="only the cases whose candidate, task or dtype contains it")
     parser.add_argument("--skip-cli", action="store_true", help="skip the `kernelwright eval` way")
     parser.add_argument("--json", metavar="OUT", help="write every result here")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="`kernelwright eval` processes at once (verdicts only: their seconds then overlap)")
     args = parser.parse_args()
     gpu = bool(visible_gpus())
     cases = load_cases(args.only)
@@ -120,9 +123,10 @@ def main() -> int:
             worker.append(ex.submit(job(case)).result())
             print(f"worker  {case['name']}: {worker[-1].verdict} ({worker[-1].seconds:.1f} s)", flush=True)
     cli = []
-    for case in cases if not args.skip_cli else []:
-        cli.append(via_cli(case))
-        print(f"eval    {case['name']}: {cli[-1][0].verdict} ({cli[-1][1]:.1f} s)", flush=True)
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for case, (r, seconds) in zip(cases, pool.map(via_cli, cases if not args.skip_cli else [])):
+            cli.append((r, seconds))
+            print(f"eval    {case['name']}: {r.verdict} ({seconds:.1f} s)", flush=True)
 
     rows, problems = [], []
     for i, case in enumerate(cases):

@@ -22,6 +22,10 @@ WHOLE = ("builtins", "torch.nn.functional", "torch.Tensor", "torch._C.TensorBase
 PUBLIC = ("torch", "torch.nn", "torch.linalg", "torch.special", "torch.fft", "torch.nn.init", "math", "triton",
           "triton.language")  # only public names: these modules import lazily what the evaluator uses
 EVALUATOR = "tools."  # the evaluator's own modules, every name
+# Bookkeeping that Triton and Python do on their own, which no later verdict reads: Triton's driver loads each
+# compiled kernel's launcher as the module __triton_launcher; copy and pickle cache a class's __slotnames__.
+OWN_MODULES = ("__triton_launcher",)
+OWN_NAMES = ("__slotnames__",)
 
 
 def _resolve(path: str):
@@ -105,13 +109,13 @@ def changes(before: dict, after: dict) -> list[str]:
                 out.append(f"{what} changed from {_show(old)} to {_show(new)}")
         elif kind == "names":
             for name, ident in old.items():
-                if new is None or new.get(name) != ident:
+                if (new is None or new.get(name) != ident) and name not in OWN_NAMES:
                     out.append(f"{what}.{name} was {'rebound' if new and name in new else 'removed'}")
             if what in WHOLE and new is not None:
-                out += [f"{what}.{name} was added" for name in new.keys() - old.keys()]
+                out += [f"{what}.{name} was added" for name in new.keys() - old.keys() - set(OWN_NAMES)]
         elif kind == "modules":
             out += [f"the module {name} was replaced in sys.modules" for name, ident in old.items()
-                    if new.get(name, ident) != ident]
+                    if new.get(name, ident) != ident and name not in OWN_MODULES]
     return out
 
 

@@ -67,20 +67,40 @@ def judge_activity(work: list[DeviceWork], triton: set[str], declared: list[str]
 
 
 def activity(events) -> list[DeviceWork]:
-    """The profiler's device events, each with the chain of CPU ops that launched it (through the correlation
-    id that CUPTI gives the launch and its kernel)."""
-    ops = {e.id: e for e in events if e.device_type == DeviceType.CPU and not e.is_async}
+    """The profiler's device events, each with the chain of CPU ops that launched it. A kernel's correlation id
+    names the CPU events of its launch: the op itself, or the runtime call (cudaLaunchKernel, from a vendor
+    library) whose op is then the innermost one on its thread that holds it in time."""
+    cpu = [e for e in events if e.device_type == DeviceType.CPU and not e.is_async]
+    by_id: dict[int, list] = {}
+    for e in cpu:
+        by_id.setdefault(e.id, []).append(e)
+    ops = [e for e in cpu if "::" in e.name]
     work = []
     for e in events:
         if e.device_type != DeviceType.CUDA:
             continue
-        chain, op = [], ops.get(getattr(e, "linked_correlation_id", 0))
-        while op is not None:
-            chain.append((op.name, op.overload_name or ""))
-            op = op.cpu_parent
+        launch = by_id.get(getattr(e, "linked_correlation_id", 0) or -1, [])
+        chain = max((_chain(c) for c in launch), key=_ops_in, default=())
+        if not _ops_in(chain):
+            held = [op for op in ops for c in launch if op.thread == c.thread and op.time_range.start
+                    <= c.time_range.start and c.time_range.end <= op.time_range.end]
+            chain = _chain(max(held, key=lambda op: op.time_range.start)) if held else chain
         kind = "memcpy" if e.name.startswith("Memcpy") else "memset" if e.name.startswith("Memset") else "kernel"
-        work.append(DeviceWork(e.name, kind, tuple(chain)))
+        work.append(DeviceWork(e.name, kind, chain))
     return work
+
+
+def _chain(op) -> tuple[tuple[str, str], ...]:
+    """The op and the ops around it, innermost first, as (name, overload)."""
+    chain = []
+    while op is not None:
+        chain.append((op.name, op.overload_name or ""))
+        op = op.cpu_parent
+    return tuple(chain)
+
+
+def _ops_in(chain) -> int:
+    return sum("::" in name for name, _ in chain)
 
 
 def check_repeatable(setup, inputs: list) -> None:

@@ -5,11 +5,13 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from torch.autograd import DeviceType
 
 from tools.compare import TOLERANCES, Failed
 from tools.gpu_checks import DeviceWork, check_repeatable, judge_activity
@@ -57,6 +59,45 @@ class _Steady(torch.nn.Module):
 
 def _setup(model):
     return SimpleNamespace(candidate=model, tolerance=TOLERANCES[torch.float32], device=torch.device("cpu"))
+
+
+@dataclass
+class Event:
+    """What tools/gpu_checks.activity reads of a profiler event."""
+
+    name: str
+    device_type: object
+    id: int = 0
+    linked_correlation_id: int = 0
+    thread: int = 1
+    span: tuple[float, float] = (0.0, 0.0)
+    cpu_parent: object = None
+    overload_name: str = ""
+    is_async: bool = False
+
+    @property
+    def time_range(self):
+        return SimpleNamespace(start=self.span[0], end=self.span[1])
+
+
+def test_a_kernel_is_traced_to_the_op_that_launched_it():
+    """Seen on an H200: a cuBLAS kernel's correlation id names the runtime call that launched it, not aten::mm;
+    the op is the one on that thread that holds the call in time."""
+    from tools.gpu_checks import activity
+    cpu, cuda = DeviceType.CPU, DeviceType.CUDA
+    mm = Event("aten::mm", cpu, id=7, span=(10.0, 50.0), overload_name="default")
+    direct = Event("aten::fill_", cpu, id=8, span=(60.0, 70.0))
+    events = [mm, direct, Event("cudaLaunchKernel", cpu, id=9, span=(20.0, 25.0)),
+              Event("cudaLaunchKernel", cpu, id=10, span=(80.0, 85.0)),  # inside no op
+              Event("cudaLaunchKernel", cpu, id=11, thread=2, span=(20.0, 25.0)),  # another thread
+              Event("sm90_xmma_gemm", cuda, linked_correlation_id=9), Event("fill_kernel", cuda, linked_correlation_id=8),
+              Event("stray_gemm", cuda, linked_correlation_id=10), Event("thread_gemm", cuda, linked_correlation_id=11)]
+    chains = {w.name: w.ops for w in activity(events)}
+    assert chains["sm90_xmma_gemm"] == (("aten::mm", "default"),)
+    assert chains["fill_kernel"] == (("aten::fill_", ""),)
+    assert chains["stray_gemm"] == chains["thread_gemm"] == (("cudaLaunchKernel", ""),)
+    assert judge_activity(activity(events)[:1], TRITON, ["aten.mm"]) is None
+    assert "stray_gemm" in judge_activity(activity(events), TRITON, ["aten.mm"])
 
 
 def test_two_runs_on_the_same_inputs_must_agree():

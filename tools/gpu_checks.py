@@ -68,8 +68,9 @@ def judge_activity(work: list[DeviceWork], triton: set[str], declared: list[str]
 
 def activity(events) -> list[DeviceWork]:
     """The profiler's device events, each with the chain of CPU ops that launched it. A kernel's correlation id
-    names the CPU events of its launch: the op itself, or the runtime call (cudaLaunchKernel, from a vendor
-    library) whose op is then the innermost one on its thread that holds it in time."""
+    (its `linked_correlation_id`, or in PyTorch 2.11 its own id) names the CPU events of its launch: the
+    runtime call (cudaLaunchKernelExC under aten::mm, as seen on an H200) or the op itself. A runtime call with
+    no op above it is placed in the innermost op on its thread that holds it in time."""
     cpu = [e for e in events if e.device_type == DeviceType.CPU and not e.is_async]
     by_id: dict[int, list] = {}
     for e in cpu:
@@ -79,7 +80,7 @@ def activity(events) -> list[DeviceWork]:
     for e in events:
         if e.device_type != DeviceType.CUDA:
             continue
-        launch = by_id.get(getattr(e, "linked_correlation_id", 0) or -1, [])
+        launch = by_id.get(getattr(e, "linked_correlation_id", 0) or e.id, [])
         chain = max((_chain(c) for c in launch), key=_ops_in, default=())
         if not _ops_in(chain):
             held = [op for op in ops for c in launch if op.thread == c.thread and op.time_range.start

@@ -81,23 +81,31 @@ class Event:
 
 
 def test_a_kernel_is_traced_to_the_op_that_launched_it():
-    """Seen on an H200: a cuBLAS kernel's correlation id names the runtime call that launched it, not aten::mm;
-    the op is the one on that thread that holds the call in time."""
+    """As PyTorch 2.11 reported it on an H200: a kernel's id is that of the runtime call that launched it, a
+    child of aten::mm; a runtime call with no parent op is placed by time; a Triton launch sits in no op."""
     from tools.gpu_checks import activity
     cpu, cuda = DeviceType.CPU, DeviceType.CUDA
-    mm = Event("aten::mm", cpu, id=7, span=(10.0, 50.0), overload_name="default")
-    direct = Event("aten::fill_", cpu, id=8, span=(60.0, 70.0))
-    events = [mm, direct, Event("cudaLaunchKernel", cpu, id=9, span=(20.0, 25.0)),
-              Event("cudaLaunchKernel", cpu, id=10, span=(80.0, 85.0)),  # inside no op
-              Event("cudaLaunchKernel", cpu, id=11, thread=2, span=(20.0, 25.0)),  # another thread
-              Event("sm90_xmma_gemm", cuda, linked_correlation_id=9), Event("fill_kernel", cuda, linked_correlation_id=8),
-              Event("stray_gemm", cuda, linked_correlation_id=10), Event("thread_gemm", cuda, linked_correlation_id=11)]
+    mm = Event("aten::mm", cpu, id=4, span=(247.0, 2355.0), overload_name="default")
+    outer = Event("aten::linear", cpu, id=3, span=(240.0, 2400.0))
+    mm.cpu_parent = outer
+    events = [outer, mm, Event("Activity Buffer Request", cpu, id=4, span=(382.0, 2281.0), cpu_parent=mm),
+              Event("cudaLaunchKernelExC", cpu, id=11, span=(2283.0, 2335.0), cpu_parent=mm),
+              Event(GEMM, cuda, id=11),
+              Event("cudaLaunchKernel", cpu, id=12, span=(300.0, 310.0)),  # no parent, inside aten::mm in time
+              Event("gemm_by_time", cuda, linked_correlation_id=12),
+              Event("cudaLaunchKernel", cpu, id=13, thread=2, span=(300.0, 310.0)),  # the same time, another thread
+              Event("other_thread", cuda, id=13),
+              Event("cuLaunchKernelEx", cpu, id=27, span=(2555.0, 2567.0)),
+              Event("softmax_kernel", cuda, id=27)]
     chains = {w.name: w.ops for w in activity(events)}
-    assert chains["sm90_xmma_gemm"] == (("aten::mm", "default"),)
-    assert chains["fill_kernel"] == (("aten::fill_", ""),)
-    assert chains["stray_gemm"] == chains["thread_gemm"] == (("cudaLaunchKernel", ""),)
-    assert judge_activity(activity(events)[:1], TRITON, ["aten.mm"]) is None
-    assert "stray_gemm" in judge_activity(activity(events), TRITON, ["aten.mm"])
+    assert chains[GEMM] == (("cudaLaunchKernelExC", ""), ("aten::mm", "default"), ("aten::linear", ""))
+    assert chains["gemm_by_time"] == (("aten::mm", "default"), ("aten::linear", ""))
+    assert chains["other_thread"] == (("cudaLaunchKernel", ""),)
+    assert chains["softmax_kernel"] == (("cuLaunchKernelEx", ""),)
+    work = activity(events)
+    assert judge_activity([w for w in work if w.name != "other_thread"], TRITON, ["aten.mm"]) is None
+    assert "other_thread (outside any op)" in judge_activity(work, TRITON, ["aten.mm"])
+    assert GEMM[:40] in judge_activity(work, TRITON, [])  # undeclared, the same GEMM is foreign
 
 
 def test_two_runs_on_the_same_inputs_must_agree():

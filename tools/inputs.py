@@ -20,6 +20,7 @@ INPUT_SCALES = (1.0, 1.0, 4.5, 0.3, 1.7, 9.0)  # magnitude of float inputs per t
 PATTERNS = ("plain", "shifted", "masked")  # trial t gets PATTERNS[t % 3]
 SHIFT = 3.0  # the shifted pattern adds SHIFT * scale: a wrong count in a mean shows once the mean is not 0
 TIE_STEP = 0.5  # rows with ties are rounded to multiples of TIE_STEP * scale, and their maximum is repeated
+TIE_BLOCK = 1 << 24  # elements of tied rows rounded at once (a copy of this many is the pattern's only one)
 MASK = -1e4  # a masked element where -inf would make the reference itself non-finite
 CHANGED_FRACTION = 8  # the second call of a trial sees 1/8 of each floating input changed in place
 WIDENINGS = ("", "signed", "scaled up x100", "scaled down x0.01", "other seeds")
@@ -79,17 +80,18 @@ def _shaped(x: torch.Tensor, draw: Draw, rng: torch.Generator) -> torch.Tensor:
         return x
     y = x.contiguous()  # the patterns are written in rows; x keeps the strides get_inputs() gave it
     rows = y.view(-1, y.shape[-1]) if y.dim() > 1 else y.view(1, -1)
-    order = torch.randperm(rows.shape[0], generator=rng).tolist()
+    order = torch.randperm(rows.shape[0], generator=rng)
     if draw.pattern == "shifted":
         rows.add_(SHIFT * draw.scale)
         step = TIE_STEP * draw.scale
-        for r in order[: max(1, len(order) // 3)]:  # a third of the rows rounded, their largest value twice
-            row = rows[r]
-            row.copy_(torch.round(row / step) * step)
-            row[row.argmin()] = row.max()
+        tied = order[: max(1, len(order) // 3)].to(rows.device)  # a third of the rows rounded, their largest twice
+        for part in tied.split(max(1, TIE_BLOCK // rows.shape[1])):  # a block of rows at a time, never a third
+            block = torch.round(rows[part] / step) * step
+            block[torch.arange(len(part), device=rows.device), block.argmin(dim=1)] = block.amax(dim=1)
+            rows[part] = block
     elif draw.pattern == "masked" and x.dim() > 1:
         cut = int(torch.randint(1, max(rows.shape[1], 2), (1,), generator=rng))
-        picks = iter(order)
+        picks = iter(order[:3].tolist())
         masked_suffix, masked_all, negative = next(picks), next(picks, None), next(picks, None)
         rows[masked_suffix, cut:] = draw.masked_value
         if masked_all is not None:

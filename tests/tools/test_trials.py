@@ -104,6 +104,19 @@ def test_patterns_shape_float_inputs_only():
     assert make_inputs(setup, Draw(5, pattern="plain", scale=4.5))[0].std() > 3.0
 
 
+def test_tied_rows_are_made_a_block_at_a_time(monkeypatch):
+    """Rows are tied in blocks (one row per block here), with the same result as whole: on an H200 a row-by-row
+    loop took 111 s of a 1.9-billion-element task's verification (3.7 million rows of 512)."""
+    from tools import inputs
+    setup = _setup("import torch\ndef get_inputs():\n    return [torch.randn(3000, 5)]\n")
+    whole = make_inputs(setup, Draw(9, pattern="shifted"))[0]
+    monkeypatch.setattr(inputs, "TIE_BLOCK", 5)
+    by_row = make_inputs(setup, Draw(9, pattern="shifted"))[0]
+    assert torch.equal(whole, by_row)
+    tied = (torch.round(whole / inputs.TIE_STEP) * inputs.TIE_STEP == whole).all(dim=1)
+    assert int(tied.sum()) >= 1000 and ((whole[tied] == whole[tied].amax(dim=1, keepdim=True)).sum(dim=1) >= 2).all()
+
+
 def test_patterns_keep_the_dtype_and_strides_the_task_gives():
     setup = _setup("import torch\ndef get_inputs():\n    return [torch.randn(40, 12).t()]\n", torch.bfloat16)
     x = make_inputs(setup, Draw(1, pattern="masked"))[0]

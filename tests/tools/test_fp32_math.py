@@ -66,3 +66,12 @@ def test_a_well_conditioned_fp32_task_keeps_its_tolerance():
     expected = model(x)
     with pytest.raises(Failed, match="less accurate than PyTorch in float32"):
         judge(setup_for(model), [x], expected * (1 + 1e-4), expected, Checked())
+
+
+def test_a_wrong_shape_is_not_a_question_of_accuracy():
+    model, x = torch.nn.Linear(64, 32).float(), torch.randn(128, 64)
+    setup = setup_for(model)
+    with pytest.raises(Failed) as e:
+        judge(setup, [x], model(x)[:, :31], model(x), Checked())
+    assert "shape (128, 31)" in str(e.value) and "float64" not in str(e.value)
+    assert torch.float64 not in setup.golden  # no float64 run was made

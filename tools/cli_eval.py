@@ -67,6 +67,9 @@ def summary(r: EvalResult) -> str:
     elif d:
         lines.append(f"--deep: all {d.sets} input sets passed; worst relative error {d.worst_rel_err:.2e} (max abs "
                      f"error {d.worst_abs_err:.2e}) at {d.worst_input}")
+    if r.sanitizer:
+        from tools.sanitizer import describe
+        lines += [f"--deep compute-sanitizer {describe(c)}" for c in r.sanitizer]
     t = r.timing
     if t and t.interpreted:
         lines.append(f"interpreter time {t.ms:.3f} ms (Triton interpreter on a CPU: not a GPU figure, "

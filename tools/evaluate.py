@@ -71,6 +71,8 @@ class WarmWorker:
             run = self._run_child({"job": job_path, "result": result_path, "cwd": work,
                                    "triton_cache": os.path.join(scratch, "triton")}, job.timeout_s)
             result = _read_result(result_path, run, job.timeout_s)
+            if result.correct and job.deep:  # compute-sanitizer, in a process of its own (tools/sanitizer.py)
+                result = self._sanitize(result, job_path, scratch, job.timeout_s)
             if result.compile is not None:  # on a CPU, compiled now: outside the candidate's time
                 from tools.compile_info import compile_after
                 compiling = time.perf_counter()
@@ -108,19 +110,34 @@ class WarmWorker:
             self.close()
         return SandboxResult(int(status[1]), stderr, timed_out=False)
 
+    def _sanitize(self, result: EvalResult, job_path: str, scratch: str, timeout_s: float) -> EvalResult:
+        """A correct --deep result, run once more under each compute-sanitizer tool: on this slot's GPU, in a fresh
+        process with the worker's environment and the job's Triton cache; on a CPU, each tool says it was skipped."""
+        from tools.sanitizer import judge, sanitize
+        started = time.perf_counter()
+        env = dict(self._env(), TRITON_CACHE_DIR=os.path.join(scratch, "triton"), TRITON_DEFAULT_FP_FUSION="1")
+        checks = sanitize(job_path, os.path.join(scratch, "sanitizer"), env, timeout_s, on_gpu=bool(visible_gpus()))
+        result.phase_seconds["sanitizer"] = round(time.perf_counter() - started, 3)
+        return judge(result, checks)
+
+    def _env(self) -> dict[str, str]:
+        """The environment of this slot's processes that run candidate code: scrubbed, on this slot's GPU."""
+        env = scrubbed_env({
+            "PYTHONPATH": _import_path(), "PYTHONUNBUFFERED": "1",
+            # Kernels compile into each job's own Triton cache; only Triton's driver modules are shared.
+            "KERNELWRIGHT_CACHE": str(cache_dir()), "TRITON_CACHE_MANAGER": "tools.triton_cache:JobCache",
+            "KERNELWRIGHT_TRITON_SHARED": str(cache_dir() / "triton-driver"),
+            "TORCHINDUCTOR_CACHE_DIR": str(cache_dir() / "inductor"),
+            "KERNELWRIGHT_DEVICE": "cuda" if visible_gpus() else "cpu",
+            "KERNELWRIGHT_ISOLATION": self.isolation,
+        })
+        if self.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = device_name(self.gpu)
+        return env
+
     def _server(self) -> subprocess.Popen:
         if self.server is None or self.server.poll() is not None:
-            env = scrubbed_env({
-                "PYTHONPATH": _import_path(), "PYTHONUNBUFFERED": "1",
-                # Kernels compile into each job's own Triton cache; only Triton's driver modules are shared.
-                "KERNELWRIGHT_CACHE": str(cache_dir()), "TRITON_CACHE_MANAGER": "tools.triton_cache:JobCache",
-                "KERNELWRIGHT_TRITON_SHARED": str(cache_dir() / "triton-driver"),
-                "TORCHINDUCTOR_CACHE_DIR": str(cache_dir() / "inductor"),
-                "KERNELWRIGHT_DEVICE": "cuda" if visible_gpus() else "cpu",
-                "KERNELWRIGHT_ISOLATION": self.isolation,
-            })
-            if self.gpu is not None:
-                env["CUDA_VISIBLE_DEVICES"] = device_name(self.gpu)
+            env = self._env()
             cache_dir().mkdir(parents=True, exist_ok=True)
             self.server = subprocess.Popen([sys.executable, "-m", "tools.forkserver"], env=env, text=True,
                                            cwd=tempfile.gettempdir(), stdin=subprocess.PIPE,

@@ -105,6 +105,16 @@ class DeepCheck:
 
 
 @dataclass
+class SanitizerCheck:
+    """One compute-sanitizer tool over one forward of a kernel that passed `eval --deep` (tools/sanitizer.py)."""
+
+    tool: str  # "memcheck" (out-of-bounds and misaligned accesses) or "racecheck" (shared-memory races)
+    errors: int = 0  # its ERROR SUMMARY count
+    findings: list[str] = field(default_factory=list)  # the first errors, one line each, as the sanitizer gave them
+    skipped: str = ""  # why it did not run or could not vouch for the kernel ("no GPU: ..."); "" when it ran
+
+
+@dataclass
 class EvalResult:
     verdict: Verdict
     reason: str
@@ -118,6 +128,7 @@ class EvalResult:
     torch_ops: list[str] = field(default_factory=list)  # ATen compute ops run outside Triton
     suspicious: bool = False  # faster than the speed-of-light floor: re-verified and flagged
     deep: DeepCheck | None = None  # the --deep re-verification, when asked for
+    sanitizer: list[SanitizerCheck] = field(default_factory=list)  # --deep on a kernel that passed: each tool's run
     task_error: bool = False  # the task itself, not the candidate, could not be loaded
     baselines: Baselines | None = None
     seconds: float = 0.0  # the whole evaluation, as the caller saw it
@@ -143,6 +154,7 @@ class EvalResult:
             data["baselines"] = Baselines(**data["baselines"])
         if data.get("deep"):
             data["deep"] = DeepCheck(**data["deep"])
+        data["sanitizer"] = [SanitizerCheck(**c) for c in data.get("sanitizer", [])]
         return cls(**data)
 
 

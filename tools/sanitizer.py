@@ -3,7 +3,7 @@ inputs, at the task's SMALL_SHAPES where it defines them (the sanitizer slows ke
 under `--tool memcheck` (out-of-bounds and misaligned accesses) and then `--tool racecheck` (shared-memory races).
 
     checks = sanitize(job_path, folder, env, timeout_s, on_gpu)   # one SanitizerCheck per tool in TOOLS
-    result = judge(result, checks)                                 # `incorrect` where a tool found an error
+    result = judge(result, checks)                                 # `incorrect` where memcheck found an error
 
 The parent (tools/evaluate.py) starts the process; the candidate's code runs only there, as
 `python -m tools.sanitizer JOB.json`, with the worker's scrubbed environment, in its own process group, killed
@@ -26,6 +26,7 @@ from tools.results import EvalResult, SanitizerCheck
 from tools.sandbox import kill_group
 
 TOOLS = ("memcheck", "racecheck")
+DECIDING = ("memcheck",)  # the tools whose errors make the verdict (judge)
 CUDA_BIN = "/usr/local/cuda/bin/compute-sanitizer"
 NO_GPU = "no GPU: the kernel ran in the Triton interpreter on the CPU, which compute-sanitizer cannot check"
 MAX_FINDINGS = 3
@@ -97,9 +98,12 @@ def parse(text: str) -> tuple[int | None, list[str]]:
 
 
 def judge(result: EvalResult, checks: list[SanitizerCheck]) -> EvalResult:
-    """The result with the checks recorded; `incorrect`, naming the tool and its first finding, where one found
-    an error (a race or an out-of-bounds access is a wrong kernel, whatever its outputs)."""
-    failed = next((c for c in checks if c.errors), None)
+    """The result with the checks recorded; `incorrect`, naming the tool and its first finding, where a tool in
+    DECIDING found an error (an out-of-bounds access is a wrong kernel, whatever its outputs). racecheck's
+    findings are reported only: it has not yet been run on the GPU over Triton's Hopper kernels, whose
+    asynchronous copies synchronize through barriers it may not follow, and an honest kernel must not fail on a
+    tool's misreading."""
+    failed = next((c for c in checks if c.errors and c.tool in DECIDING), None)
     if failed is None:
         return replace(result, sanitizer=checks)
     first = f"; the first: {failed.findings[0].rstrip('.')}" if failed.findings else ""

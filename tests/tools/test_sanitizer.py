@@ -78,6 +78,9 @@ def test_an_error_makes_the_verdict_incorrect_naming_the_tool_and_the_first_find
     assert clean.verdict == "correct" and clean.reason == correct.reason and len(clean.sanitizer) == 2
     skipped = judge(correct, [SanitizerCheck(t, skipped=NO_GPU) for t in sanitizer.TOOLS])
     assert skipped.verdict == "correct" and all(c.skipped for c in skipped.sanitizer)
+    races = [SanitizerCheck("memcheck", 0), SanitizerCheck("racecheck", 2, ["a hazard"])]
+    reported = judge(correct, races)  # racecheck's findings are reported, not yet judged (tools/sanitizer.py)
+    assert reported.verdict == "correct" and reported.sanitizer == races
 
 
 def test_the_checks_survive_the_json_round_trip():

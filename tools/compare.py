@@ -45,11 +45,19 @@ PIECES, MIN_PIECE = 64, 1 << 16  # comparisons walk a tensor in 64 pieces of at 
 
 class Failed(Exception):
     """A verification failure, the message one sentence: `verdict` 'incorrect' or 'rejected' for the candidate,
-    or 'error' with `task_error` for a task that cannot judge any candidate."""
+    or 'error' with `task_error` for a task that cannot judge any candidate. Where the rule against a wider run
+    failed, `rel_err` is the candidate's relative error against that run and `own_rel_err` PyTorch's own
+    (None elsewhere)."""
 
-    def __init__(self, verdict: str, reason: str, task_error: bool = False):
+    def __init__(self, verdict: str, reason: str, task_error: bool = False, rel_err: float | None = None,
+                 own_rel_err: float | None = None):
         super().__init__(reason)
         self.verdict, self.task_error = verdict, task_error
+        self.rel_err, self.own_rel_err = rel_err, own_rel_err
+
+    def reworded(self, reason: str) -> "Failed":
+        """The same failure, figures included, told in another sentence (where it happened added)."""
+        return Failed(self.verdict, reason, self.task_error, self.rel_err, self.own_rel_err)
 
     def sentence(self) -> str:
         prefix = {"rejected": "Rejected: ", "incorrect": "Incorrect: "}.get(self.verdict, "")
@@ -129,11 +137,12 @@ def _compare_low_precision(y: torch.Tensor, r: torch.Tensor, g: torch.Tensor, wh
     own = ref_norm / gold_norm if gold_norm > 0 else 0.0
     checked.max_abs_err = max(checked.max_abs_err, float(max_err.item()))
     checked.rel_err = max(checked.rel_err, rel)
+    checked.own_rel_err = max(checked.own_rel_err or 0.0, own)
     if cand_norm > LOW_FACTOR * ref_norm + LOW_FLOOR * u * gold_norm or outside:
         raise Failed("incorrect", f"{where} is less accurate than PyTorch in {_name(r.dtype)}: relative error "
                                   f"against {run} {rel:.2e}, PyTorch's own {own:.2e} (bound {LOW_FACTOR:g}x "
                                   f"that + {LOW_FLOOR * u:.1e}), {outside} of {r.numel()} elements beyond "
-                                  f"{LOW_FACTOR:g}x PyTorch's error + {LOW_FLOOR:g}u.")
+                                  f"{LOW_FACTOR:g}x PyTorch's error + {LOW_FLOOR:g}u.", rel_err=rel, own_rel_err=own)
 
 
 def _unlike(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

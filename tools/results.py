@@ -124,7 +124,8 @@ class EvalResult:
     timing: Timing | None = None
     compile: CompileInfo | None = None
     max_abs_err: float | None = None
-    rel_err: float | None = None
+    rel_err: float | None = None  # against the reference, or against a wider run where judged by that rule
+    own_rel_err: float | None = None  # PyTorch's own relative error against the wider run (None: no such run)
     torch_ops: list[str] = field(default_factory=list)  # ATen compute ops run outside Triton
     suspicious: bool = False  # faster than the speed-of-light floor: re-verified and flagged
     deep: DeepCheck | None = None  # the --deep re-verification, when asked for

@@ -37,6 +37,8 @@ HASH_ABOVE_BYTES = 256 << 20  # inputs larger than this in all are checked for m
 class Checked:
     max_abs_err: float = 0.0
     rel_err: float = 0.0
+    own_rel_err: float | None = None  # PyTorch's own relative error against a wider run, the largest over the
+    # outputs and trials judged against one (None: none was)
     torch_ops: list[str] = field(default_factory=list)
     reference_ops: list[str] = field(default_factory=list)
     seed: int = 0  # the trial seed this evaluation drew
@@ -76,7 +78,7 @@ def verify(setup: Setup, trials: int, seed: int | None = None) -> Checked:
             where = (f"trial {t + 1} of {trials}: {draw.pattern} inputs x{draw.scale:g}"
                      + (", grad enabled" if grad else "") + (f", widened ({draw.widen})" if draw.widen else "")
                      + f"; trial seed {checked.seed}")
-            raise Failed(e.verdict, f"{str(e).rstrip('.')} ({where}).") from None
+            raise e.reworded(f"{str(e).rstrip('.')} ({where}).") from None
     if setup.device.type == "cuda":  # what only a GPU shows: its activity trace, races (tools/gpu_checks.py)
         from tools.gpu_checks import check_activity, check_repeatable
         draw = trial_draw(checked.seed, 0, setup.scale_inputs, checked.widen)
@@ -156,7 +158,7 @@ def trial(setup: Setup, draw: Draw, checked: Checked, grad: bool, first: bool) -
                 raise
             if prints[0] == fingerprint(out) and prints[1] != fingerprint(expected):
                 raise Failed("rejected", RUNTIME_REASONS["stale-output"]) from None
-            raise Failed(e.verdict, f"on the second call, after part of its inputs changed in place, {e}") from None
+            raise e.reworded(f"on the second call, after part of its inputs changed in place, {e}") from None
         if call == 1:
             with torch.no_grad():
                 prints = fingerprint(out), fingerprint(expected)
@@ -222,7 +224,8 @@ def judge(setup: Setup, inputs: list, out, expected, checked: Checked) -> None:
         try:
             compare(out, expected, setup.tolerance, checked, wider)
         except Failed as math:
-            raise Failed("incorrect", f"{str(e).rstrip('.')}; and against a float64 run, {math}") from None
+            raise Failed("incorrect", f"{str(e).rstrip('.')}; and against a float64 run, {math}",
+                         rel_err=math.rel_err, own_rel_err=math.own_rel_err) from None
 
 
 def run_recorded(setup: Setup, model, inputs: list, checked: Checked, grad: bool = False):

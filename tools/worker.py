@@ -118,7 +118,8 @@ def evaluate_here(job, watch=None):
             timing, baselines, suspicious = measure(setup, job, checked)
             phases["profile"] = lap()
     except Failed as e:
-        return EvalResult(e.verdict, e.sentence(), task_error=e.task_error, **base)
+        return EvalResult(e.verdict, e.sentence(), task_error=e.task_error, rel_err=e.rel_err,
+                          own_rel_err=e.own_rel_err, **base)
     except Exception as e:
         if type(e).__name__ == "CompilationError":
             return EvalResult("error", f"A Triton kernel did not compile: {_describe(e)}.", **base)
@@ -127,8 +128,8 @@ def evaluate_here(job, watch=None):
         "; faster than the speed-of-light floor, so it was re-verified and is flagged" if suspicious else "") + (
         "" if on_gpu else f"; an interpreter verdict ({VERIFIED_ON['interpreter']})") + "."
     return EvalResult("correct", reason, timing=timing, compile=info, max_abs_err=checked.max_abs_err,
-                      rel_err=checked.rel_err, torch_ops=checked.torch_ops, suspicious=suspicious, deep=deep,
-                      baselines=baselines, phase_seconds=phases, **base)
+                      rel_err=checked.rel_err, own_rel_err=checked.own_rel_err, torch_ops=checked.torch_ops,
+                      suspicious=suspicious, deep=deep, baselines=baselines, phase_seconds=phases, **base)
 
 
 def _stopwatch():

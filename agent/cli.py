@@ -10,13 +10,13 @@ import sys
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agent import batch, chat, ci, optimize
+    from agent import batch, chat, ci, export, optimize
     from knowledge import cli as kb
     from tools import cli_eval
     parser = argparse.ArgumentParser(prog="kernelwright", description="Find faster, verified Triton kernels "
                                      "for PyTorch operators.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (cli_eval, optimize, batch, ci, chat, kb):
+    for module in (cli_eval, optimize, export, batch, ci, chat, kb):
         module.register(sub)
     return parser
 

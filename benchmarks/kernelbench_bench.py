@@ -2,12 +2,18 @@
 (a small budget per task), one worker per GPU, one output folder per level, in calls of under ten minutes that
 continue each other (`batch --max-seconds`, then `--resume`). After each call it prints, per level: the tasks
 done, the share with a verified kernel, the geomean speedups over eager and over torch.compile (each task the
-better of its kernel and eager PyTorch), and every task without a kernel with its reason; OUT/summary.md gets
-the same tables.
+better of its kernel and eager PyTorch), best/floor, and an audit of every task without a kernel: its best
+candidate's verdict, that candidate's relative error against the golden run (fp32 for a bf16 or fp16 task) next to
+PyTorch's own, and the reason; a candidate within the rule's bound in norm that was still refused is marked as
+a possible false negative. OUT/summary.md gets the same tables.
 
     python benchmarks/kernelbench_bench.py --out OUT [--kernelbench ../shared/kernelbench] [--levels 1,2,3]
         [--budget 4] [--max-seconds 480] [--time-limit 300] [--tasks-per-level N] [--glob '*Conv*'] [--no-knowledge]
+        [--dtype bfloat16]
     python benchmarks/kernelbench_bench.py --out OUT --table      # the tables of what is done so far, no run
+
+--dtype bfloat16 (or float16) casts every task's inputs and parameters (`batch --dtype`): kernels are judged by
+the low-precision rule against an fp32 run, and eager and torch.compile are timed in that dtype in the same run.
 
 Call it again with the same arguments until every level is finished: each call resumes where the last one
 stopped (the next unfinished level first) and loses nothing."""
@@ -19,6 +25,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -26,6 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+import torch  # noqa: E402
+
+from tools.compare import LOW_FACTOR, LOW_FLOOR, UNIT_ROUNDOFF  # noqa: E402
+from tools.score import geomean  # noqa: E402
+
 LEVELS = ("level1", "level2", "level3")
 GRACE_S = 90.0  # evaluations in flight may finish after --max-seconds; past this the call is stopped at once
 MIN_SLICE_S = 60.0  # a level is not started with less time than this left in the call
@@ -45,6 +58,8 @@ def main() -> int:
     p.add_argument("--tasks-per-level", type=int, metavar="N", help="only the first N tasks of each level, by number")
     p.add_argument("--glob", help="only task files whose name matches, ignoring case, e.g. '*conv*'")
     p.add_argument("--no-knowledge", action="store_true", help="no retrieval from or write-back to the knowledge store")
+    p.add_argument("--dtype", choices=("bfloat16", "float16"),
+                   help="cast every task to this dtype (batch --dtype; default: the tasks' own, float32)")
     p.add_argument("--table", action="store_true", help="print the tables of OUT and run nothing")
     args = p.parse_args()
     out = Path(args.out)
@@ -52,14 +67,18 @@ def main() -> int:
     unknown = [lv for lv in levels if lv not in LEVELS]
     if unknown:
         p.error(f"unknown level(s) {', '.join(unknown)}; KernelBench has 1, 2 and 3")
+    for level in levels:
+        other = batch_dtype(out / level)
+        if not args.table and other is not False and other != args.dtype:
+            p.error(f"{out / level} holds a batch in {other or 'float32'}; give the same --dtype or another --out")
     chosen = {level: select(Path(args.kernelbench) / level, args.tasks_per_level, args.glob) for level in levels}
     deadline = time.monotonic() + args.max_seconds
     for level, files in chosen.items():
         left = deadline - time.monotonic()
         if not args.table and not finished(out / level, files) and left >= MIN_SLICE_S:
             run_batch(write_suite(out, level, files), out / level, args.budget, left, args.no_knowledge,
-                      args.time_limit)
-    text = markdown([summarize_level(out / level, len(files)) for level, files in chosen.items()])
+                      args.time_limit, args.dtype)
+    text = markdown([summarize_level(out / level, len(files), args.dtype) for level, files in chosen.items()])
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.md").write_text(text)
     print(text)
@@ -90,12 +109,19 @@ def finished(folder: Path, files: list[Path]) -> bool:
     return all(tasks.get(f.stem, {}).get("status") == "done" for f in files)
 
 
+def batch_dtype(folder: Path) -> str | None | bool:
+    """The --dtype the level's batch runs with (None: the tasks' own); False where no batch is there yet."""
+    state = folder / "batch.json"
+    return json.loads(state.read_text()).get("settings", {}).get("dtype") if state.is_file() else False
+
+
 def run_batch(suite: Path, folder: Path, budget: int, seconds: float, no_knowledge: bool,
-              time_limit: float = 300.0) -> int:
+              time_limit: float = 300.0, dtype: str | None = None) -> int:
     """One `kernelwright batch` call for a level, new or resumed, stopped cleanly after `seconds`; its output
     goes to OUT/LEVEL.log."""
     cmd = [sys.executable, "-m", "agent.cli", "batch", str(suite), "--out", str(folder), "--budget", str(budget),
            "--max-seconds", f"{seconds:.0f}", "--time-limit", f"{time_limit:.0f}"]
+    cmd += ["--dtype", dtype] if dtype else []
     cmd += ["--resume"] if (folder / "batch.json").is_file() else []
     cmd += ["--no-knowledge"] if no_knowledge else []
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}  # no LLM
@@ -113,6 +139,20 @@ def run_batch(suite: Path, folder: Path, budget: int, seconds: float, no_knowled
 
 # --- the tables ---------------------------------------------------------------------------------------------
 @dataclass
+class Missing:
+    """A task without a kernel, and the figures of its best candidate where the rule against a wider run judged
+    it (None elsewhere)."""
+
+    task: str
+    why: str  # the task's verdict and reason, one sentence
+    verdict: str  # the best candidate's verdict (the task's when no candidate has figures)
+    reason: str  # the best candidate's reason
+    rel_err: float | None = None  # its relative error against the golden run
+    own_rel_err: float | None = None  # PyTorch's own in the task's dtype against the same run
+    suspect: bool = False  # within the rule's bound in norm and still refused: a possible false negative
+
+
+@dataclass
 class LevelSummary:
     level: str
     total: int = 0
@@ -121,14 +161,19 @@ class LevelSummary:
     kept: int | None = None  # of those, faster than eager (None: no GPU times)
     geomean_eager: float | None = None  # each task the better of its kernel and eager PyTorch
     geomean_compile: float | None = None
+    best_floor: float | None = None  # geomean of best kernel ms / speed-of-light floor ms over verified kernels
     interpreted: bool = False
-    missing: list[tuple[str, str]] = field(default_factory=list)  # (task, why it has no kernel)
+    dtype: str = "float32"  # what the tasks ran in: --dtype, else the tasks' own
+    device: str = ""
+    worst_passed: tuple[str, float] | None = None  # (task, its kernel's error / PyTorch's own): the largest ratio
+    missing: list[Missing] = field(default_factory=list)
 
 
-def summarize_level(folder: Path, total: int = 0) -> LevelSummary:
-    """A level's figures from the results.json that `kernelwright batch` writes in its folder (`total`: the
-    tasks selected, for a level not started yet)."""
-    s = LevelSummary(folder.name, total)
+def summarize_level(folder: Path, total: int = 0, dtype: str | None = None) -> LevelSummary:
+    """A level's figures from the results.json that `kernelwright batch` writes in its folder, with each task's
+    candidates read from its run store (`total` and `dtype`: the tasks selected and --dtype, for a level not
+    started yet)."""
+    s = LevelSummary(folder.name, total, dtype=batch_dtype(folder) or dtype or "float32")
     results = folder / "results.json"
     if not results.is_file():
         return s
@@ -136,11 +181,61 @@ def summarize_level(folder: Path, total: int = 0) -> LevelSummary:
     summary = data["summary"]
     s.total, s.done, s.verified, s.kept = data["total"], data["finished"], summary["correct"], summary.get("kept")
     s.geomean_eager, s.geomean_compile = summary["geomean"]["eager"], summary["geomean"]["compile"]
-    s.interpreted = data["interpreted"]
-    for t in data["tasks"]:
-        if t["status"] == "done" and t["verdict"] != "correct":
-            s.missing.append((t["task"], _why(t)))
+    s.interpreted, s.device = data["interpreted"], data.get("device", "")
+    done = [t for t in data["tasks"] if t["status"] == "done"]
+    s.best_floor = geomean(t["best_ms"] / t["floor_ms"] for t in done if t["verdict"] == "correct"
+                           and t.get("floor_ms") and t.get("best_ms") and not t.get("interpreted"))
+    dirs = json.loads((folder / "batch.json").read_text())["tasks"] if (folder / "batch.json").is_file() else {}
+    u = UNIT_ROUNDOFF[getattr(torch, s.dtype)]
+    for t in done:
+        store = folder / dirs.get(t["task"], {}).get("dir", t["task"])
+        if t["verdict"] == "correct":
+            ratio = _passed_ratio(store)
+            if ratio is not None and (s.worst_passed is None or ratio > s.worst_passed[1]):
+                s.worst_passed = (t["task"], ratio)
+        else:
+            s.missing.append(_audit(t, candidates(store / "run.sqlite"), u))
     return s
+
+
+def candidates(path: Path) -> list[dict]:
+    """The evaluated candidates of a task's run store (agent/runstore.py): id, verdict, reason and the
+    EvalResult's JSON as `metrics`."""
+    if not path.is_file():
+        return []
+    db = sqlite3.connect(path)
+    try:
+        rows = db.execute("SELECT id, verdict, reason, metrics FROM candidates WHERE status = 'evaluated' "
+                          "ORDER BY id").fetchall()
+    finally:
+        db.close()
+    return [{"id": i, "verdict": v, "reason": r or "", "metrics": json.loads(m) if m else {}} for i, v, r, m in rows]
+
+
+def _audit(t: dict, evaluated: list[dict], u: float) -> Missing:
+    """The audit line of a task without a kernel: its candidate closest to the low-precision rule's bound in
+    norm (LOW_FACTOR x PyTorch's own error + LOW_FLOOR units of roundoff), else the task's own verdict and
+    reason."""
+    judged = [c for c in evaluated if c["metrics"].get("own_rel_err") is not None
+              and c["metrics"].get("rel_err") is not None]
+    if not judged:
+        return Missing(t["task"], _why(t), t["verdict"], " ".join((t.get("reason") or "").split()))
+    bound = {c["id"]: LOW_FACTOR * c["metrics"]["own_rel_err"] + LOW_FLOOR * u for c in judged}
+    best = min(judged, key=lambda c: c["metrics"]["rel_err"] / bound[c["id"]])
+    rel, own = best["metrics"]["rel_err"], best["metrics"]["own_rel_err"]
+    return Missing(t["task"], _why(t), best["verdict"], " ".join(best["reason"].split()), rel, own,
+                   rel <= bound[best["id"]])
+
+
+def _passed_ratio(folder: Path) -> float | None:
+    """The verified kernel's (report.json's best) relative error against the golden run over PyTorch's own."""
+    report = folder / "report.json"
+    best = (json.loads(report.read_text()).get("best") or {}) if report.is_file() else {}
+    for c in candidates(folder / "run.sqlite"):
+        m = c["metrics"]
+        if c["id"] == best.get("id") and m.get("own_rel_err") and m.get("rel_err") is not None:
+            return m["rel_err"] / m["own_rel_err"]
+    return None
 
 
 def _why(t: dict) -> str:
@@ -151,22 +246,36 @@ def _why(t: dict) -> str:
 
 
 def markdown(levels: list[LevelSummary]) -> str:
-    """The per-level table, then each level's tasks without a kernel."""
-    lines = ["| level | done | verified kernel | kept (faster than eager) | geomean vs eager | "
-             "geomean vs torch.compile |", "|---|---:|---:|---:|---:|---:|"]
+    """The per-level table, then each level's audit of the tasks without a kernel."""
+    dtypes = sorted({s.dtype for s in levels if s.done}) or ["float32"]
+    devices = sorted({s.device for s in levels if s.device})
+    lines = [f"KernelBench in {', '.join(dtypes)}" + (f" on {', '.join(devices)}" if devices else "")
+             + ": eager PyTorch and torch.compile timed in the same dtype, in the same run.", "",
+             "| level | dtype | done | verified kernel | kept (faster than eager) | geomean vs eager | "
+             "geomean vs torch.compile | best/floor |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for s in levels:
         share = f"{s.verified}/{s.done} ({s.verified / s.done:.0%})" if s.done else "–"
         kept = "–" if s.kept is None else str(s.kept)
-        lines.append(f"| {s.level} | {s.done}/{s.total} | {share} | {kept} | {_x(s.geomean_eager, s)} | "
-                     f"{_x(s.geomean_compile, s)} |")
+        lines.append(f"| {s.level} | {s.dtype} | {s.done}/{s.total} | {share} | {kept} | {_x(s.geomean_eager, s)} | "
+                     f"{_x(s.geomean_compile, s)} | {_x(s.best_floor, s)} |")
     lines += ["", "Geomeans count each task as the better of its kernel and eager PyTorch (a slower kernel is not "
-              "kept: 1.0x over eager)."]
+              "kept: 1.0x over eager). best/floor: the geomean over verified kernels of their time over the "
+              "speed-of-light floor (1.0x is the floor)."]
     if any(s.interpreted for s in levels):
         lines.append("Times from the Triton interpreter on a CPU give no speedups.")
     for s in levels:
+        if s.worst_passed:
+            lines += ["", f"{s.level}: the verified kernels' error against the golden run is at most "
+                          f"{s.worst_passed[1]:.2f}x PyTorch's own ({s.worst_passed[0]})."]
+    for s in levels:
         if s.missing:
-            lines += ["", f"{s.level}: {len(s.missing)} task(s) without a kernel", ""]
-            lines += [f"- {task}: {why}" for task, why in s.missing]
+            suspects = sum(m.suspect for m in s.missing)
+            lines += ["", f"{s.level}: {len(s.missing)} task(s) without a kernel, {suspects} possible false "
+                          f"negative(s); the best candidate's error against the golden run beside PyTorch's own "
+                          f"in {s.dtype}", "",
+                      "| task | best candidate | its error | PyTorch's own | reason |", "|---|---|---:|---:|---|"]
+            lines += [f"| {m.task}{' **possible false negative**' if m.suspect else ''} | {m.verdict} | "
+                      f"{_e(m.rel_err)} | {_e(m.own_rel_err)} | {_cell(m.reason or m.why)} |" for m in s.missing]
     return "\n".join(lines) + "\n"
 
 
@@ -174,6 +283,16 @@ def _x(v: float | None, s: LevelSummary) -> str:
     if s.interpreted:
         return "n/a (interpreter)"
     return "–" if v is None else f"{v:.2f}x"
+
+
+def _e(v: float | None) -> str:
+    return "–" if v is None else f"{v:.2e}"
+
+
+def _cell(text: str) -> str:
+    """A reason in a table cell: one line, no pipes, at most 300 characters."""
+    text = " ".join(text.split()).replace("|", "/")
+    return text if len(text) <= 300 else text[:299] + "…"
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
-"""benchmarks/kernelbench_bench.py on a CPU: the task selection, and its per-level table built from the
-results.json of a real `kernelwright batch` run (Triton interpreter) over a tiny KernelBench-like level."""
+"""benchmarks/kernelbench_bench.py on a CPU: the task selection, its per-level table built from the
+results.json of a real `kernelwright batch` run (Triton interpreter) over a tiny KernelBench-like level, and,
+on fabricated outputs of a bf16 batch on a GPU, --dtype, best/floor and the audit of tasks without a kernel."""
 import importlib.util
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -8,6 +10,10 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main as run
+from agent.interfaces import Proposal
+from agent.report_html import TaskRow, write_results
+from agent.runstore import RunStore
+from tools.results import EvalResult
 
 ROOT = Path(__file__).parents[2]
 FIX = ROOT / "tests" / "agent" / "fixtures"
@@ -52,9 +58,119 @@ def test_table_from_a_real_batch(level, tmp_path, monkeypatch):
 
     s = b.summarize_level(out / "level1")
     assert (s.level, s.total, s.done, s.verified, s.interpreted) == ("level1", 2, 2, 1, True)
-    assert [task for task, _ in s.missing] == ["10_Sort_rows"]
-    assert s.missing[0][1].startswith("no candidate was evaluated: the operators proposed nothing new")
+    assert [m.task for m in s.missing] == ["10_Sort_rows"] and s.dtype == "float32"
+    assert s.missing[0].why.startswith("no candidate was evaluated: the operators proposed nothing new")
+    assert (s.missing[0].verdict, s.missing[0].rel_err, s.missing[0].suspect) == ("none", None, False)
     text = b.markdown([s, b.summarize_level(out / "level2", total=7)])
-    assert "| level1 | 2/2 | 1/2 (50%) | – | n/a (interpreter) | n/a (interpreter) |" in text
-    assert "| level2 | 0/7 | – | – | – | – |" in text
-    assert "level1: 1 task(s) without a kernel" in text and "- 10_Sort_rows: no candidate was evaluated" in text
+    assert "| level1 | float32 | 2/2 | 1/2 (50%) | – | n/a (interpreter) | n/a (interpreter) | n/a (interpreter) |" \
+        in text
+    assert "| level2 | float32 | 0/7 | – | – | – | – | – |" in text
+    assert "level1: 1 task(s) without a kernel, 0 possible false negative(s)" in text
+    assert "| 10_Sort_rows | none | – | – | the operators proposed nothing new" in text
+
+
+# --- bf16: --dtype, best/floor and the audit, on fabricated run outputs ------------------------------------
+def _store(folder: Path, results: list[EvalResult]) -> None:
+    """A task's run.sqlite (the real run store) holding `results` as its evaluated candidates, ids from 1."""
+    store = RunStore(folder / "run.sqlite")
+    run_id = store.create_run("task.py", {})
+    for r in results:
+        store.record_result(run_id, store.add_proposed(run_id, Proposal("src", "template"), None).id, r)
+    store.close()
+
+
+@pytest.fixture
+def bf16_level(tmp_path):
+    """OUT/level1 as a bf16 `batch` on an H200 leaves it: a verified matmul; a cumsum whose closest candidate was
+    within the rule's bound in norm (refused element-wise); a fused GEMM clearly less accurate than PyTorch; an
+    attention task with no candidate."""
+    folder = tmp_path / "out" / "level1"
+    gpu = dict(status="done", device="NVIDIA H200")
+    rows = [TaskRow("1_Matmul", "1_Matmul.py", verdict="correct", best_ms=1.0, eager_ms=2.0, compile_ms=1.5,
+                    floor_ms=0.5, floor_fraction=0.5, speedup_vs_eager=2.0, speedup_vs_compile=1.5, kept=True,
+                    evaluations=1, correct=1, **gpu),
+            TaskRow("2_Cumsum", "2_Cumsum.py", verdict="incorrect", reason="Incorrect: the output is less accurate.",
+                    eager_ms=1.0, compile_ms=1.0, evaluations=3, **gpu),
+            TaskRow("3_Gemm_Gelu_Softmax", "3.py", verdict="incorrect", reason="Incorrect: less accurate.",
+                    eager_ms=1.0, compile_ms=1.0, evaluations=1, **gpu),
+            TaskRow("4_Attention", "4.py", verdict="none", reason="the operators proposed nothing new", **gpu)]
+    write_results(folder, "level1.toml", rows)
+    tasks = {r.task: {"path": r.path, "dir": r.task, "status": "done"} for r in rows}
+    (folder / "batch.json").write_text(json.dumps({"suite": "level1.toml", "settings": {"dtype": "bfloat16"},
+                                                   "tasks": tasks}))
+    for r in rows:
+        (folder / r.task).mkdir()
+    _store(folder / "1_Matmul", [EvalResult("correct", "Correct on every trial.", rel_err=4e-3, own_rel_err=2e-3)])
+    (folder / "1_Matmul" / "report.json").write_text(json.dumps({"best": {"id": 1}}))
+    _store(folder / "2_Cumsum", [
+        EvalResult("incorrect", "Incorrect: far off.", rel_err=1.73, own_rel_err=1e-2),
+        EvalResult("incorrect", "Incorrect: 12 of 4096 elements beyond 3x PyTorch's error + 2u.", rel_err=2e-2,
+                   own_rel_err=1e-2),
+        EvalResult("rejected", "Rejected (torch-compute): it ran aten::cumsum.")])
+    _store(folder / "3_Gemm_Gelu_Softmax", [EvalResult("incorrect", "Incorrect: | far.", rel_err=0.5,
+                                                       own_rel_err=1e-2)])
+    return folder
+
+
+def test_audit_of_tasks_without_a_kernel(bf16_level):
+    b = bench()
+    s = b.summarize_level(bf16_level)
+    assert (s.dtype, s.device, s.done, s.verified, s.interpreted) == ("bfloat16", "NVIDIA H200", 4, 1, False)
+    assert s.best_floor == pytest.approx(2.0) and s.worst_passed == ("1_Matmul", pytest.approx(2.0))
+    audit = {m.task: m for m in s.missing}
+    assert list(audit) == ["2_Cumsum", "3_Gemm_Gelu_Softmax", "4_Attention"]
+    cumsum = audit["2_Cumsum"]
+    assert (cumsum.verdict, cumsum.rel_err, cumsum.own_rel_err, cumsum.suspect) == ("incorrect", 2e-2, 1e-2, True)
+    assert cumsum.reason.startswith("Incorrect: 12 of 4096 elements")
+    assert not audit["3_Gemm_Gelu_Softmax"].suspect and audit["3_Gemm_Gelu_Softmax"].rel_err == 0.5
+    none = audit["4_Attention"]
+    assert (none.verdict, none.rel_err, none.own_rel_err, none.suspect) == ("none", None, None, False)
+
+    text = b.markdown([s, b.summarize_level(bf16_level.parent / "level2", 100, "bfloat16")])
+    assert "KernelBench in bfloat16 on NVIDIA H200" in text
+    assert "| level1 | bfloat16 | 4/4 | 1/4 (25%) | 1 | 1.19x | 1.14x | 2.00x |" in text
+    assert "| level2 | bfloat16 | 0/100 | – | – | – | – | – |" in text
+    assert "level1: 3 task(s) without a kernel, 1 possible false negative(s)" in text
+    assert ("| 2_Cumsum **possible false negative** | incorrect | 2.00e-02 | 1.00e-02 | Incorrect: 12 of 4096 "
+            "elements beyond 3x PyTorch's error + 2u. |") in text
+    assert "| 3_Gemm_Gelu_Softmax | incorrect | 5.00e-01 | 1.00e-02 | Incorrect: / far. |" in text
+    assert "| 4_Attention | none | – | – | the operators proposed nothing new |" in text
+    assert "at most 2.00x PyTorch's own (1_Matmul)" in text
+
+
+def test_table_only_names_the_dtype_in_summary_md(bf16_level, tmp_path, monkeypatch):
+    b = bench()
+    out = bf16_level.parent
+    monkeypatch.setattr(sys, "argv", ["kernelbench_bench.py", "--out", str(out), "--kernelbench",
+                                      str(tmp_path / "none"), "--levels", "1", "--table"])
+    assert b.main() == 0
+    assert "| level1 | bfloat16 |" in (out / "summary.md").read_text()
+
+
+def test_dtype_reaches_batch_and_a_mismatch_is_refused(bf16_level, tmp_path, monkeypatch):
+    b = bench()
+    calls = []
+
+    class Proc:
+        def __init__(self, cmd, **kwargs):
+            calls.append(cmd)
+            self.pid = 0
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(b.subprocess, "Popen", Proc)
+    fresh = tmp_path / "fresh" / "level2"
+    fresh.mkdir(parents=True)
+    b.run_batch(tmp_path / "level2.toml", fresh, 4, 60.0, True, 50.0, "bfloat16")
+    b.run_batch(tmp_path / "level1.toml", bf16_level, 4, 60.0, True, 50.0, "bfloat16")
+    assert calls[0][calls[0].index("--dtype") + 1] == "bfloat16" and "--resume" not in calls[0]
+    assert "--dtype" in calls[1] and "--resume" in calls[1]
+    b.run_batch(tmp_path / "level2.toml", fresh, 4, 60.0, True)
+    assert "--dtype" not in calls[2]
+
+    monkeypatch.setattr(sys, "argv", ["kernelbench_bench.py", "--out", str(bf16_level.parent), "--kernelbench",
+                                      str(tmp_path / "none"), "--levels", "1", "--dtype", "float16"])
+    with pytest.raises(SystemExit) as e:
+        b.main()
+    assert e.value.code == 2 and not calls[3:]

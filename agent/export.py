@@ -151,19 +151,20 @@ def verify_signature(task_path: Path, best_source: str, small: bool, dtype: str 
 def _check_kernel_state(best_source: str, init: list, state: dict) -> None:
     """The kernel's ModelNew must hold the task's parameters and buffers under the same names and shapes: the op
     hands the drop-in's own tensors to it."""
+    import tempfile
+
     import torch
 
     from tools.task import import_file
-    path = Path(".kw_export_best.py")
-    try:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "best.py"
         path.write_text(best_source)
-        with torch.device("meta"):
-            kernel = import_file(path, "kw_export_best").ModelNew(*init)
-    except Exception as e:
-        raise UsageError(f"The best kernel's ModelNew could not be built on the meta device "
-                         f"({type(e).__name__}: {str(e)[:160]}).") from None
-    finally:
-        path.unlink(missing_ok=True)
+        try:
+            with torch.device("meta"):
+                kernel = import_file(path, "kw_export_best").ModelNew(*init)
+        except Exception as e:
+            raise UsageError(f"The best kernel's ModelNew could not be built on the meta device "
+                             f"({type(e).__name__}: {str(e)[:160]}).") from None
     mine = dict(kernel.named_parameters()) | dict(kernel.named_buffers())
     if {k: tuple(v.shape) for k, v in mine.items()} != {k: tuple(v.shape) for k, v in state.items()}:
         raise UsageError("The best kernel's ModelNew does not hold the task's parameters and buffers under the same "

@@ -314,7 +314,7 @@ def write_outputs(run: Run, out: Path, stop: str, chat: ChatClient | None) -> In
     report = {
         "task": run.spec.path, "run": run_id, "device": run.task.device, "policy": run.config.policy,
         "stop_reason": stop, "budget": run.config.budget, "evaluated": sum(counts[v] for v in VERDICTS),
-        "counts": counts, "best": summary_of_best, "slower_than_eager": slower,
+        "counts": counts, "best": summary_of_best, "slower_than_eager": slower, "rewrites": best_rewrites(run, best),
         "failure": None if best is not None else common_failure(store.archive(run_id)), "config": run.config.to_json(),
         "llm": None if chat is None else {
             "model": chat.config.model, "url": chat.config.url, "retries": chat.retried,
@@ -325,6 +325,19 @@ def write_outputs(run: Run, out: Path, stop: str, chat: ChatClient | None) -> In
     (out / "report.json").write_text(json.dumps(report, indent=1))
     _say(summary(report, out))
     return best
+
+
+def best_rewrites(run: Run, best: Individual | None) -> list[str]:
+    """The rules (agent/templates/rewrite.py) that rewrote the program the best candidate was built from: a
+    template candidate's, from the task's lowering; empty for any other candidate or none."""
+    if best is None or "template" not in best.params:
+        return []
+    from agent.operators.template import analysis_of
+    from agent.templates.ir import Unsupported, lower
+    try:
+        return list(lower(analysis_of(run.task)).rewrites)
+    except Unsupported:
+        return []
 
 
 def best_summary(best: Individual | None) -> dict | None:

@@ -13,6 +13,7 @@ import hashlib
 from agent.analysis import TaskAnalysis, analyze
 from agent.interfaces import Individual, Proposal, TaskContext
 from agent.templates import BY_NAME, base, matching, unsupported_reason
+from agent.templates.ir import lower
 
 _ANALYSES: dict[tuple, TaskAnalysis] = {}
 
@@ -45,6 +46,8 @@ def kernel_text(source: str) -> str:
 def make_proposal(analysis: TaskAnalysis, template: str, params: dict, operator: str, note: str) -> Proposal:
     t = BY_NAME[template]
     source = t.render(analysis, params)
+    rewrites = lower(analysis).rewrites  # rules that rewrote the traced program (agent/templates/rewrite.py)
+    note = f"{note}; rewrites: {', '.join(rewrites)}" if rewrites else note
     return Proposal(source=source, operator=operator, params={"template": template, **params},
                     features=base.features(analysis, params), note=note)
 

@@ -72,6 +72,7 @@ class Program:
     arg_names: list[str]  # forward signature
     bases: dict[str, Leaf]  # host base name -> a plain leaf over the whole base tensor
     float_base: str | None  # a floating input whose dtype outputs take at run time
+    rewrites: list[str] = field(default_factory=list)  # rules of agent/templates/rewrite.py that built it
 
 
 def contiguous_strides(shape) -> tuple:
@@ -135,7 +136,9 @@ def shift(leaf: Leaf, name: str, shape: tuple, lo: tuple) -> Leaf:
 
 
 def lower(analysis: TaskAnalysis) -> Program:
-    """The task's IR, traced at the analysis's shapes with the template decompositions (cached)."""
+    """The task's IR, traced at the analysis's shapes with the template decompositions, then rewritten to
+    compute less where a rule of rewrite.py holds at those shapes and the cost model prefers it (cached)."""
+    from agent.templates.rewrite import rewrite
     cached = analysis.__dict__.get("_templates_program")
     if cached is not None:
         if isinstance(cached, Unsupported):
@@ -148,7 +151,16 @@ def lower(analysis: TaskAnalysis) -> Program:
         except Exception as e:
             raise Unsupported(f"The task could not be traced for the templates ({type(e).__name__}: "
                               f"{str(e).splitlines()[0][:200] if str(e) else ''}).") from None
-        program = _Builder(traced, analysis.module).build()
+        program = None
+        try:  # the graph rewritten to compute less (rewrite.py), when the cost model prefers it and it builds
+            found = rewrite(traced, analysis.arch)
+            if found is not None:
+                program = _Builder(found.traced, analysis.module).build()
+                program.rewrites = list(found.rules)
+        except Exception:  # the original graph is lowered instead, and says why if it cannot be
+            program = None
+        if program is None:
+            program = _Builder(traced, analysis.module).build()
     except Unsupported as e:
         analysis.__dict__["_templates_program"] = e
         raise

@@ -1,0 +1,371 @@
+"""Rewrites of the traced program that compute less, applied between tracing and lowering (issue 18).
+
+    rewritten = rewrite(traced, arch="sm_90")   # a Rewritten (new Traced, rules fired, cost), or None
+
+Rules are data (RULES): a name, a family, the condition it relies on, and a function that matches at one FX
+node and returns the node that replaces it (emitted into the graph just before it), or None. The pass
+applies them until none fires, then keeps the result only if the cost model (the per-op FLOPs and bytes of
+agent/analysis.py at the arch's peaks, each op at its roofline) says it is cheaper. Every rule reads the
+shapes the task was traced at; the candidate checks its input shapes at run time, so a rule that holds
+because a dimension is 1 is only ever used at those shapes. Derived weights (W summed over its rows) are
+ops on the parameters inside the graph, so they become kernels and follow weight updates.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch.fx import Graph, GraphModule, Node
+
+from agent.analysis import PEAKS, Traced, _describe_ops, _kind
+
+aten = torch.ops.aten
+MAX_PASSES = 8
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    family: str  # linearity, size-1, structured, fold
+    holds: str  # the condition the rewrite relies on, in words
+    apply: Callable[[Node], Node | None]  # the replacement of a node (emitted before it), or None
+
+
+@dataclass
+class Rewritten:
+    traced: Traced
+    rules: list[str]  # names of the rules that fired, in order of first firing
+    before_s: float  # the cost model's time of the original graph
+    after_s: float  # and of the rewritten one
+
+    @property
+    def gain(self) -> float:
+        return self.before_s / self.after_s if self.after_s else math.inf
+
+
+# --- helpers ------------------------------------------------------------------------------------------
+def _val(node):
+    return node.meta.get("val") if isinstance(node, Node) else None
+
+
+def _meta(a):
+    v = _val(a)
+    if isinstance(v, torch.Tensor):
+        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+    return a
+
+
+def emit(target, args: tuple, kwargs: dict | None = None) -> Node:
+    """A call of `target` at the graph's insertion point, its meta value computed on the meta device."""
+    kwargs = kwargs or {}
+    node = _GRAPH[-1].call_function(target, args, kwargs)
+    margs = torch.utils._pytree.tree_map(_meta, args)
+    mkwargs = {k: ("meta" if k == "device" else v) for k, v in kwargs.items()}
+    node.meta["val"] = target(*margs, **mkwargs)
+    return node
+
+
+_GRAPH: list[Graph] = []  # the graph being rewritten (for emits with no node argument)
+
+
+def full(like: Node, value) -> Node:
+    """A tensor of like's shape and dtype, every element `value`."""
+    v = _val(like)
+    return emit(aten.full.default, (list(v.shape), value), {"dtype": v.dtype, "device": v.device})
+
+
+def const_value(a):
+    """The value of a python scalar or of a `full` node; None for anything else."""
+    if isinstance(a, (int, float)) and not isinstance(a, bool):
+        return a
+    if isinstance(a, Node) and a.target is aten.full.default:
+        return a.args[1]
+    return None
+
+
+def single_user(node) -> bool:
+    return isinstance(node, Node) and len(node.users) == 1
+
+
+def feeds_output(node: Node) -> bool:
+    return any(u.op == "output" for u in node.users)
+
+
+def reduced_dims(node: Node) -> tuple[list[int], bool] | None:
+    """(dims, keepdim) of a sum/mean/amax/amin over explicit dims, or None."""
+    if node.target not in (aten.sum.dim_IntList, aten.mean.dim, aten.amax.default, aten.amin.default):
+        return None
+    if node.kwargs.get("dtype") is not None:
+        return None
+    x = node.args[0]
+    rank = _val(x).dim()
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    if dims is None or rank == 0:
+        return None
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if not dims:
+        return None
+    keep = bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
+    return sorted(d % rank for d in dims), keep
+
+
+def reshaped(x: Node, like: Node) -> Node:
+    """x viewed at like's shape (same elements), or x itself when the shapes agree."""
+    shape = list(_val(like).shape)
+    return x if list(_val(x).shape) == shape else emit(aten.view.default, (x, shape))
+
+
+# --- size-1 identities -------------------------------------------------------------------------------
+def reduce_over_ones(node: Node) -> Node | None:
+    """sum/mean/amax/amin over dims that all have size 1 is its input."""
+    found = reduced_dims(node)
+    if found is None:
+        return None
+    x = node.args[0]
+    if any(_val(x).shape[d] != 1 for d in found[0]) or _val(x).dtype != _val(node).dtype:
+        return None
+    return reshaped(x, node)
+
+
+def max_over_ones(node: Node) -> Node | None:
+    """The values of max/min over a dim of size 1 are its input."""
+    if node.target is not operator.getitem or node.args[1] != 0:
+        return None
+    red = node.args[0]
+    if red.target not in (aten.max.dim, aten.min.dim):
+        return None
+    x = red.args[0]
+    if _val(x).shape[red.args[1] % _val(x).dim()] != 1:
+        return None
+    return reshaped(x, node)
+
+
+# --- algebraic folds ---------------------------------------------------------------------------------
+def self_difference(node: Node) -> Node | None:
+    """a - a is 0 (for finite a)."""
+    if node.target is not aten.sub.Tensor or node.args[0] is not node.args[1] or node.kwargs:
+        return None
+    if not _val(node).is_floating_point():
+        return None
+    return full(node, 0.0)
+
+
+def constant_pointwise(node: Node) -> Node | None:
+    """A pointwise op of constants is a constant (not at the output, which must stay a computed value)."""
+    if not isinstance(node.target, torch._ops.OpOverload) or torch.Tag.pointwise not in node.target.tags:
+        return None
+    if feeds_output(node) or node.kwargs:
+        return None
+    tensors = [a for a in node.args if isinstance(a, Node)]
+    if not tensors or any(a.target is not aten.full.default for a in tensors):
+        return None
+    args = [torch.full((), a.args[1], dtype=_val(a).dtype) if isinstance(a, Node) else a for a in node.args]
+    value = node.target(*args)
+    return full(node, value.item())
+
+
+IDENTITIES = {aten.add.Tensor: (0, 0), aten.sub.Tensor: (None, 0), aten.mul.Tensor: (1, 1),
+              aten.div.Tensor: (None, 1)}  # op: (left identity, right identity)
+
+
+def neutral_operand(node: Node) -> Node | None:
+    """y + 0, y - 0, y * 1, y / 1 (and 0 + y, 1 * y) are y, where y already has the result's shape and dtype."""
+    if node.target not in IDENTITIES or node.kwargs or len(node.args) != 2:
+        return None
+    left, right = IDENTITIES[node.target]
+    a, b = node.args
+    for keep, other, ident in ((a, b, right), (b, a, left)):
+        if ident is not None and isinstance(keep, Node) and const_value(other) == ident:
+            v, w = _val(keep), _val(node)
+            if tuple(v.shape) == tuple(w.shape) and v.dtype == w.dtype:
+                return keep
+    return None
+
+
+SCALES = (aten.mul.Tensor, aten.div.Tensor)
+
+
+def scalar_chain(node: Node) -> Node | None:
+    """(x * a) * b, (x / a) * b, ... with python scalars a, b: one multiplication by the combined factor."""
+    if node.target not in SCALES or not isinstance(node.args[1], (int, float)) or node.kwargs:
+        return None
+    inner = node.args[0]
+    if not isinstance(inner, Node) or inner.target not in SCALES or not single_user(inner) or inner.kwargs:
+        return None
+    if not isinstance(inner.args[1], (int, float)) or not _val(node).is_floating_point():
+        return None
+    if _val(inner).dtype != _val(node).dtype or 0 in (inner.args[1], node.args[1]):
+        return None
+    factor = 1.0
+    for n in (inner, node):
+        factor = factor * n.args[1] if n.target is aten.mul.Tensor else factor / n.args[1]
+    return emit(aten.mul.Tensor, (inner.args[0], factor))
+
+
+# --- linearity ---------------------------------------------------------------------------------------
+def row_sum(node: Node, n: int) -> Node | None:
+    """`node` (a 2-D value on a linear chain from a GEMM) summed over its last dim, keepdim, as a GEMV
+    against the GEMM's summed weights; None where a step is not linear or a value on it is read elsewhere."""
+    t = node.target
+    if t is aten.mm.default and _val(node).dim() == 2:
+        return gemv(*node.args)
+    if t is aten.addmm.default and not node.kwargs:
+        bias, x, w = node.args
+        rest = plain_row_sum(bias, n)
+        return None if rest is None else emit(aten.add.Tensor, (gemv(x, w), rest))
+    if t in SCALES and not node.kwargs and constant_along_rows(node.args[1]):
+        inner = node.args[0]
+        summed = row_sum(inner, n) if single_user(inner) else None
+        return None if summed is None else emit(t, (summed, node.args[1]))
+    if t in (aten.add.Tensor, aten.sub.Tensor) and not node.kwargs:
+        a, b = node.args
+        for chain, other, first in ((a, b, True), (b, a, False)):
+            if not single_user(chain) or (t is aten.sub.Tensor and not first):
+                continue
+            summed = row_sum(chain, n)
+            if summed is not None:
+                rest = plain_row_sum(other, n)
+                return None if rest is None else emit(t, (summed, rest))
+    if t is aten.neg.default and single_user(node.args[0]):
+        summed = row_sum(node.args[0], n)
+        return None if summed is None else emit(t, (summed,))
+    return None
+
+
+def gemv(x: Node, w: Node) -> Node:
+    """(x @ w).sum(1, keepdim=True) as x times w summed over its columns, summed over each row."""
+    summed = emit(aten.sum.dim_IntList, (w, [1]))
+    return emit(aten.sum.dim_IntList, (emit(aten.mul.Tensor, (x, summed)), [1], True))
+
+
+def constant_along_rows(a) -> bool:
+    """A scalar, or a tensor of size 1 along the last dim (the same for every element of a row)."""
+    v = _val(a)
+    return isinstance(a, (int, float)) or (isinstance(v, torch.Tensor) and (v.dim() == 0 or v.shape[-1] == 1))
+
+
+def plain_row_sum(a, n: int):
+    """`a`, broadcast to rows of length n, summed over the row (keepdim), or None."""
+    if isinstance(a, (int, float)):
+        return a * n
+    v = _val(a)
+    if not isinstance(v, torch.Tensor) or not v.is_floating_point():
+        return None
+    if v.dim() == 0 or v.shape[-1] == 1:
+        return emit(aten.mul.Tensor, (a, n))
+    if v.shape[-1] == n:
+        return emit(aten.sum.dim_IntList, (a, [-1], True))
+    return None
+
+
+def sum_of_gemm(node: Node) -> Node | None:
+    """sum or mean over the output columns of a linear map of a GEMM (x @ W.T + b, scaled, shifted) is a GEMV
+    against the summed weights: x @ W.sum(0) + b.sum()."""
+    found = reduced_dims(node)
+    if found is None or node.target not in (aten.sum.dim_IntList, aten.mean.dim):
+        return None
+    dims, keep = found
+    x = node.args[0]
+    v = _val(x)
+    if v.dim() != 2 or dims != [1] or not v.is_floating_point() or not single_user(x):
+        return None
+    summed = row_sum(x, v.shape[1])
+    if summed is None:
+        return None
+    if node.target is aten.mean.dim:
+        summed = emit(aten.mul.Tensor, (summed, 1.0 / v.shape[1]))
+    return reshaped(summed, node) if not keep else summed
+
+
+# --- structured matrices -----------------------------------------------------------------------------
+def diagonal_matmul(node: Node) -> Node | None:
+    """diag(a) @ B is a[:, None] * B, and B @ diag(a) is B * a."""
+    if node.target is not aten.mm.default:
+        return None
+    a, b = node.args
+    for i, m in enumerate((a, b)):
+        if isinstance(m, Node) and m.target is aten.diag_embed.default and len(m.args) == 1 \
+                and _val(m.args[0]).dim() == 1:
+            d = m.args[0]
+            if i == 0:
+                return emit(aten.mul.Tensor, (emit(aten.unsqueeze.default, (d, 1)), b))
+            return emit(aten.mul.Tensor, (a, d))
+    return None
+
+
+RULES = [
+    Rule("reduce_over_ones", "size-1", "the reduced dims have size 1 at the traced shapes", reduce_over_ones),
+    Rule("max_over_ones", "size-1", "the reduced dim has size 1 at the traced shapes", max_over_ones),
+    Rule("self_difference", "fold", "the value is finite", self_difference),
+    Rule("constant_pointwise", "fold", "exact", constant_pointwise),
+    Rule("neutral_operand", "fold", "exact", neutral_operand),
+    Rule("scalar_chain", "fold", "within rounding (factors combined)", scalar_chain),
+    Rule("sum_of_gemm", "linearity", "within rounding (sums reordered)", sum_of_gemm),
+    Rule("diagonal_matmul", "structured", "exact", diagonal_matmul),
+]
+
+
+# --- the pass and the cost model -----------------------------------------------------------------------
+def cost_s(gm: GraphModule, arch: str = "sm_90") -> float:
+    """Seconds the graph's ops take at the arch's peaks, each op at its own roofline (unfused)."""
+    peak_flops, peak_bw = PEAKS.get(arch, PEAKS["sm_90"])
+    return sum(max(o.flops / peak_flops, o.bytes / peak_bw) for o in _describe_ops(gm)
+               if o.kind not in ("view", "factory"))
+
+
+def apply_rules(gm: GraphModule, rules: list[Rule] = RULES) -> list[str]:
+    """Applies the rules to gm in place until none fires; returns the names of those that fired."""
+    fired: list[str] = []
+    _GRAPH.append(gm.graph)
+    try:
+        for _ in range(MAX_PASSES):
+            changed = False
+            for node in list(gm.graph.nodes):
+                if node.op != "call_function" or not node.users:
+                    continue
+                for rule in rules:
+                    with gm.graph.inserting_before(node):
+                        new = rule.apply(node)
+                    if new is None or not same_kind(new, node) or (feeds_output(node) and not computed(new)):
+                        continue
+                    node.replace_all_uses_with(new)
+                    if rule.name not in fired:
+                        fired.append(rule.name)
+                    changed = True
+                    break
+            gm.graph.eliminate_dead_code()
+            if not changed:
+                break
+    finally:
+        _GRAPH.pop()
+    gm.recompile()
+    return fired
+
+
+def computed(node: Node) -> bool:
+    """Whether a node computes its value (the forward's outputs must be: not an input, a view, a constant)."""
+    return node.op == "call_function" and _kind(node.target) not in ("view", "factory")
+
+
+def same_kind(new: Node, old: Node) -> bool:
+    """Whether a replacement has the shape and dtype of the node it replaces."""
+    a, b = _val(new), _val(old)
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and tuple(a.shape) == tuple(b.shape) \
+        and a.dtype == b.dtype
+
+
+def rewrite(traced: Traced, arch: str = "sm_90", rules: list[Rule] = RULES) -> Rewritten | None:
+    """The traced program rewritten by `rules`, when one fired and the cost model says it is cheaper."""
+    import copy
+    gm = GraphModule(traced.gm, copy.deepcopy(traced.gm.graph))
+    fired = apply_rules(gm, rules)
+    if not fired:
+        return None
+    before, after = cost_s(traced.gm, arch), cost_s(gm, arch)
+    if after >= before:
+        return None
+    return Rewritten(dataclasses.replace(traced, gm=gm), fired, before, after)

@@ -311,9 +311,18 @@ RULES = [
 
 # --- the pass and the cost model -----------------------------------------------------------------------
 def cost_s(gm: GraphModule, arch: str = "sm_90") -> float:
-    """Seconds the graph's ops take at the arch's peaks, each op at its own roofline (unfused)."""
+    """Seconds the graph's ops take at the arch's peaks, each op at its own roofline; a pointwise op read only
+    by a reduction is fused into it (its result is neither written nor read back)."""
     peak_flops, peak_bw = PEAKS.get(arch, PEAKS["sm_90"])
-    return sum(max(o.flops / peak_flops, o.bytes / peak_bw) for o in _describe_ops(gm)
+    saved: dict[str, float] = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and _kind(node.target) == "pointwise" and single_user(node) \
+                and _kind(next(iter(node.users)).target) == "reduction":
+            nbytes = _val(node).numel() * _val(node).element_size()
+            saved[node.name] = saved.get(node.name, 0) + nbytes
+            reader = next(iter(node.users)).name
+            saved[reader] = saved.get(reader, 0) + nbytes
+    return sum(max(o.flops / peak_flops, (o.bytes - saved.get(o.name, 0)) / peak_bw) for o in _describe_ops(gm)
                if o.kind not in ("view", "factory"))
 
 
@@ -347,8 +356,11 @@ def apply_rules(gm: GraphModule, rules: list[Rule] = RULES) -> list[str]:
 
 
 def computed(node: Node) -> bool:
-    """Whether a node computes its value (the forward's outputs must be: not an input, a view, a constant)."""
-    return node.op == "call_function" and _kind(node.target) not in ("view", "factory")
+    """Whether a node computes its value or views one that does (the forward's outputs must: not an input, a
+    constant, or a view of one)."""
+    if node.op != "call_function" or _kind(node.target) == "factory":
+        return False
+    return _kind(node.target) != "view" or (isinstance(node.args[0], Node) and computed(node.args[0]))
 
 
 def same_kind(new: Node, old: Node) -> bool:

@@ -13,7 +13,7 @@ import hashlib
 from agent.analysis import TaskAnalysis, analyze
 from agent.interfaces import Individual, Proposal, TaskContext
 from agent.templates import BY_NAME, base, matching, unsupported_reason
-from agent.templates.ir import lower
+from agent.templates.ir import Unsupported, lower
 
 _ANALYSES: dict[tuple, TaskAnalysis] = {}
 
@@ -43,11 +43,22 @@ def kernel_text(source: str) -> str:
     return "\n".join(line for line in source.splitlines() if not line.startswith("# --- Triton candidate"))
 
 
+def rewrite_note(analysis: TaskAnalysis) -> str:
+    """What the rewrite pass (agent/templates/rewrite.py) did to the program a template is built from: the rules
+    that fired, or why a rewrite found was not used; "" when none applied or the template needs no lowering."""
+    try:
+        program = lower(analysis)
+    except Unsupported:
+        return ""
+    if program.rewrites:
+        return f"; rewrites: {', '.join(program.rewrites)}"
+    return f"; {program.rewrite_refused}" if program.rewrite_refused else ""
+
+
 def make_proposal(analysis: TaskAnalysis, template: str, params: dict, operator: str, note: str) -> Proposal:
     t = BY_NAME[template]
     source = t.render(analysis, params)
-    rewrites = lower(analysis).rewrites  # rules that rewrote the traced program (agent/templates/rewrite.py)
-    note = f"{note}; rewrites: {', '.join(rewrites)}" if rewrites else note
+    note += rewrite_note(analysis)
     return Proposal(source=source, operator=operator, params={"template": template, **params},
                     features=base.features(analysis, params), note=note)
 

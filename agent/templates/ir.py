@@ -73,6 +73,7 @@ class Program:
     bases: dict[str, Leaf]  # host base name -> a plain leaf over the whole base tensor
     float_base: str | None  # a floating input whose dtype outputs take at run time
     rewrites: list[str] = field(default_factory=list)  # rules of agent/templates/rewrite.py that built it
+    rewrite_refused: str = ""  # why a rewrite the cost model preferred was not built, in one sentence
 
 
 def contiguous_strides(shape) -> tuple:
@@ -151,16 +152,18 @@ def lower(analysis: TaskAnalysis) -> Program:
         except Exception as e:
             raise Unsupported(f"The task could not be traced for the templates ({type(e).__name__}: "
                               f"{str(e).splitlines()[0][:200] if str(e) else ''}).") from None
-        program = None
+        program, refused = None, ""
         try:  # the graph rewritten to compute less (rewrite.py), when the cost model prefers it and it builds
             found = rewrite(traced, analysis.arch)
             if found is not None:
                 program = _Builder(found.traced, analysis.module).build()
                 program.rewrites = list(found.rules)
-        except Exception:  # the original graph is lowered instead, and says why if it cannot be
-            program = None
+        except Exception as e:  # the original graph is lowered instead; the candidates' notes say why
+            first = str(e).splitlines()[0][:150] if str(e) else ""
+            refused = f"the rewritten program was not used ({type(e).__name__}: {first})"
         if program is None:
             program = _Builder(traced, analysis.module).build()
+            program.rewrite_refused = refused
     except Unsupported as e:
         analysis.__dict__["_templates_program"] = e
         raise

@@ -115,6 +115,21 @@ print("ok")
 
 
 @pytest.mark.slow
+def test_a_rewrite_that_cannot_be_built_is_said_in_the_note(monkeypatch):
+    """The original program is lowered instead, and every template candidate's note says why."""
+    from agent.analysis import analyze
+    from agent.operators.template import rewrite_note
+    from agent.templates import ir, rewrite as rewrite_module
+
+    def broken(traced, arch):
+        raise RuntimeError("no kernel for this node")
+    monkeypatch.setattr(rewrite_module, "rewrite", broken)
+    analysis = analyze(str(ROW_SUM), small=True, arch="cpu")
+    program = ir.lower(analysis)
+    assert program.rewrites == [] and "RuntimeError: no kernel for this node" in program.rewrite_refused
+    assert rewrite_note(analysis) == f"; {program.rewrite_refused}"
+
+
 def test_a_derived_weight_follows_a_weight_update(tmp_path):
     from agent.analysis import analyze
     from agent.templates import matching

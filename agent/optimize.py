@@ -332,12 +332,9 @@ def best_rewrites(run: Run, best: Individual | None) -> list[str]:
     template candidate's, from the task's lowering; empty for any other candidate or none."""
     if best is None or "template" not in best.params:
         return []
-    from agent.operators.template import analysis_of
-    from agent.templates.ir import Unsupported, lower
-    try:
-        return list(lower(analysis_of(run.task)).rewrites)
-    except Unsupported:
-        return []
+    from agent.operators.template import analysis_of, lowered
+    program = lowered(analysis_of(run.task))
+    return list(program.rewrites) if program else []
 
 
 def best_summary(best: Individual | None) -> dict | None:

@@ -45,24 +45,32 @@ def _identities(namespace: dict, public: bool) -> dict[str, int]:
     return {k: id(v) for k, v in namespace.items() if not public or not k.startswith("_")}
 
 
+def precision_flags() -> dict[str, object]:
+    """The flags that change how PyTorch rounds matmuls and convolutions: the evaluator sets them for the task
+    (TF32 only where the task allows it) and they must hold through every call of the candidate (tools/verify.py)
+    and from one job to the next (the snapshot below)."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    return {"torch.backends.cuda.matmul.allow_tf32": matmul.allow_tf32,
+            "torch.backends.cudnn.allow_tf32": cudnn.allow_tf32,
+            "float32 matmul precision": torch.get_float32_matmul_precision(),
+            "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction":
+                matmul.allow_fp16_reduced_precision_reduction,
+            "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction":
+                matmul.allow_bf16_reduced_precision_reduction,
+            "torch.backends.cudnn.deterministic": cudnn.deterministic}
+
+
 def _flags() -> dict[str, object]:
     """Modes and settings that change what the reference computes or how the evaluator sees it."""
     from torch.nn.modules import module as nn_module
-    backends, cuda = torch.backends, torch.backends.cuda.matmul
+    backends = torch.backends
     flags = {
         "grad mode": torch.is_grad_enabled(), "inference mode": torch.is_inference_mode_enabled(),
         "anomaly mode": torch.is_anomaly_enabled(), "default dtype": torch.get_default_dtype(),
         "default device": str(torch.get_default_device()),
-        "float32 matmul precision": torch.get_float32_matmul_precision(),
-        "torch.backends.cuda.matmul.allow_tf32": cuda.allow_tf32,
-        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction":
-            cuda.allow_fp16_reduced_precision_reduction,
-        "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction":
-            cuda.allow_bf16_reduced_precision_reduction,
-        "torch.backends.cudnn.allow_tf32": backends.cudnn.allow_tf32,
+        **precision_flags(),
         "torch.backends.cudnn.enabled": backends.cudnn.enabled,
         "torch.backends.cudnn.benchmark": backends.cudnn.benchmark,
-        "torch.backends.cudnn.deterministic": backends.cudnn.deterministic,
         "deterministic algorithms": (torch.are_deterministic_algorithms_enabled(),
                                      torch.is_deterministic_algorithms_warn_only_enabled()),
         "autocast": (torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda")),

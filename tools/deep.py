@@ -51,5 +51,4 @@ def deep_verify(setup: Setup, sets: int, checked: Checked) -> DeepCheck:
 
 
 def _describe(draw: Draw, i: int, sets: int, seed: int) -> str:
-    widened = f", widened ({draw.widen})" if draw.widen else ""
-    return f"deep set {i + 1} of {sets}: {draw.pattern} inputs x{draw.scale:g}{widened}; trial seed {seed}"
+    return f"deep set {i + 1} of {sets}: {draw.describe()}; trial seed {seed}"

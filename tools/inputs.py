@@ -36,6 +36,10 @@ class Draw:
     widen: str = ""  # one of WIDENINGS
     masked_value: float = float("-inf")  # for the masked pattern
 
+    def describe(self) -> str:
+        """How a failure names these inputs: "shifted inputs x4.5, widened (signed)"."""
+        return f"{self.pattern} inputs x{self.scale:g}" + (f", widened ({self.widen})" if self.widen else "")
+
 
 def draw_seed() -> int:
     """A trial seed from the operating system: nothing in the candidate's process decides it."""

@@ -26,6 +26,7 @@ from torch.utils._pytree import tree_flatten
 
 from tools.compare import (LOW_PRECISION, TF32_TOLERANCE, TOLERANCES, Failed, _pieces, compare,  # noqa: F401
                            fingerprint, tensors)
+from tools.clean import precision_flags
 from tools.guard import LaunchRecorder, OpRecorder
 from tools.inputs import WIDENINGS, Draw, change_part, draw_seed, make_inputs, trial_draw, with_finite_mask
 from tools.rules import DECLARABLE_OPS, RUNTIME_REASONS, op_base
@@ -75,8 +76,7 @@ def verify(setup: Setup, trials: int, seed: int | None = None) -> Checked:
         try:
             trial(setup, draw, checked, grad, first=(t == 0))
         except Failed as e:
-            where = (f"trial {t + 1} of {trials}: {draw.pattern} inputs x{draw.scale:g}"
-                     + (", grad enabled" if grad else "") + (f", widened ({draw.widen})" if draw.widen else "")
+            where = (f"trial {t + 1} of {trials}: {draw.describe()}" + (", grad enabled" if grad else "")
                      + f"; trial seed {checked.seed}")
             raise e.reworded(f"{str(e).rstrip('.')} ({where}).") from None
     if setup.device.type == "cuda":  # what only a GPU shows: its activity trace, races (tools/gpu_checks.py)
@@ -87,23 +87,8 @@ def verify(setup: Setup, trials: int, seed: int | None = None) -> Checked:
             check_activity(setup, inputs)
             check_repeatable(setup, inputs)
         except Failed as e:
-            raise Failed(e.verdict, f"{str(e).rstrip('.')} ({draw.pattern} inputs x{draw.scale:g}; trial seed "
-                                    f"{checked.seed}).") from None
+            raise e.reworded(f"{str(e).rstrip('.')} ({draw.describe()}; trial seed {checked.seed}).") from None
     return checked
-
-
-def precision_flags() -> dict[str, object]:
-    """The flags that change how PyTorch rounds matmuls and convolutions: the evaluator sets them for the task
-    (TF32 only where the task allows it) and they must hold through every call of the candidate."""
-    matmul = torch.backends.cuda.matmul
-    return {"torch.backends.cuda.matmul.allow_tf32": matmul.allow_tf32,
-            "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
-            "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision(),
-            "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction":
-                matmul.allow_fp16_reduced_precision_reduction,
-            "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction":
-                matmul.allow_bf16_reduced_precision_reduction,
-            "torch.backends.cudnn.deterministic": torch.backends.cudnn.deterministic}
 
 
 def discriminating(setup: Setup, seed: int) -> str:

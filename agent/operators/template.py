@@ -13,7 +13,7 @@ import hashlib
 from agent.analysis import TaskAnalysis, analyze
 from agent.interfaces import Individual, Proposal, TaskContext
 from agent.templates import BY_NAME, base, matching, unsupported_reason
-from agent.templates.ir import Unsupported, lower
+from agent.templates.ir import Program, Unsupported, lower
 
 _ANALYSES: dict[tuple, TaskAnalysis] = {}
 
@@ -43,12 +43,19 @@ def kernel_text(source: str) -> str:
     return "\n".join(line for line in source.splitlines() if not line.startswith("# --- Triton candidate"))
 
 
+def lowered(analysis: TaskAnalysis) -> Program | None:
+    """The program the templates build from (agent/templates/ir.py), or None where the task does not lower."""
+    try:
+        return lower(analysis)
+    except Unsupported:
+        return None
+
+
 def rewrite_note(analysis: TaskAnalysis) -> str:
     """What the rewrite pass (agent/templates/rewrite.py) did to the program a template is built from: the rules
-    that fired, or why a rewrite found was not used; "" when none applied or the template needs no lowering."""
-    try:
-        program = lower(analysis)
-    except Unsupported:
+    that fired, or why a rewrite found was not used; "" when none applied or the task does not lower."""
+    program = lowered(analysis)
+    if program is None:
         return ""
     if program.rewrites:
         return f"; rewrites: {', '.join(program.rewrites)}"

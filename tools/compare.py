@@ -7,8 +7,9 @@ fp32 (and fp64) outputs must agree with the reference within the dtype's toleran
 judged against the math, not against PyTorch's own rounding: `golden` is the reference module run in fp32 on
 the same rounded inputs, and a candidate passes when its error against that run is within LOW_FACTOR times
 PyTorch's own error in the output's dtype plus LOW_FLOOR units of roundoff, in norm and at every element. An
-fp32 output that misses its tolerance gets the same rule against a float64 run (tools/verify.py: judge): a deep
-network's rounding grows with depth, in PyTorch's fp32 forward as in any kernel's.
+fp32 output that misses its tolerance gets the same rule against a float64 run (tools/verify.py: judge), with
+ELEMENT_FACTOR at each element: a deep network's rounding grows with depth, in PyTorch's fp32 forward as in any
+kernel's.
 
 Memory: comparisons walk the tensors in pieces (PIECES), so their float64 temporaries take under a byte per
 output element (a fifth of an fp32 output), never the eight of a copy."""
@@ -40,6 +41,13 @@ LOW_PRECISION = (torch.bfloat16, torch.float16)
 # keeps fp32 is off by tens of times PyTorch's error over a few hundred terms and fails. The RMS of PyTorch's error
 # covers elements where PyTorch happens to land on the exact value and an equally accurate kernel does not.
 LOW_FACTOR, LOW_FLOOR = 3.0, 2.0
+# At each element an fp32 output is held to ELEMENT_FACTOR times PyTorch's error against a float64 run, not 3x:
+# there the error is a long sum's accumulated rounding, not one rounding, and its size at an element follows
+# that sum's terms, which a single sample of PyTorch's error and the output's RMS error only estimate. Over a
+# million outputs a kernel as accurate as PyTorch in norm lands a few elements past 3x (seen: AlexNet's 4096-term
+# GEMMs on an H200, 1 element of 1,024,000, its norm error 0.57x PyTorch's). An element 10x past PyTorch's is a
+# wrong element, not rounding.
+ELEMENT_FACTOR = {torch.float32: 10.0}
 PIECES, MIN_PIECE = 64, 1 << 16  # comparisons walk a tensor in 64 pieces of at least 64Ki elements
 
 
@@ -125,12 +133,12 @@ def _compare_low_precision(y: torch.Tensor, r: torch.Tensor, g: torch.Tensor, wh
     gold_norm, cand_norm, ref_norm = (math.sqrt(float(v.item())) for v in (gold_sq, cand_sq, ref_sq))
     elements = max(float(count.item()), 1.0)
     rms, own_rms = gold_norm / elements ** 0.5, ref_norm / elements ** 0.5
-    outside = zero.long()
+    outside, factor = zero.long(), ELEMENT_FACTOR.get(r.dtype, LOW_FACTOR)
     for a, b, c in _pieces(y, r, g):
         keep = torch.isfinite(a) & torch.isfinite(c)
         c64 = c.double()
         own = torch.where(torch.isfinite(b), b.double() - c64, 0.0).abs_().nan_to_num_(0.0, 0.0, 0.0)
-        bound = own.add_(own_rms).mul_(LOW_FACTOR).add_(c64.abs().add_(rms).mul_(LOW_FLOOR * u))
+        bound = own.add_(own_rms).mul_(factor).add_(c64.abs().add_(rms).mul_(LOW_FLOOR * u))
         outside = outside + ((a.double() - c64).abs_() > bound).logical_and_(keep).sum()
     outside = int(outside.item())
     rel = cand_norm / gold_norm if gold_norm > 0 else float(max_err.item())
@@ -142,7 +150,7 @@ def _compare_low_precision(y: torch.Tensor, r: torch.Tensor, g: torch.Tensor, wh
         raise Failed("incorrect", f"{where} is less accurate than PyTorch in {_name(r.dtype)}: relative error "
                                   f"against {run} {rel:.2e}, PyTorch's own {own:.2e} (bound {LOW_FACTOR:g}x "
                                   f"that + {LOW_FLOOR * u:.1e}), {outside} of {r.numel()} elements beyond "
-                                  f"{LOW_FACTOR:g}x PyTorch's error + {LOW_FLOOR:g}u.", rel_err=rel, own_rel_err=own)
+                                  f"{factor:g}x PyTorch's error + {LOW_FLOOR:g}u.", rel_err=rel, own_rel_err=own)
 
 
 def _unlike(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

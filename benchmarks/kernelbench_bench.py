@@ -167,6 +167,7 @@ class LevelSummary:
     device: str = ""
     worst_passed: tuple[str, float] | None = None  # (task, its kernel's error / PyTorch's own): the largest ratio
     missing: list[Missing] = field(default_factory=list)
+    no_compile: list[tuple[str, str]] = field(default_factory=list)  # (task, why torch.compile gave no time)
 
 
 def summarize_level(folder: Path, total: int = 0, dtype: str | None = None) -> LevelSummary:
@@ -189,6 +190,8 @@ def summarize_level(folder: Path, total: int = 0, dtype: str | None = None) -> L
     u = UNIT_ROUNDOFF[getattr(torch, s.dtype)]
     for t in done:
         store = folder / dirs.get(t["task"], {}).get("dir", t["task"])
+        if t.get("eager_ms") and t.get("compile_ms") is None and not t.get("interpreted"):
+            s.no_compile.append((t["task"], _compile_error(candidates(store / "run.sqlite"))))
         if t["verdict"] == "correct":
             ratio = _passed_ratio(store)
             if ratio is not None and (s.worst_passed is None or ratio > s.worst_passed[1]):
@@ -225,6 +228,12 @@ def _audit(t: dict, evaluated: list[dict], u: float) -> Missing:
     rel, own = best["metrics"]["rel_err"], best["metrics"]["own_rel_err"]
     return Missing(t["task"], _why(t), best["verdict"], " ".join(best["reason"].split()), rel, own,
                    rel <= bound[best["id"]])
+
+
+def _compile_error(evaluated: list[dict]) -> str:
+    """Why torch.compile gave the task no time, as its baselines recorded it."""
+    errors = [(c["metrics"].get("baselines") or {}).get("compile_error") for c in evaluated]
+    return next((e for e in errors if e), "no reason was recorded (a run from before reasons were kept)")
 
 
 def _passed_ratio(folder: Path) -> float | None:
@@ -267,6 +276,10 @@ def markdown(levels: list[LevelSummary]) -> str:
         if s.worst_passed:
             lines += ["", f"{s.level}: the verified kernels' error against the golden run is at most "
                           f"{s.worst_passed[1]:.2f}x PyTorch's own ({s.worst_passed[0]})."]
+    for s in levels:
+        if s.no_compile:
+            lines += ["", f"{s.level}: torch.compile gave no time for {len(s.no_compile)} task(s), left out of the "
+                          f"geomean vs torch.compile: " + "; ".join(f"{t} ({_cell(why)})" for t, why in s.no_compile)]
     for s in levels:
         if s.missing:
             suspects = sum(m.suspect for m in s.missing)

@@ -27,7 +27,8 @@ def measure(setup: Setup, job: EvalJob, checked: Checked) -> tuple[Timing, Basel
     baselines = job.baselines if job.baselines and job.baselines.device == device_name else None
     if baselines is None:
         eager = time_call(_no_grad(setup.reference, inputs), setup.device).median_ms
-        baselines = Baselines(eager, _compiled_ms(setup, inputs) if on_gpu else None, device_name)
+        compiled, error = _compiled_ms(setup, inputs) if on_gpu else (None, "")
+        baselines = Baselines(eager, compiled, device_name, error)
 
     flops, nbytes = count_work(setup.reference, inputs)
     del inputs  # a re-verification below makes its own
@@ -45,7 +46,7 @@ def measure(setup: Setup, job: EvalJob, checked: Checked) -> tuple[Timing, Basel
         speedup_vs_eager=baselines.eager_ms / ms if on_gpu else None,
         speedup_vs_compile=baselines.compile_ms / ms if on_gpu and baselines.compile_ms else None,
         floor_fraction=floor / ms if floor else None, spread_pct=candidate.spread_pct, interpreted=not on_gpu,
-        flops=flops, bytes=nbytes)
+        flops=flops, bytes=nbytes, compile_error=baselines.compile_error)
     return timing, baselines, suspicious
 
 
@@ -67,15 +68,17 @@ def check_not_stale(setup: Setup, inputs: list, checked: Checked) -> None:
         raise Failed("rejected", RUNTIME_REASONS["stale-output"]) from None
 
 
-def _compiled_ms(setup: Setup, inputs: list) -> float | None:
-    """torch.compile's time for the reference; the compiled code and what it holds are dropped afterwards."""
+def _compiled_ms(setup: Setup, inputs: list) -> tuple[float | None, str]:
+    """torch.compile's time for the reference, or None and why not (a reference torch.compile cannot handle
+    has no compile baseline; eager still stands); the compiled code and what it holds are dropped afterwards."""
     try:
         compiled = torch.compile(setup.reference)
         with torch.no_grad():
             compiled(*inputs)
-        return time_call(_no_grad(compiled, inputs), setup.device).median_ms
-    except Exception:  # a reference torch.compile cannot handle has no compile baseline; eager still stands
-        return None
+        return time_call(_no_grad(compiled, inputs), setup.device).median_ms, ""
+    except Exception as e:
+        lines = str(e).strip().splitlines() or [""]
+        return None, f"{type(e).__name__}: {lines[0][:300]}"
     finally:
         torch._dynamo.reset()
 

@@ -58,6 +58,7 @@ class Baselines:
     eager_ms: float
     compile_ms: float | None
     device: str
+    compile_error: str = ""  # why torch.compile gave no time on a GPU (its exception, one line), if it did not
 
 
 @dataclass
@@ -89,6 +90,7 @@ class Timing:
     interpreted: bool
     flops: float = 0.0
     bytes: float = 0.0
+    compile_error: str = ""  # Baselines.compile_error: why compile_ms is None on a GPU
 
 
 @dataclass

@@ -13,7 +13,7 @@ from agent.cli import main as run
 from agent.interfaces import Proposal
 from agent.report_html import TaskRow, write_results
 from agent.runstore import RunStore
-from tools.results import EvalResult
+from tools.results import Baselines, EvalResult
 
 ROOT = Path(__file__).parents[2]
 FIX = ROOT / "tests" / "agent" / "fixtures"
@@ -174,3 +174,20 @@ def test_dtype_reaches_batch_and_a_mismatch_is_refused(bf16_level, tmp_path, mon
     with pytest.raises(SystemExit) as e:
         b.main()
     assert e.value.code == 2 and not calls[3:]
+
+
+def test_a_task_without_a_compile_time_is_named_with_the_reason(tmp_path):
+    """torch.compile failing on a reference leaves the task out of the geomean over it, and the table says why."""
+    folder = tmp_path / "out" / "level3"
+    row = TaskRow("12_VGG19", "12_VGG19.py", verdict="correct", best_ms=1.0, eager_ms=1.1, compile_ms=None,
+                  floor_ms=0.5, floor_fraction=0.5, speedup_vs_eager=1.1, kept=True, evaluations=1, correct=1,
+                  status="done", device="NVIDIA H200")
+    write_results(folder, "level3.toml", [row])
+    (folder / "12_VGG19").mkdir()
+    _store(folder / "12_VGG19", [EvalResult("correct", "Correct on every trial.", baselines=Baselines(
+        1.1, None, "NVIDIA H200", "BackendCompilerFailed: backend='inductor' raised: out of resource"))])
+    b = bench()
+    s = b.summarize_level(folder)
+    assert s.no_compile == [("12_VGG19", "BackendCompilerFailed: backend='inductor' raised: out of resource")]
+    assert ("level3: torch.compile gave no time for 1 task(s), left out of the geomean vs torch.compile: 12_VGG19 "
+            "(BackendCompilerFailed: backend='inductor' raised: out of resource)") in b.markdown([s])

@@ -1,0 +1,20 @@
+"""A reference that torch.compile cannot run has no compile baseline, and the result says why (tools/measure.py)."""
+import torch
+
+from tools.compare import TOLERANCES
+from tools.measure import _compiled_ms
+from tools.verify import Setup
+
+
+class Refuses(torch.nn.Module):
+    """Fails under torch.compile (and eagerly too: what matters is the reason carried, in one line)."""
+
+    def forward(self, x):
+        raise ValueError("this reference does not compile\nsecond line")
+
+
+def test_the_compile_error_is_kept_in_one_line():
+    setup = Setup(None, Refuses(), None, torch.device("cpu"), None, TOLERANCES[torch.float32], [], None)
+    ms, why = _compiled_ms(setup, [torch.ones(4)])
+    assert ms is None
+    assert why.endswith("this reference does not compile") and "second line" not in why

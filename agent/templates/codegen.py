@@ -8,7 +8,8 @@ Layouts (tile axes -> index variables):
   gemm  [BLOCK_M, BLOCK_N] tl.dot main loop with grouped program order, then the epilogue
 Reductions keep their dims (keep_dims=True), so per-row values broadcast against tiles unchanged. A row
 that fits one block is read once ("one_pass"); otherwise each reduction stage is a loop over BLOCK_R chunks
-("looped"), and "split" spreads a single-stage reduction of few rows over SPLIT programs plus a combine kernel.
+("looped"), and "split" spreads a single-stage reduction over SPLIT programs per row plus a combine kernel,
+run GROUP rows at a time where the rows' two passes should meet in L2 (kernels.py).
 Sizes are concrete (rendered from the analysis), so masks, strides and loop bounds are constants.
 """
 from __future__ import annotations
@@ -533,9 +534,10 @@ class Gen(Reductions):
         return out
 
 
-def kernel_header(name: str, gen: Gen, meta: list[str]) -> list[str]:
-    """The @triton.jit line and signature: the kernel's pointers, then its constexpr meta-parameters."""
-    args = list(gen.ptrs.values()) + [f"{m}: tl.constexpr" for m in meta]
+def kernel_header(name: str, gen: Gen, meta: list[str], scalars: list[str] = ()) -> list[str]:
+    """The @triton.jit line and signature: the kernel's pointers, run-time integers, then its constexpr
+    meta-parameters."""
+    args = list(gen.ptrs.values()) + list(scalars) + [f"{m}: tl.constexpr" for m in meta]
     return ["@triton.jit", f"def {name}({', '.join(args)}):"]
 
 

@@ -11,6 +11,7 @@ import torch
 from agent.templates.attention_kernel import render_attention
 from agent.templates.codegen import (NEUTRAL, Gen, KernelCode, Launch, Scope, dot_cast, kernel_header, next_pow2,
                                      store_lines)
+from agent.templates.fold import fold_sums
 from agent.templates.implicit_gemm import render_conv
 from agent.templates.ir import Node
 from agent.templates.rnn_kernel import render_rnn
@@ -102,8 +103,11 @@ def render_kernel(kernel: Kernel, name: str, p: dict) -> KernelCode:
         return _flat(kernel, name, p)
     if kernel.layout == "plane":
         return _plane(kernel, name, p)
+    if kernel.layout == "row" and p.get("fold", 1) and (p.get("SPLIT", 1) > 1 or p.get("mode") == "looped"):
+        kernel = fold_sums(kernel)  # a selected sum (cross-entropy's target) joins the first pass
     if p.get("SPLIT", 1) > 1 and kernel.layout == "row":
-        return _split(kernel, name, p)
+        code = _split(kernel, name, p)
+        return _row_groups(code, Gen(kernel, name, p).O, p["GROUP"]) if p.get("GROUP") else code
     return _reduction(kernel, name, p)
 
 
@@ -143,7 +147,8 @@ def _plane(kernel: Kernel, name: str, p: dict) -> KernelCode:
 def _prologue(gen: Gen, p: dict) -> list[str]:
     big = ".to(tl.int64)" if gen.big else ""
     if gen.layout == "row":
-        return [f"ro = (tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]){big}",
+        start = "row0 + " if p.get("GROUP") else ""  # a group of rows launched on its own (_row_groups)
+        return [f"ro = ({start}tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]){big}",
                 f"rmask = ro < {gen.O}"]
     n_i = math.ceil(gen.I / p["BLOCK_I"])
     return [f"ro = (tl.program_id(0) // {n_i}){big}",
@@ -243,11 +248,16 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
 
 
 def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
-    """Few long rows with a single reduction stage: SPLIT programs per row each reduce a chunk and write
-    partial results (sums, maxima, online-softmax or Welford states); a second kernel, again SPLIT programs
-    per row, combines them into the row's statistics and writes its chunk of the per-element output."""
+    """Long rows with a single reduction stage: SPLIT programs per row each reduce a chunk (the last one a
+    remainder) and write partial results (sums, maxima, online-softmax or Welford states); a second kernel,
+    again SPLIT programs per row, combines them into the row's statistics and writes its chunk of the
+    per-element output. With GROUP, both kernels take a row0 argument and cover GROUP rows from it."""
     gen = Gen(kernel, name, p)
+    group = p.get("GROUP", 0)
     meta = _sizes(kernel, gen, {**p, "mode": "looped"})
+    if group:
+        meta["BLOCK_O"] = min(meta["BLOCK_O"], group)
+    rows = min(group, gen.O) if group else gen.O
     gen.block_r = meta["BLOCK_R"]
     split, sp = p["SPLIT"], next_pow2(p["SPLIT"])
     chunk = math.ceil(math.ceil(gen.R / split) / meta["BLOCK_R"]) * meta["BLOCK_R"]
@@ -278,8 +288,9 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
             part(count), part(avg), part(squares)
     for buf, value in parts:
         gen.top.lines.append(f"tl.store({gen.ptr(buf)} + ro * {split} + pid_s, {value}, mask=rmask)")
-    first_src = kernel_header(name, gen, ["BLOCK_O", "BLOCK_R"]) + _indent(gen.top.lines)
-    launch_a = Launch(name, (math.ceil(gen.O / meta["BLOCK_O"]), split), list(gen.ptrs), meta,
+    extra = ["row0"] if group else []
+    first_src = kernel_header(name, gen, ["BLOCK_O", "BLOCK_R"], extra) + _indent(gen.top.lines)
+    launch_a = Launch(name, (math.ceil(rows / meta["BLOCK_O"]), split), list(gen.ptrs), meta,
                       p.get("num_warps", 4), p.get("num_stages", 1))
 
     # the combining kernel: row statistics from the partials, then this program's chunk of the output
@@ -287,10 +298,11 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     comb.block_r = meta["BLOCK_R"]
     full = [(m, b) for m, b in kernel.stores.items() if kernel.level[m] == "full"]
     red = [(m, b) for m, b in kernel.stores.items() if kernel.level[m] == "red"]
-    block_o = meta["BLOCK_O"] if full else min(next_pow2(gen.O), max(1, 4096 // sp))
+    block_o = meta["BLOCK_O"] if full else min(next_pow2(rows), max(1, 4096 // sp))
     lines = comb.top.lines
     big = ".to(tl.int64)" if comb.big else ""
-    lines += [f"ro = (tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]){big}", f"rmask = ro < {gen.O}",
+    start = "row0 + " if group else ""
+    lines += [f"ro = ({start}tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]){big}", f"rmask = ro < {gen.O}",
               "pid_s = tl.program_id(1)", f"rs = tl.arange(0, {sp})[None, :]", f"pm = rmask & (rs < {split})"]
     it = iter(parts)
 
@@ -325,12 +337,25 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     lines.append("first = rmask & ((ro * 0 + pid_s) == 0)")
     store_lines(comb, red, "first")
     meta_b = ["BLOCK_O", "BLOCK_R"] if full else ["BLOCK_O"]
-    second_src = kernel_header(name + "_final", comb, meta_b) + _indent(lines)
-    launch_b = Launch(name + "_final", (math.ceil(gen.O / block_o), split if full else 1), list(comb.ptrs),
+    second_src = kernel_header(name + "_final", comb, meta_b, extra) + _indent(lines)
+    launch_b = Launch(name + "_final", (math.ceil(rows / block_o), split if full else 1), list(comb.ptrs),
                       {"BLOCK_O": block_o, **({"BLOCK_R": meta["BLOCK_R"]} if full else {})},
                       p.get("num_warps", 4) if full else 4, 1)
     temps = {buf: ((gen.O, split), torch.float32) for buf, _ in parts}
     return KernelCode("\n".join(first_src) + "\n\n\n" + "\n".join(second_src), [launch_a, launch_b], temps)
+
+
+def _row_groups(code: KernelCode, rows: int, group: int) -> KernelCode:
+    """`code`'s launches (each taking a row0 argument) run on the host once per group of `group` rows, so the
+    rows that one pass reads are still in L2 when the next pass reads them: a bounded working set."""
+    fields: dict[str, str] = {}
+    lines = [f"for row0 in range(0, {rows}, {group}):"]
+    for launch in code.launches:
+        args = ", ".join("{" + fields.setdefault(a, f"a{len(fields)}") + "}" for a in launch.args)
+        meta = ", ".join(f"{k}={v}" for k, v in launch.meta.items())
+        lines.append(f"    {launch.kernel}[{launch.grid}]({args}, row0, {meta}, num_warps={launch.num_warps}, "
+                     f"num_stages={launch.num_stages})")
+    return KernelCode(code.source, [], code.temps, host=lines, host_args=fields)
 
 
 def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:

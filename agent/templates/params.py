@@ -3,7 +3,8 @@
 how many programs run.
 
   flat  BLOCK, num_warps
-  row   mode (one_pass | looped), BLOCK_O rows per program, BLOCK_R, num_warps, num_stages, SPLIT
+  row   mode (one_pass | looped), BLOCK_O rows per program, BLOCK_R, num_warps, num_stages, SPLIT programs per
+        row and GROUP rows per launch of a split (0: all), pass fusions online, welford, fold, and tail_first
   col   BLOCK_I, BLOCK_R, num_warps, num_stages
   gemm  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages (+ SPLIT_K, impl, precision at plan level, and
         operands, input or fp32, where bf16/fp16 operands meet tl.dot: base.default_operands)
@@ -17,11 +18,14 @@ import math
 from agent.templates.attention_kernel import attention_dims
 from agent.templates.codegen import next_pow2
 from agent.templates.implicit_gemm import gemm_dims
+from agent.templates.ir import Leaf
+from agent.templates.fold import fold_sums, foldable
 from agent.templates.kernels import reduction_stages, online_pairs, welford_pairs
 from agent.templates.schedule import Kernel
 
 SMS = 132
 SMEM_BYTES = 227 * 1024
+L2_BYTES = 50 * 2**20
 ONE_PASS_MAX = 32768  # widest row a program holds in registers
 POW2 = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
 
@@ -38,11 +42,13 @@ def sizes(kernel: Kernel) -> tuple[int, int, int]:
 
 
 def splittable(kernel: Kernel, p: dict | None = None) -> bool:
-    """Row reductions that fit one pass once online-softmax and Welford pairs share it (no reduction reads
-    another's result otherwise): SPLIT programs may share a row. `p` may turn either fusion off."""
+    """Row reductions that fit one pass once online-softmax and Welford pairs share it and selected sums are
+    folded into it (no reduction reads another's result otherwise): SPLIT programs may share a row. `p` may
+    turn any of these fusions off."""
     p = p or {}
     if kernel.layout != "row" or kernel.scan_reverse is not None:
         return False
+    kernel = fold_sums(kernel) if p.get("fold", 1) else kernel
     reduces = [m for m in kernel.nodes if m.op == "reduce"]
     if not reduces or any(r.fn not in ("sum", "max", "min") for r in reduces):
         return False
@@ -90,6 +96,8 @@ def kernel_default(kernel: Kernel) -> dict:
             p["online"] = 1
         if r > 256 and welford_pairs(kernel):
             p["welford"] = 1
+        if r > 256 and foldable(kernel):
+            p["fold"] = 1
         if r > 256 and _rewrites_row(kernel):
             p["tail_first"] = 1
         if splittable(kernel) and o < 4 * SMS and r >= 65536:  # too few rows to fill the GPU
@@ -131,15 +139,27 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
                  "num_warps": [1, 2, 4, 8, 16, 32], "num_stages": [1, 2, 3]}
         if splittable(kernel) and r >= 16384:
             space["SPLIT"] = [1, 8, 32, 128, 512, 2048]
+            space["GROUP"] = [0] + l2_groups(kernel)
         if "looped" in space["mode"] and online_pairs(kernel):  # pass-fusion choices matter only when looping
             space["online"] = [1, 0]
         if "looped" in space["mode"] and welford_pairs(kernel):
             space["welford"] = [1, 2, 0]  # pivoted sums, per-lane Welford, off (a separate variance pass)
         if "looped" in space["mode"] and _rewrites_row(kernel):
             space["tail_first"] = [1, 0]
+        if "looped" in space["mode"] and foldable(kernel):
+            space["fold"] = [1, 0]
         return space
     return {"BLOCK_I": [b for b in POW2 if 16 <= b <= max(16, min(1024, next_pow2(i)))],
             "BLOCK_R": [b for b in POW2 if b <= min(256, rp)], "num_warps": [1, 2, 4, 8, 16], "num_stages": [1, 2, 3]}
+
+
+def l2_groups(kernel: Kernel) -> list[int]:
+    """Rows per launch of a split (GROUP) whose rows take a quarter to half of L2, so the combining kernel's
+    second read of a group's rows comes from L2; none where all rows fit already."""
+    o, r, _ = sizes(kernel)
+    item = max([a.dtype.itemsize for m in kernel.nodes for a in m.args
+                if isinstance(a, Leaf) and a.kind == "tensor" and a.dtype.is_floating_point] or [4])
+    return [g for g in POW2 if g < o and L2_BYTES // 4 <= g * r * item <= L2_BYTES // 2]
 
 
 def _rewrites_row(kernel: Kernel) -> bool:
@@ -182,6 +202,10 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             return "SPLIT needs row reductions that can share one pass"
         if p.get("SPLIT", 1) > 1 and 2 * math.ceil(r / p["SPLIT"]) < min(p.get("BLOCK_R", 1024), rp):
             return "each split would hold less than half a block"
+        if p.get("GROUP") and p.get("SPLIT", 1) == 1:
+            return "GROUP launches the rows of a split in groups; it needs SPLIT > 1"
+        if p.get("GROUP") and p["GROUP"] % min(p.get("BLOCK_O", 1), next_pow2(o)):
+            return "GROUP must be a multiple of BLOCK_O"
     if layout == "plane" and p.get("BLOCK_H", 8) * p.get("BLOCK_W", 64) > 8192:
         return "the tile holds more than 8192 outputs"
     if layout == "col" and p.get("BLOCK_I", 64) * p.get("BLOCK_R", 32) > 65536:

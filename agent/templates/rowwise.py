@@ -1,13 +1,16 @@
 """Row-reduction template: reductions over a tensor's innermost axes with their prologue and epilogue
 fused: softmax, log-softmax, logsumexp, layer/RMS/group/instance norm, L2 normalization, losses
 (cross-entropy, MSE, Huber, KL, cosine), sums/means/max/argmax over the last axis, and matrix-vector
-products. A row that fits a block is read once (one_pass); wider rows loop per reduction stage (looped);
-few long rows split over SPLIT programs per row plus a combine kernel."""
+products. A row that fits a block is read once (one_pass); wider rows loop per reduction stage (looped), with
+online softmax, one-pass mean/variance and a selected sum (cross-entropy's target) folded into the first
+pass; long rows split over SPLIT programs per row plus a combine kernel, GROUP rows at a time so that the
+combine's second read of a group comes from L2."""
 from __future__ import annotations
 
 from agent.analysis import TaskAnalysis
 from agent.templates import base
-from agent.templates.params import kernel_invalid
+from agent.templates.codegen import next_pow2
+from agent.templates.params import SMS, kernel_invalid, l2_groups, sizes
 
 NAME = "rowwise"
 FAMILIES = ("softmax", "norm", "reduction", "argreduce", "loss", "matvec")
@@ -27,7 +30,8 @@ def default(analysis: TaskAnalysis) -> dict:
 
 
 def variants(analysis: TaskAnalysis) -> list[dict]:
-    """The default, the other row strategy (one-pass vs looped), and split rows where they apply."""
+    """The default, the other row strategy (one-pass vs looped), split rows where they apply, and, where the
+    rows of a two-pass kernel outgrow L2, a split run in groups of rows that fit it."""
     d = default(analysis)
     main = base.plan(analysis).main
     out = [d]
@@ -38,6 +42,13 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     if d.get("welford"):
         out.append({**d, "welford": 2})
     out.append(other)
+    groups = l2_groups(main) if "GROUP" in space(analysis) and d["mode"] == "looped" else []
+    if groups and any(main.level[m] == "full" for m in main.stores):
+        group = groups[-1]
+        split = min(2048, max(8, next_pow2(-(-4 * SMS // group))))
+        while split > 8 and 2 * -(-sizes(main)[1] // split) < 4096:  # each split at least half a block
+            split //= 2
+        out.append({**d, "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "SPLIT": split, "GROUP": group})
     return [p for p in out if kernel_invalid(main, p) is None]
 
 

@@ -1,0 +1,115 @@
+"""The reduction variants of issue 19 in the Triton interpreter, at small irregular shapes: rows split over
+several programs with a remainder (the last split shorter than the others, the last group of rows shorter
+than GROUP), a combine across programs (online softmax, Welford and plain partials), cross-entropy's target
+folded into its single read, and a row-reduction epilogue over a declared vendor GEMM."""
+import re
+from pathlib import Path
+
+import pytest
+
+from agent.analysis import analyze
+from agent.templates import BY_NAME, base
+from agent.templates.fold import foldable
+from agent.templates.params import L2_BYTES, l2_groups
+from tools.rules import check_source
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def check(task: str, template: str, params: dict, runner) -> str:
+    """The candidate for these parameters (over the template's defaults), run against the task."""
+    a = analyze(str(FIXTURES / f"{task}.py"), small=True)
+    t = BY_NAME[template]
+    p = {**t.default(a), **params}
+    assert base.invalid(a, p) is None, base.invalid(a, p)
+    source = t.render(a, p)
+    assert check_source(source, (FIXTURES / f"{task}.py").read_text()) is None
+    out = runner.run(FIXTURES / f"{task}.py", source)
+    assert out["error"] is None, out["error"]
+    assert all(e <= 1e-4 for e in out["rel_errors"]) and all(out["exact"]), out
+    return source
+
+
+def _row_loops(source: str, kernel: str) -> int:
+    """How many chunk loops the @triton.jit function `kernel` runs over its row."""
+    body = source.split(f"def {kernel}(", 1)[1].split("@triton.jit", 1)[0].split("class ModelNew", 1)[0]
+    return body.count("for r0 in range(") + body.count("for it in range(")
+
+
+@pytest.mark.parametrize("params, loops", [
+    ({"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "fold": 1}, 1),  # max, sum of exp and the target: one read
+    ({"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "fold": 0}, 2),  # the target's pick re-reads the row
+    ({"mode": "looped", "BLOCK_R": 128, "online": 0, "fold": 1}, 2),  # the max first, then the rest
+])
+def test_cross_entropy_reads_its_logits_once(params, loops, runner):
+    source = check("var_cross_entropy", "rowwise", params, runner)
+    assert _row_loops(source, "_row_kernel0") == loops
+
+
+def test_the_fold_is_offered_where_a_selected_sum_follows_the_row_statistics():
+    ce = analyze(str(FIXTURES / "var_cross_entropy.py"), small=True)
+    assert BY_NAME["rowwise"].space(ce)["fold"] == [1, 0] and BY_NAME["rowwise"].default(ce)["fold"] == 1
+    assert len(foldable(base.plan(ce).main)) == 1
+    softmax = analyze(str(FIXTURES / "var_softmax_rows.py"), small=True)
+    assert "fold" not in BY_NAME["rowwise"].space(softmax) and not foldable(base.plan(softmax).main)
+
+
+@pytest.mark.parametrize("task, params", [
+    # 1000 logits in 8 splits of 128 (the last one 104), a combine of online-softmax states and folded sums
+    ("var_cross_entropy", {"mode": "looped", "BLOCK_R": 64, "BLOCK_O": 1, "SPLIT": 8}),
+    # the same in groups of 4 rows: 7 rows launch as 4 and 3
+    ("var_cross_entropy", {"mode": "looped", "BLOCK_R": 64, "BLOCK_O": 2, "SPLIT": 8, "GROUP": 4}),
+    # 1500 elements in 4 splits of 384 (the last 348), 11 rows in groups of 4, 4 and 3
+    ("var_softmax_rows", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "SPLIT": 4}),
+    ("var_softmax_rows", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "SPLIT": 4, "GROUP": 4}),
+    ("var_softmax_rows", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "SPLIT": 4, "GROUP": 8, "online": 1,
+                          "tail_first": 1}),
+    # layer norm, rows of mean 30: pivoted sums and per-lane Welford states merged across programs
+    ("var_layer_norm", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "SPLIT": 3, "welford": 1}),
+    ("var_layer_norm", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "SPLIT": 5, "GROUP": 2, "welford": 2}),
+])
+def test_split_rows_with_a_remainder_combine_across_programs(task, params, runner):
+    source = check(task, "rowwise", params, runner)
+    assert "pid_s = tl.program_id(1)" in source and "_row_kernel0_final[(" in source
+    rows = {"var_cross_entropy": 7, "var_softmax_rows": 11, "var_layer_norm": 9}[task]
+    if params.get("GROUP"):  # one host loop launching both kernels per group of rows
+        assert f"for row0 in range(0, {rows}, {params['GROUP']}):" in source
+        assert re.search(r"_row_kernel0\[\(\d+, \d+\)\]\(.*row0, BLOCK_O=", source)
+    else:
+        assert "row0" not in source
+
+
+def test_one_pass_online_forms_in_a_looped_row(runner):
+    """Online softmax (running max and rescaled sum) and one-pass mean/variance read the row once for the
+    statistics, once more to write."""
+    softmax = check("var_softmax_rows", "rowwise", {"mode": "looped", "BLOCK_R": 256, "online": 1}, runner)
+    assert _row_loops(softmax, "_row_kernel0") == 2  # softmax's and log-softmax's statistics, then the write
+    for welford in (1, 2):
+        norm = check("var_layer_norm", "rowwise", {"mode": "looped", "BLOCK_R": 256, "welford": welford}, runner)
+        assert _row_loops(norm, "_row_kernel0") == 2
+
+
+@pytest.mark.parametrize("params", [{"impl": "torch"}, {"impl": "triton", "BLOCK_M": 16, "BLOCK_N": 64}])
+def test_a_row_norm_epilogue_over_a_gemm(params, runner):
+    """Swish and an RMS norm over each output row of a Linear: with impl "torch" the product is the declared
+    vendor GEMM and the rest one Triton row kernel reading its buffer."""
+    source = check("var_gemm_rownorm", "gemm", params, runner)
+    vendor = params["impl"] == "torch"
+    assert ("KERNELWRIGHT_TORCH_OPS = ['aten.mm']" in source) == vendor and ("torch.mm(" in source) == vendor
+    assert "_row_kernel1[(" in source and ("_gemm_kernel0" in source) != vendor
+
+
+def test_groups_bound_the_working_set_to_l2():
+    """At full size, a split's GROUP choices keep each group's rows within a quarter to a half of L2, the
+    rowwise template proposes one, and GROUP needs a split whose row blocks it holds whole."""
+    a = analyze(str(FIXTURES / "tpl_softmax_param.py"), small=False, shapes={"batch": 4096, "dim": 393216})
+    t = BY_NAME["rowwise"]
+    space = t.space(a)
+    assert space["GROUP"][0] == 0 and space["GROUP"][1:] == l2_groups(base.plan(a).main) == [16]
+    assert all(L2_BYTES / 4 <= g * 393216 * 4 <= L2_BYTES / 2 for g in space["GROUP"][1:])
+    grouped = [p for p in t.variants(a) if p.get("GROUP")]
+    assert grouped and all(base.invalid(a, p) is None for p in grouped)
+    d = t.default(a)
+    assert "SPLIT" in base.invalid(a, {**d, "GROUP": 16})
+    assert "multiple of BLOCK_O" in base.invalid(a, {**d, "mode": "looped", "BLOCK_R": 4096, "SPLIT": 32,
+                                                     "GROUP": 2, "BLOCK_O": 4, "num_warps": 8})

@@ -8,6 +8,8 @@ from pathlib import Path
 from tools.results import MAX_DEEP_SETS, VERIFIED_ON, EvalJob, EvalResult, TaskSpec
 from tools.task import TaskError, check_spec
 
+KERNELS_SHOWN = 10  # the largest kernels eval lists by device time
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
@@ -81,6 +83,13 @@ def summary(r: EvalResult) -> str:
                      f"floor/candidate {t.floor_fraction or 0:.2f}")
         if t.compile_error:
             lines.append(f"torch.compile gave no time: {t.compile_error}")
+    if r.kernel_ms:
+        total = sum(r.kernel_ms.values())
+        lines.append(f"device time by kernel (one profiled forward, {total:.4f} ms in all):")
+        lines += [f"  {ms:10.4f} ms  {ms / total if total else 0:6.1%}  {name[:100]}"
+                  for name, ms in list(r.kernel_ms.items())[:KERNELS_SHOWN]]
+        if len(r.kernel_ms) > KERNELS_SHOWN:
+            lines.append(f"  ... and {len(r.kernel_ms) - KERNELS_SHOWN} more")
     if r.torch_ops:
         lines.append(f"kept in PyTorch (declared): {', '.join(r.torch_ops)}")
     if r.compile:

@@ -1,6 +1,7 @@
 """What only a GPU shows, checked by tools/verify.py after the trials of every GPU evaluation:
 
-    check_activity(setup, inputs)     # the device's own activity trace of one forward: only the candidate's work
+    times = check_activity(setup, inputs)   # the device's own activity trace of one forward: only the
+                                            # candidate's work; returns each kernel's device time in it
     check_repeatable(setup, inputs)   # two runs on the same inputs agree within the tolerance: no races
 
 The activity trace is read from below Python (CUPTI, through the PyTorch profiler), so no hook, dispatch mode or
@@ -31,18 +32,35 @@ class DeviceWork:
     name: str
     kind: str  # "kernel", "memcpy", "memset"
     ops: tuple[tuple[str, str], ...] = ()
+    us: float = 0.0  # its time on the device
 
 
-def check_activity(setup, inputs: list) -> None:
-    """One forward of the candidate under the profiler; raises Failed('rejected') for foreign GPU work."""
+def check_activity(setup, inputs: list) -> dict[str, float]:
+    """One forward of the candidate under the profiler; raises Failed('rejected') for foreign GPU work, else
+    returns the device time of each kernel in that forward (kernel_times)."""
     triton = {name for launch in setup.launches.first.values() for name in (launch.name, _compiled_name(launch))}
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], **_overload_names()) as prof:
         with torch.no_grad():
             setup.candidate(*inputs)
         torch.cuda.synchronize()
-    problem = judge_activity(activity(prof.events()), triton - {""}, setup.declared_ops)
+    work = activity(prof.events())
+    problem = judge_activity(work, triton - {""}, setup.declared_ops)
     if problem:
         raise Failed("rejected", problem)
+    return kernel_times(work, triton)
+
+
+def kernel_times(work: list[DeviceWork], triton: set[str]) -> dict[str, float]:
+    """Milliseconds on the device per kernel of one forward, the largest first: a Triton kernel under its name
+    (summed over its launches), a vendor op's kernels under the op ("aten::convolution"), the rest (fills,
+    copies) as "other". Where a network's time goes, for a person and for the search."""
+    times: dict[str, float] = {}
+    for w in work:
+        ops = [op for op, _ in w.ops if "::" in op]
+        key = w.name if w.name in triton else ops[-1] if w.kind == "kernel" and ops and ops[0] not in LAYOUT_OPS \
+            else "other"
+        times[key] = times.get(key, 0.0) + w.us / 1e3
+    return dict(sorted(times.items(), key=lambda kv: -kv[1]))
 
 
 def judge_activity(work: list[DeviceWork], triton: set[str], declared: list[str]) -> str | None:
@@ -87,7 +105,7 @@ def activity(events) -> list[DeviceWork]:
                     <= c.time_range.start and c.time_range.end <= op.time_range.end]
             chain = _chain(max(held, key=lambda op: op.time_range.start)) if held else chain
         kind = "memcpy" if e.name.startswith("Memcpy") else "memset" if e.name.startswith("Memset") else "kernel"
-        work.append(DeviceWork(e.name, kind, chain))
+        work.append(DeviceWork(e.name, kind, chain, e.time_range.end - e.time_range.start))
     return work
 
 

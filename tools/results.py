@@ -137,6 +137,8 @@ class EvalResult:
     seconds: float = 0.0  # the whole evaluation, as the caller saw it
     phase_seconds: dict[str, float] = field(default_factory=dict)  # setup, verify, profile, ... in the worker
     host: str = ""  # where a cluster ran it: "HOST" or "HOST GPU N" (tools/cluster.py); "" on this machine
+    kernel_ms: dict[str, float] = field(default_factory=dict)  # a correct kernel on a GPU: each kernel's device
+    # time in one profiled forward, the largest first (tools/gpu_checks.py: kernel_times); empty on a CPU
 
     @property
     def correct(self) -> bool:

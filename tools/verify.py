@@ -49,6 +49,8 @@ class Checked:
     reference_ops: list[str] = field(default_factory=list)
     seed: int = 0  # the trial seed this evaluation drew
     widen: str = ""  # the widening of tools/inputs.py the task needed to tell a constant apart, if any
+    kernel_ms: dict[str, float] = field(default_factory=dict)  # on a GPU: each kernel's device time in one
+    # forward under the profiler (tools/gpu_checks.py: kernel_times), the largest first
 
 
 @dataclass
@@ -91,7 +93,7 @@ def verify(setup: Setup, trials: int, seed: int | None = None) -> Checked:
         draw = trial_draw(checked.seed, 0, setup.scale_inputs, checked.widen)
         try:
             inputs = make_inputs(setup, draw)
-            check_activity(setup, inputs)
+            checked.kernel_ms = check_activity(setup, inputs)
             check_repeatable(setup, inputs)
         except Failed as e:
             raise e.reworded(f"{str(e).rstrip('.')} ({draw.describe()}; trial seed {checked.seed}).") from None

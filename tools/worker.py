@@ -129,7 +129,8 @@ def evaluate_here(job, watch=None):
         "" if on_gpu else f"; an interpreter verdict ({VERIFIED_ON['interpreter']})") + "."
     return EvalResult("correct", reason, timing=timing, compile=info, max_abs_err=checked.max_abs_err,
                       rel_err=checked.rel_err, own_rel_err=checked.own_rel_err, torch_ops=checked.torch_ops,
-                      suspicious=suspicious, deep=deep, baselines=baselines, phase_seconds=phases, **base)
+                      suspicious=suspicious, deep=deep, baselines=baselines, phase_seconds=phases,
+                      kernel_ms=checked.kernel_ms, **base)
 
 
 def _stopwatch():

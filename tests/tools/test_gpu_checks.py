@@ -14,7 +14,7 @@ import torch
 from torch.autograd import DeviceType
 
 from tools.compare import TOLERANCES, Failed
-from tools.gpu_checks import DeviceWork, check_repeatable, judge_activity
+from tools.gpu_checks import DeviceWork, check_repeatable, judge_activity, kernel_times
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TRITON = {"softmax_kernel"}
@@ -155,3 +155,27 @@ def test_gpu_trace_sees_work_the_python_recorders_miss():
     with pytest.raises(Failed) as e:
         check_activity(setup, inputs)
     assert e.value.verdict == "rejected" and "the GPU ran" in str(e.value)
+
+
+def test_device_time_by_kernel():
+    """One forward's device time per kernel: Triton kernels by name over their launches, a vendor op's kernels
+    under the outermost op that launched them, fills and copies as "other"; the largest first."""
+    work = [DeviceWork("softmax_kernel", "kernel", (), us=300.0),
+            DeviceWork(GEMM, "kernel", (("aten::mm", "default"), ("aten::linear", "default")), us=900.0),
+            DeviceWork("softmax_kernel", "kernel", (), us=200.0),
+            DeviceWork("vectorized_elementwise_kernel<FillFunctor>", "kernel",
+                       (("aten::fill_", "Scalar"), ("aten::zero_", "default")), us=5.0),
+            DeviceWork("Memcpy DtoD (Device -> Device)", "memcpy", (("aten::copy_", ""),), us=15.0)]
+    times = kernel_times(work, TRITON)
+    assert times == {"aten::linear": 0.9, "softmax_kernel": 0.5, "other": 0.02}
+    assert list(times) == ["aten::linear", "softmax_kernel", "other"]
+
+
+def test_eval_lists_the_kernels_by_device_time():
+    from tools.cli_eval import summary
+    from tools.results import EvalResult
+    r = EvalResult("correct", "Correct on every trial.", kernel_ms={f"k{i}": 12.0 - i for i in range(12)})
+    text = summary(r)
+    assert "device time by kernel (one profiled forward, 78.0000 ms in all):" in text
+    assert "    12.0000 ms   15.4%  k0" in text and "k9" in text and "k10" not in text
+    assert "... and 2 more" in text

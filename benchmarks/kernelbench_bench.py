@@ -5,7 +5,7 @@ done, the share with a verified kernel, the geomean speedups over eager and over
 better of its kernel and eager PyTorch), best/floor, and an audit of every task without a kernel: its best
 candidate's verdict, that candidate's relative error against the golden run (fp32 for a bf16 or fp16 task) next to
 PyTorch's own, and the reason; a candidate within the rule's bound in norm that was still refused is marked as
-a possible false negative. OUT/summary.md gets the same tables.
+a possible false negative. OUT/summary.md gets the same tables, OUT/tasks.md one row per finished task.
 
     python benchmarks/kernelbench_bench.py --out OUT [--kernelbench ../shared/kernelbench] [--levels 1,2,3]
         [--budget 4] [--max-seconds 480] [--time-limit 300] [--tasks-per-level N] [--glob '*Conv*'] [--no-knowledge]
@@ -81,7 +81,8 @@ def main() -> int:
     text = markdown([summarize_level(out / level, len(files), args.dtype) for level, files in chosen.items()])
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.md").write_text(text)
-    print(text)
+    (out / "tasks.md").write_text("".join(task_table(out / level) for level in chosen))
+    print(text + f"\nEvery finished task, one row each: {out / 'tasks.md'}")
     return 0
 
 
@@ -290,6 +291,30 @@ def markdown(levels: list[LevelSummary]) -> str:
             lines += [f"| {m.task}{' **possible false negative**' if m.suspect else ''} | {m.verdict} | "
                       f"{_e(m.rel_err)} | {_e(m.own_rel_err)} | {_cell(m.reason or m.why)} |" for m in s.missing]
     return "\n".join(lines) + "\n"
+
+
+def task_table(folder: Path) -> str:
+    """A level's finished tasks, one row each, as its results.json has them (\"\" before the level starts)."""
+    results = folder / "results.json"
+    if not results.is_file():
+        return ""
+    done = [t for t in json.loads(results.read_text())["tasks"] if t["status"] == "done"]
+    lines = [f"### {folder.name} ({len(done)} tasks)", "", "| task | verdict | eager ms | compile ms | kernel ms | "
+             "kernel vs eager | kernel vs compile | best/floor | kept | s |", "|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for t in done:
+        floor = t["best_ms"] / t["floor_ms"] if t.get("best_ms") and t.get("floor_ms") else None
+        lines.append(f"| {t['task']} | {t['verdict']} | {_ms(t.get('eager_ms'))} | {_ms(t.get('compile_ms'))} | "
+                     f"{_ms(t.get('best_ms'))} | {_r(t.get('speedup_vs_eager'))} | {_r(t.get('speedup_vs_compile'))} | "
+                     f"{_r(floor)} | {'kernel' if t.get('kept') else 'PyTorch'} | {t.get('seconds') or 0:.0f} |")
+    return "\n".join(lines) + "\n\n"
+
+
+def _ms(v: float | None) -> str:
+    return "–" if v is None else f"{v:.3f}"
+
+
+def _r(v: float | None) -> str:
+    return "–" if v is None else f"{v:.2f}x"
 
 
 def _x(v: float | None, s: LevelSummary) -> str:

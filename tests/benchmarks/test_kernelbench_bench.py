@@ -67,6 +67,10 @@ def test_table_from_a_real_batch(level, tmp_path, monkeypatch):
     assert "| level2 | float32 | 0/7 | – | – | – | – | – |" in text
     assert "level1: 1 task(s) without a kernel, 0 possible false negative(s)" in text
     assert "| 10_Sort_rows | none | – | – | the operators proposed nothing new" in text
+    rows = b.task_table(out / "level1").splitlines()
+    assert rows[0] == "### level1 (2 tasks)" and len(rows) == 7  # title, blank, header, rule, two tasks, blank
+    assert any(r.startswith("| 10_Sort_rows | none | – |") and r.endswith("| PyTorch | 0 |") for r in rows)
+    assert b.task_table(out / "level2") == ""
 
 
 # --- bf16: --dtype, best/floor and the audit, on fabricated run outputs ------------------------------------

@@ -10,6 +10,7 @@ pointwise ops (decomps.py), so one code generator covers them all.
 """
 from __future__ import annotations
 
+import copy
 import math
 import operator
 from dataclasses import dataclass, field
@@ -64,6 +65,15 @@ class Node(Value):
         return [a for a in self.args if isinstance(a, Value)]
 
 
+@dataclass(frozen=True)
+class Guard:
+    """A shape the candidate holds only at: a call where `base` has another shape runs the task's reference
+    instead (agent/templates/program.py renders the check and the warned fallback)."""
+    base: str  # host expression: a forward argument ("x") or model state ("self.linear.weight")
+    shape: tuple
+    why: str  # what relies on it, in words: "the shape it was generated for", a rewrite rule and its condition
+
+
 @dataclass
 class Program:
     nodes: list[Node]  # topological order
@@ -74,6 +84,8 @@ class Program:
     float_base: str | None  # a floating input whose dtype outputs take at run time
     rewrites: list[str] = field(default_factory=list)  # rules of agent/templates/rewrite.py that built it
     rewrite_refused: str = ""  # why a rewrite the cost model preferred was not built, in one sentence
+    rewrite_cost: tuple | None = None  # (before_s, after_s): the cost model's times of the original and this
+    guards: list[Guard] = field(default_factory=list)  # shapes of model state a rewrite relies on
 
 
 def contiguous_strides(shape) -> tuple:
@@ -138,7 +150,8 @@ def shift(leaf: Leaf, name: str, shape: tuple, lo: tuple) -> Leaf:
 
 def lower(analysis: TaskAnalysis) -> Program:
     """The task's IR, traced at the analysis's shapes with the template decompositions, then rewritten to
-    compute less where a rule of rewrite.py holds at those shapes and the cost model prefers it (cached)."""
+    compute less where a rule of rewrite.py holds at those shapes and the cost model prefers it (cached). An
+    analysis from `original(analysis)` lowers to the program as traced, with no rewrite."""
     from agent.templates.rewrite import rewrite
     cached = analysis.__dict__.get("_templates_program")
     if cached is not None:
@@ -154,10 +167,12 @@ def lower(analysis: TaskAnalysis) -> Program:
                               f"{str(e).splitlines()[0][:200] if str(e) else ''}).") from None
         program, refused = None, ""
         try:  # the graph rewritten to compute less (rewrite.py), when the cost model prefers it and it builds
-            found = rewrite(traced, analysis.arch)
+            found = None if is_original(analysis) else rewrite(traced, analysis.arch)
             if found is not None:
                 program = _Builder(found.traced, analysis.module).build()
                 program.rewrites = list(found.rules)
+                program.rewrite_cost = (found.before_s, found.after_s)
+                program.guards = list(found.guards)
         except Exception as e:  # the original graph is lowered instead; the candidates' notes say why
             first = str(e).splitlines()[0][:150] if str(e) else ""
             refused = f"the rewritten program was not used ({type(e).__name__}: {first})"
@@ -169,6 +184,32 @@ def lower(analysis: TaskAnalysis) -> Program:
         raise
     analysis.__dict__["_templates_program"] = program
     return program
+
+
+def original(analysis: TaskAnalysis) -> TaskAnalysis:
+    """The same analysis, but one that lowers to the program as traced (no rewrite), so the search can offer the
+    rewritten program and the original side by side (cached on `analysis`)."""
+    view = analysis.__dict__.get("_templates_original")
+    if view is None:
+        view = copy.copy(analysis)
+        for key in [k for k in view.__dict__ if k.startswith("_templates")]:  # the rewritten program's caches
+            view.__dict__.pop(key)
+        view.__dict__["_templates_rewrite"] = False
+        analysis.__dict__["_templates_original"] = view
+    return view
+
+
+def is_original(analysis: TaskAnalysis) -> bool:
+    """Whether an analysis comes from `original` (lowers with no rewrite)."""
+    return analysis.__dict__.get("_templates_rewrite") is False
+
+
+def placeholder_bases(traced) -> dict[str, str]:
+    """The host expression each placeholder of a traced graph is read from: the forward argument ("x") or the
+    model state ("self.linear.weight"), by placeholder name."""
+    placeholders = [n for n in traced.gm.graph.nodes if n.op == "placeholder"]
+    return {ph.name: (traced.access(name) if role != "input" else name)
+            for (role, name), ph in zip(traced.roles, placeholders)}
 
 
 def _val(node):

@@ -1,8 +1,14 @@
 """A complete candidate file from a scheduled program: the task's source verbatim (so ModelNew inherits
 Model's constructor and parameters), the generated @triton.jit kernels, and `class ModelNew(Model)` whose
-forward checks the input shapes it was generated for, allocates outputs and launches the kernels. The
-forward runs no torch compute: only .contiguous(), .detach(), torch.empty and, for the "torch" GEMM
-variant, torch.mm/bmm declared in KERNELWRIGHT_TORCH_OPS.
+forward checks its guards, allocates outputs and launches the kernels. The forward runs no torch compute:
+only .contiguous(), .detach(), torch.empty and, for the "torch" GEMM variant, torch.mm/bmm declared in
+KERNELWRIGHT_TORCH_OPS.
+
+Guards are the shapes the kernels hold at: every tensor input's (the shape it was generated for) and the
+model state a rewrite relies on (ir.Guard). A call that breaks one takes the fallback: the task's own forward
+(Model's, the reference), with one warning per broken guard through `warnings`; never a wrong answer, never
+an error. The evaluator calls a candidate only at the shapes it was generated for, and would reject the
+fallback's PyTorch compute if it ever ran there.
 """
 from __future__ import annotations
 
@@ -67,11 +73,12 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     tensor_inputs = [b for b in inputs if b in program.arg_names]
     device = tensor_inputs[0] if tensor_inputs else _local(next(iter(program.bases)))
     body = []
-    for b in tensor_inputs:
-        shape = tuple(program.bases[b].shape)
-        body += [f"if tuple({b}.shape) != {shape}:",
-                 f"    raise ValueError(f\"this candidate was generated for {b} of shape {shape}, got {{tuple({b}.shape)}}\")",
-                 f"{b} = {b}.contiguous()"]
+    call = ", ".join(program.arg_names)
+    for base, shape, why in guards(program, tensor_inputs):
+        body += [f"if tuple({base}.shape) != {shape}:",
+                 f"    _kw_fallback({f'{base} of shape {shape} ({why})'!r})",
+                 f"    return super().forward({call})"]
+    body += [f"{b} = {b}.contiguous()" for b in tensor_inputs]
     used = {a for c in codes if c for launch in c.launches for a in launch.args}
     used |= {base for c in codes if c for base in c.host_args}
     used |= {leaf.base for k in kernels if k.kind == "torch_gemm" for leaf in k.nodes[0].args}
@@ -104,14 +111,41 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     names = [buffers[o] for o in program.outputs]
     body.append(f"return {_render_tree(torch.utils._pytree.tree_unflatten(names, program.out_tree))}")
     signature = ", ".join(["self"] + program.arg_names)
-    lines = [task_source.rstrip(), "", "", header, "import torch", "import triton", "import triton.language as tl", ""]
+    lines = [task_source.rstrip(), "", "", header, "import warnings", "", "import torch", "import triton",
+             "import triton.language as tl", ""]
     if torch_ops:
         lines += [f"KERNELWRIGHT_TORCH_OPS = {sorted(set(torch_ops))!r}", ""]
+    lines += [FALLBACK]
     for h in helpers:
         lines += ["", h]
     lines += ["", sources, "", "", "class ModelNew(Model):", f"    def forward({signature}):"]
     lines += ["        " + line for line in body]
     return "\n".join(lines) + "\n"
+
+
+FALLBACK = '''_kw_warned = []  # the guards broken so far, each said once
+
+
+def _kw_fallback(guard):
+    """A call outside the shapes the kernels were generated for: the caller runs the task's reference instead."""
+    if guard not in _kw_warned:
+        _kw_warned.append(guard)
+        warnings.warn("kernelwright candidate: the Triton kernels need " + guard + "; this call breaks that, so it "
+                      "runs the task's PyTorch reference instead (said once per guard).", stacklevel=3)
+'''
+
+
+def guards(program: Program, tensor_inputs: list[str]) -> list[tuple[str, tuple, str]]:
+    """(host expression, shape, why) per guarded tensor: each tensor input at the shape it was generated for,
+    then the model state the program's rewrites rely on (ir.Guard); one entry per tensor, its reasons joined."""
+    out: dict[str, tuple[tuple, list[str]]] = {b: (tuple(program.bases[b].shape), ["the shape it was generated for"])
+                                               for b in tensor_inputs}
+    for g in program.guards:
+        shape, why = out.setdefault(g.base, (tuple(g.shape), []))
+        if tuple(g.shape) != shape:
+            raise ValueError(f"Two guards on {g.base} disagree: {shape} and {tuple(g.shape)}.")
+        why.append(g.why)
+    return [(base, shape, "; ".join(why)) for base, (shape, why) in out.items()]
 
 
 def _shared(codes: list[KernelCode | None], kernels: list[Kernel]) -> list[str]:

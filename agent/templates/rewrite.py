@@ -6,8 +6,10 @@ Rules are data (RULES): a name, a family, the condition it relies on, and a func
 node and returns the node that replaces it (emitted into the graph just before it), or None. The pass
 applies them until none fires, then keeps the result only if the cost model (the per-op FLOPs and bytes of
 agent/analysis.py at the arch's peaks, each op at its roofline) says it is cheaper. Every rule reads the
-shapes the task was traced at; the candidate checks its input shapes at run time, so a rule that holds
-because a dimension is 1 is only ever used at those shapes. Derived weights (W summed over its rows) are
+shapes the task was traced at. A rule that holds only because of a shape (a dimension of size 1) is
+`guarded`: the shapes of the inputs and model state its node is computed from become the program's guards
+(ir.Guard), which the candidate checks on every call, running the task's reference (with one warning) where
+one breaks; the candidate checks its input shapes the same way. Derived weights (W summed over its rows) are
 ops on the parameters inside the graph, so they become kernels and follow weight updates.
 """
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 from agent.analysis import PEAKS, Traced, _describe_ops, _kind
+from agent.templates.ir import Guard, placeholder_bases
 
 aten = torch.ops.aten
 MAX_PASSES = 8
@@ -33,6 +36,7 @@ class Rule:
     family: str  # linearity, size-1, structured, fold
     holds: str  # the condition the rewrite relies on, in words
     apply: Callable[[Node], Node | None]  # the replacement of a node (emitted before it), or None
+    guarded: bool = False  # holds only at the traced shapes: the shapes its node comes from become guards
 
 
 @dataclass
@@ -41,6 +45,7 @@ class Rewritten:
     rules: list[str]  # names of the rules that fired, in order of first firing
     before_s: float  # the cost model's time of the original graph
     after_s: float  # and of the rewritten one
+    guards: list[Guard] = dataclasses.field(default_factory=list)  # shapes the guarded rules rely on
 
     @property
     def gain(self) -> float:
@@ -298,8 +303,8 @@ def diagonal_matmul(node: Node) -> Node | None:
 
 
 RULES = [
-    Rule("reduce_over_ones", "size-1", "the reduced dims have size 1 at the traced shapes", reduce_over_ones),
-    Rule("max_over_ones", "size-1", "the reduced dim has size 1 at the traced shapes", max_over_ones),
+    Rule("reduce_over_ones", "size-1", "the reduced dims have size 1 at the traced shapes", reduce_over_ones, True),
+    Rule("max_over_ones", "size-1", "the reduced dim has size 1 at the traced shapes", max_over_ones, True),
     Rule("self_difference", "fold", "the value is finite", self_difference),
     Rule("constant_pointwise", "fold", "exact", constant_pointwise),
     Rule("neutral_operand", "fold", "exact", neutral_operand),
@@ -326,9 +331,11 @@ def cost_s(gm: GraphModule, arch: str = "sm_90") -> float:
                if o.kind not in ("view", "factory"))
 
 
-def apply_rules(gm: GraphModule, rules: list[Rule] = RULES) -> list[str]:
-    """Applies the rules to gm in place until none fires; returns the names of those that fired."""
+def apply_rules(gm: GraphModule, rules: list[Rule] = RULES) -> tuple[list[str], dict[str, list[str]]]:
+    """Applies the rules to gm in place until none fires. Returns the names of those that fired and, per
+    placeholder a guarded rule's node was computed from, the names of those rules."""
     fired: list[str] = []
+    guarded: dict[str, list[str]] = {}
     _GRAPH.append(gm.graph)
     try:
         for _ in range(MAX_PASSES):
@@ -341,6 +348,11 @@ def apply_rules(gm: GraphModule, rules: list[Rule] = RULES) -> list[str]:
                         new = rule.apply(node)
                     if new is None or not same_kind(new, node) or (feeds_output(node) and not computed(new)):
                         continue
+                    if rule.guarded:
+                        for name in placeholders_of(node):
+                            guarded.setdefault(name, [])
+                            if rule.name not in guarded[name]:
+                                guarded[name].append(rule.name)
                     node.replace_all_uses_with(new)
                     if rule.name not in fired:
                         fired.append(rule.name)
@@ -352,7 +364,21 @@ def apply_rules(gm: GraphModule, rules: list[Rule] = RULES) -> list[str]:
     finally:
         _GRAPH.pop()
     gm.recompile()
-    return fired
+    return fired, guarded
+
+
+def placeholders_of(node: Node) -> list[str]:
+    """The names of the placeholders (inputs and model state) a node is computed from."""
+    seen, stack, out = set(), [node], []
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "placeholder":
+            out.append(n.name)
+        stack.extend(n.all_input_nodes)
+    return sorted(out)
 
 
 def computed(node: Node) -> bool:
@@ -374,10 +400,18 @@ def rewrite(traced: Traced, arch: str = "sm_90", rules: list[Rule] = RULES) -> R
     """The traced program rewritten by `rules`, when one fired and the cost model says it is cheaper."""
     import copy
     gm = GraphModule(traced.gm, copy.deepcopy(traced.gm.graph))
-    fired = apply_rules(gm, rules)
+    fired, guarded = apply_rules(gm, rules)
     if not fired:
         return None
     before, after = cost_s(traced.gm, arch), cost_s(gm, arch)
     if after >= before:
         return None
-    return Rewritten(dataclasses.replace(traced, gm=gm), fired, before, after)
+    return Rewritten(dataclasses.replace(traced, gm=gm), fired, before, after, guards(traced, guarded, rules))
+
+
+def guards(traced: Traced, guarded: dict[str, list[str]], rules: list[Rule]) -> list[Guard]:
+    """A guard per placeholder a guarded rule relied on: its host expression, traced shape and the rules."""
+    bases, holds = placeholder_bases(traced), {r.name: r.holds for r in rules}
+    shapes = {n.name: tuple(_val(n).shape) for n in traced.gm.graph.nodes if n.op == "placeholder"}
+    return [Guard(bases[name], shapes[name], "; ".join(f"the rewrite {r} holds only where {holds[r]}" for r in names))
+            for name, names in guarded.items()]

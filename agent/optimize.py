@@ -8,7 +8,9 @@ Writes DIR/run.sqlite (every candidate, as it is evaluated), DIR/best.py (the fa
 a file `kernelwright eval` accepts), DIR/report.json, DIR/lineage.dot, and prints a short summary. When the
 fastest correct candidate is slower than eager PyTorch on the GPU, it says so plainly ("no faster kernel;
 keep PyTorch"): best.py opens with a comment line saying it is slower, and report.json has
-"slower_than_eager": true.
+"slower_than_eager": true. Where the rewrite pass changed the task's program (agent/templates/rewrite.py),
+report.json's "rewrite" holds its rules and guards, the cost model's predicted gain and the fastest correct
+candidate of the rewritten and of the original program; "rewrites" lists the rules the best kernel used.
 Exit codes: 0 a correct candidate was found (faster or not), 1 none was, 2 bad input (one sentence on
 stderr), 130 interrupted (everything evaluated is kept; resume with --resume DIR).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import sys
 import threading
@@ -315,6 +318,7 @@ def write_outputs(run: Run, out: Path, stop: str, chat: ChatClient | None) -> In
         "task": run.spec.path, "run": run_id, "device": run.task.device, "policy": run.config.policy,
         "stop_reason": stop, "budget": run.config.budget, "evaluated": sum(counts[v] for v in VERDICTS),
         "counts": counts, "best": summary_of_best, "slower_than_eager": slower, "rewrites": best_rewrites(run, best),
+        "rewrite": rewrite_summary(run, store.archive(run_id)),
         "failure": None if best is not None else common_failure(store.archive(run_id)), "config": run.config.to_json(),
         "llm": None if chat is None else {
             "model": chat.config.model, "url": chat.config.url, "retries": chat.retried,
@@ -329,12 +333,43 @@ def write_outputs(run: Run, out: Path, stop: str, chat: ChatClient | None) -> In
 
 def best_rewrites(run: Run, best: Individual | None) -> list[str]:
     """The rules (agent/templates/rewrite.py) that rewrote the program the best candidate was built from: a
-    template candidate's, from the task's lowering; empty for any other candidate or none."""
+    template candidate's own (its params' "rewrites"; a run from before they were recorded: the task's
+    lowering); empty for the original program, any other candidate or none."""
     if best is None or "template" not in best.params:
         return []
+    if "rewrites" in best.params:
+        return list(best.params["rewrites"])
     from agent.operators.template import analysis_of, lowered
     program = lowered(analysis_of(run.task))
     return list(program.rewrites) if program else []
+
+
+def rewrite_summary(run: Run, archive: list[Individual]) -> dict | None:
+    """What the rewrite pass did to the task's program, or None where it kept no rewrite: the rules and guards,
+    the cost model's times of the original and the rewritten program (before_s, after_s; the predicted gain is
+    their ratio), the fastest correct candidate built from each program with its measured time (a gain only
+    from GPU times), and floor_s, the original program's speed-of-light floor (agent/analysis.py): the floor
+    stays the original's, as the measured floor_ms does, so a kernel under it was rewritten."""
+    if not run.task.analysis:
+        return None
+    from agent.operators.template import analysis_of, lowered
+    analysis = analysis_of(run.task)
+    program = lowered(analysis)
+    if program is None or not program.rewrites:
+        return None
+    before, after = program.rewrite_cost
+    fastest = {}
+    for label, rewritten in (("rewritten", True), ("original", False)):
+        built = [i for i in archive if i.fitness > 0 and bool(i.params.get("rewrites")) == rewritten
+                 and "rewrites" in i.params]
+        if built:
+            i = max(built, key=lambda i: (i.fitness, -i.id))
+            fastest[label] = {"id": i.id, "ms": i.result.timing.ms, "interpreted": i.result.timing.interpreted}
+    both = len(fastest) == 2 and not any(f["interpreted"] for f in fastest.values())
+    return {"rules": list(program.rewrites), "guards": [dataclasses.asdict(g) for g in program.guards],
+            "predicted": {"before_s": before, "after_s": after, "gain": before / after},
+            "measured": {**fastest, "gain": fastest["original"]["ms"] / fastest["rewritten"]["ms"] if both else None},
+            "floor_s": analysis.floor_s}
 
 
 def best_summary(best: Individual | None) -> dict | None:
@@ -393,6 +428,22 @@ def summary(report: dict, out: Path) -> str:
                  f"{b['floor_fraction']:.0%} of the speed-of-light floor" if b.get("floor_fraction") else ""]
         lines.append(f"best: #{b['id']} ({b['operator']}), {b['ms']:.4g} ms on {b['device']}; "
                      + ", ".join(e for e in extra if e))
+    if report.get("rewrite"):
+        lines.append(rewrite_line(report["rewrite"], report.get("rewrites") or []))
     wrote = ["best.py"] if b is not None else []
     lines.append(f"wrote {', '.join(wrote + ['report.json', 'lineage.dot', 'run.sqlite'])} in {out}")
     return "\n".join(lines)
+
+
+def rewrite_line(rw: dict, used: list[str]) -> str:
+    """The summary's line on the rewrite pass: the rules, the predicted gain beside the measured times."""
+    line = (f"rewrite: {', '.join(rw['rules'])}; the cost model predicts {rw['predicted']['gain']:.3g}x less time "
+            f"than the original program")
+    m = rw["measured"]
+    built = [k for k in ("rewritten", "original") if k in m]
+    if built:
+        where = " in the Triton interpreter" if any(m[k]["interpreted"] for k in built) else ""
+        line += (f"; measured{where}: " + ", ".join(f"#{m[k]['id']} {k} {m[k]['ms']:.4g} ms" for k in built)
+                 + (f" ({m['gain']:.3g}x)" if m["gain"] else ""))
+    best = "uses it" if used else "is built from the original program"
+    return line + f"; the best kernel {best} (the floor stays the original program's)."

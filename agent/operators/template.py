@@ -4,7 +4,9 @@
     proposals = op.propose(task, parents=[], n=4)   # defaults first, then structural variants
 
 Each proposal's params are {"template": name, **parameters}, so ParamOperator can mutate it later. A task
-no template covers yields no proposals and `last_reason` says why.
+no template covers yields no proposals and `last_reason` says why. Where the rewrite pass changed the task's
+program (agent/templates/rewrite.py), the rewritten program and the original are both offered: each proposal's
+params then carry "rewrites", the rules its program used ([] for the original), and its note says them too.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import hashlib
 from agent.analysis import TaskAnalysis, analyze
 from agent.interfaces import Individual, Proposal, TaskContext
 from agent.templates import BY_NAME, base, matching, unsupported_reason
-from agent.templates.ir import Program, Unsupported, lower
+from agent.templates.ir import Program, Unsupported, is_original, lower, original
 
 _ANALYSES: dict[tuple, TaskAnalysis] = {}
 
@@ -51,22 +53,42 @@ def lowered(analysis: TaskAnalysis) -> Program | None:
         return None
 
 
+def programs(analysis: TaskAnalysis) -> list[TaskAnalysis]:
+    """The analyses the templates build from: the task's (its program rewritten where the rewrite pass kept a
+    rewrite), and where it did, also `original(analysis)`, whose program is the one traced."""
+    program = lowered(analysis)
+    return [analysis, original(analysis)] if program is not None and program.rewrites else [analysis]
+
+
 def rewrite_note(analysis: TaskAnalysis) -> str:
     """What the rewrite pass (agent/templates/rewrite.py) did to the program a template is built from: the rules
-    that fired, or why a rewrite found was not used; "" when none applied or the task does not lower."""
+    that fired, that the program is the original one beside a rewritten one, or why a rewrite found was not
+    used; "" when none applied or the task does not lower."""
     program = lowered(analysis)
     if program is None:
         return ""
     if program.rewrites:
         return f"; rewrites: {', '.join(program.rewrites)}"
+    if is_original(analysis):
+        return "; rewrites: none (the original program, beside the rewritten one)"
     return f"; {program.rewrite_refused}" if program.rewrite_refused else ""
+
+
+def rewrite_params(analysis: TaskAnalysis) -> dict:
+    """{"rewrites": rules} for a task whose program was rewritten: the rules the program built from `analysis`
+    used, [] for the original; {} for a task with no rewrite."""
+    program = lowered(analysis)
+    if program is None or not (program.rewrites or is_original(analysis)):
+        return {}
+    return {"rewrites": list(program.rewrites)}
 
 
 def make_proposal(analysis: TaskAnalysis, template: str, params: dict, operator: str, note: str) -> Proposal:
     t = BY_NAME[template]
     source = t.render(analysis, params)
     note += rewrite_note(analysis)
-    return Proposal(source=source, operator=operator, params={"template": template, **params},
+    return Proposal(source=source, operator=operator, params={"template": template, **params,
+                                                              **rewrite_params(analysis)},
                     features=base.features(analysis, params), note=note)
 
 
@@ -80,21 +102,20 @@ class TemplateOperator:
 
     def propose(self, task: TaskContext, parents: list[Individual], n: int) -> list[Proposal]:
         try:
-            analysis = analysis_of(task)
-            templates = matching(analysis)
-            self.last_reason = None if templates else unsupported_reason(analysis)
+            analyses = programs(analysis_of(task))
+            plans = [(a, t) for a in analyses for t in matching(a)]
+            self.last_reason = None if plans else unsupported_reason(analyses[0])
         except Exception as e:  # a task the tracer or the templates choke on: no proposals, and why
             self.last_reason = f"the templates could not plan this task ({type(e).__name__}: {e})"[:300]
             return []
         seen = self.proposed | {kernel_text(p.source) for p in parents}
-        queues = [[(t.NAME, p) for p in (t.variants(analysis) if self.variants else [t.default(analysis)])]
-                  for t in templates]
+        queues = [[(a, t.NAME, p) for p in (t.variants(a) if self.variants else [t.default(a)])] for a, t in plans]
         out: list[Proposal] = []
         while len(out) < n and any(queues):
-            for queue in queues:  # round-robin: every matching template's default before any variant
+            for queue in queues:  # round-robin: every matching template's default, per program, before any variant
                 if not queue or len(out) >= n:
                     continue
-                name, params = queue.pop(0)
+                analysis, name, params = queue.pop(0)
                 if base.invalid(analysis, params):
                     continue
                 kind = "default" if params == BY_NAME[name].default(analysis) else "variant"

@@ -1,7 +1,8 @@
 """The rewrite pass (agent/templates/rewrite.py): per rule family, at small irregular shapes, the rewritten
 FX graph computes what the original computes on random inputs and parameters, and the cost model chose it;
 a derived weight (W summed over its rows) follows an in-place weight update in the generated candidate; and
-`kernelwright optimize` on a GEMM followed by a row sum gives a correct kernel whose report lists the rule."""
+`kernelwright optimize` on a GEMM followed by a row sum offers the rewritten and the original program and
+reports the rules, the predicted gain beside the measured times, and the original program's floor."""
 import json
 import os
 import subprocess
@@ -145,7 +146,12 @@ def test_a_derived_weight_follows_a_weight_update(tmp_path):
 
 
 @pytest.mark.slow
-def test_optimize_lists_the_rewrite_of_its_correct_best(tmp_path):
+def test_optimize_offers_both_programs_and_reports_the_rewrite(tmp_path):
+    """The rewritten program and the original each give a template candidate (their params and notes say the
+    rules used, none for the original); report.json lists the best's rules, the cost model's predicted gain beside
+    both measured times (interpreter times: no gain claimed), and the original program's floor."""
+    from agent.analysis import analyze
+    from agent.templates.ir import lower
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
     env.update(TRITON_INTERPRET="1", KERNELWRIGHT_KB_DIR=str(tmp_path / "kb"))
     out = tmp_path / "out"
@@ -153,5 +159,24 @@ def test_optimize_lists_the_rewrite_of_its_correct_best(tmp_path):
                            "--out", str(out)], capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
-    assert report["best"]["verdict"] == "correct"
-    assert report["rewrites"] == ["sum_of_gemm", "scalar_chain"]
+    rules = ["sum_of_gemm", "scalar_chain"]
+    nodes = {n["id"]: n for n in report["lineage"]["nodes"]}
+    used = sorted((n["params"]["rewrites"], n["params"]["template"]) for n in nodes.values())
+    assert used == [([], "gemm"), (rules, "rowwise")], used  # the GEMM of the original; the GEMV of the rewrite
+    for n in nodes.values():
+        assert n["verdict"] == "correct", n
+        assert ("rewrites: sum_of_gemm, scalar_chain" if n["params"]["rewrites"] else
+                "rewrites: none (the original program") in n["note"]
+    best = report["best"]
+    assert report["rewrites"] == nodes[best["id"]]["params"]["rewrites"]
+    rw = report["rewrite"]
+    original = analyze(str(ROW_SUM), small=True, arch="cpu")
+    before, after = lower(original).rewrite_cost
+    assert rw["rules"] == rules and rw["guards"] == []
+    assert rw["predicted"] == {"before_s": before, "after_s": after, "gain": before / after} and before > after
+    measured = rw["measured"]
+    assert {measured["rewritten"]["id"], measured["original"]["id"]} == set(nodes)
+    assert measured["rewritten"]["interpreted"] and measured["gain"] is None  # no speedup from interpreter times
+    assert rw["floor_s"] == pytest.approx(original.floor_s)  # the floor reported is the original program's
+    assert best["floor_ms"] is None  # (a floor in ms is measured on a GPU only, from the reference)
+    assert f"the cost model predicts {before / after:.3g}x less time" in done.stdout

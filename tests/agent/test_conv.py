@@ -74,3 +74,39 @@ def test_the_declared_cudnn_variant_passes_the_evaluator():
     result = evaluate(EvalJob(TaskSpec(path=str(task), small=True), source, trials=2, profile=False, timeout_s=120))
     assert result.verdict == "correct", result.reason
     assert result.torch_ops == ["aten.convolution"]
+
+
+NETWORK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Three 3x3 convolutions with ReLUs: each under 1 GFLOP, together 1.4."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv2d(64, 64, 3, padding=1) for _ in range(3))
+
+    def forward(self, x):
+        for conv in self.convs:
+            x = torch.relu(conv(x))
+        return x
+
+
+def get_inputs():
+    return [torch.randn(2, 64, 56, 56)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_network_of_small_convolutions_keeps_cudnn_first(tmp_path):
+    """fp32 without TF32: the vendor convolutions under Triton epilogues by default once the whole program's
+    GEMM work reaches 1 GFLOP, however small each convolution; the Triton ones are the second variant."""
+    task = tmp_path / "network.py"
+    task.write_text(NETWORK)
+    a = analyze(str(task), small=False)
+    t = BY_NAME["gemm"]
+    assert [p["impl"] for p in t.variants(a)[:2]] == ["torch", "triton"]

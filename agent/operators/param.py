@@ -11,15 +11,25 @@ mean normalized fitness (fitness / the template's best, 0 for incorrect or crash
 everything observed, so values that were fast are chosen more often and untried values get a chance;
 ordered numeric parameters mostly move to a neighbouring value. Configurations already proposed or
 evaluated are never proposed again, nor are ones the template rejects (too many registers, shared memory).
+
+A template's parameters tune its main kernel (the one with the most work). Where the best measured candidate's
+profile (EvalResult.kernel_ms, on a GPU) shows another Triton kernel taking the most device time, a share of
+the proposals (FOCUS) retune that kernel instead, through the template's per-kernel parameters
+(params["kernels"], agent/templates/base.py: overrides): a network's search spends itself where its time goes.
 """
 from __future__ import annotations
 
 import math
 import random
+import re
 
 from agent.interfaces import Individual, Proposal, TaskContext
 from agent.operators.template import analysis_of, config_key, kernel_text, make_proposal
 from agent.templates import base, matching
+from agent.templates.params import kernel_default, kernel_space
+
+FOCUS = 0.5  # the share of proposals that retune the kernel with the most device time, where it is not the main one
+KERNEL_INDEX = re.compile(r"_kernel(\d+)(?:_\w+)?$")  # a Triton kernel's name in a template candidate: _row_kernel7
 
 
 class ParamOperator:
@@ -36,6 +46,7 @@ class ParamOperator:
         self.proposed: set[str] = set()  # config keys proposed or rejected, never proposed again
         self.sources: set[str] = set()
         self.last_reason: str | None = None
+        self.profiled: Individual | None = None  # the fittest evaluated candidate with a device time per kernel
 
     # --- learning ----------------------------------------------------------------------------------
     def observe(self, individuals: list[Individual]) -> None:
@@ -48,6 +59,8 @@ class ParamOperator:
             self.results[key] = (dict(ind.params), max(old, ind.fitness))
             self.proposed.add(key)
             self.sources.add(kernel_text(ind.source))
+            if ind.result.kernel_ms and (self.profiled is None or ind.fitness > self.profiled.fitness):
+                self.profiled = ind
 
     def stats(self, template: str) -> dict[tuple[str, object], tuple[float, int]]:
         """(param, value) -> (mean normalized fitness, count) over the observed configs of a template."""
@@ -82,15 +95,58 @@ class ParamOperator:
             name = seed.get("template") if seed.get("template") in templates else next(iter(templates))
             params = self.fit(analysis, templates[name], seed)
             self.add(analysis, name, params, out, "known-good configuration")
+        hot = self.hottest(analysis, templates)
         for _ in range(40 * n):
             if len(out) >= n:
                 break
-            name, start, origin = self.pick_base(analysis, templates, parents)
-            child, changes = self.mutate(analysis, templates[name], start)
-            if changes:
+            if hot is not None and self.rng.random() < FOCUS:
+                name, start, i = hot
+                child, note = self.retune(analysis, start, i)
+                origin = f"kernel {i}, the most device time in candidate {self.profiled.id}"
+            else:
+                name, start, origin = self.pick_base(analysis, templates, parents)
+                child, changes = self.mutate(analysis, templates[name], start)
                 note = ", ".join(f"{k} {start.get(k)}->{v}" for k, v in changes.items())
+            if note:
                 self.add(analysis, name, child, out, f"{note} (from {origin})")
         return out
+
+    def hottest(self, analysis, templates: dict) -> tuple[str, dict, int] | None:
+        """(template, the profiled candidate's params, index) of the Triton kernel that took the most device time
+        in the fittest profiled candidate, where that is not its template's main kernel; None otherwise."""
+        best = self.profiled
+        name = best.params.get("template") if best is not None else None
+        if name not in templates:
+            return None
+        params = self.refit(analysis, templates[name], best.params)
+        try:
+            pl = base.plan(analysis, params)
+        except Exception:
+            return None
+        for kernel, _ in sorted(best.result.kernel_ms.items(), key=lambda kv: -kv[1]):
+            m = KERNEL_INDEX.search(kernel)
+            if m and int(m.group(1)) < len(pl.kernels):
+                i = int(m.group(1))
+                return None if i == pl.primary else (name, params, i)
+        return None
+
+    def retune(self, analysis, start: dict, i: int) -> tuple[dict, str]:
+        """`start` with one or two of kernel i's own parameters moved (params["kernels"]), and the moves in words
+        ("" when there is nothing to move)."""
+        kernel = base.plan(analysis, start).kernels[i]
+        space = {k: v for k, v in kernel_space(kernel).items() if len(v) > 1}
+        if not space:
+            return dict(start), ""
+        tuned = dict(start.get("kernels", {}))
+        current = {**kernel_default(kernel), **tuned.get(str(i), {})}
+        changes = {}
+        for k in self.rng.sample(sorted(space), min(len(space), self.rng.choice([1, 1, 2]))):
+            value = self.choose(k, space[k], current.get(k), {}, 0)
+            if value != current.get(k):
+                changes[k] = value
+        tuned[str(i)] = dict(sorted({**tuned.get(str(i), {}), **changes}.items()))
+        child = {**start, "kernels": dict(sorted(tuned.items()))}
+        return child, ", ".join(f"kernel {i} {k} {current.get(k)}->{v}" for k, v in changes.items())
 
     def add(self, analysis, name: str, params: dict, out: list[Proposal], note: str) -> None:
         key = config_key({"template": name, **params})
@@ -124,18 +180,25 @@ class ParamOperator:
                 out[k] = min(choices, key=lambda c: abs(math.log2(max(c, 1)) - math.log2(max(v, 1))))
         return out
 
+    def refit(self, analysis, template, params: dict) -> dict:
+        """fit() for a configuration of this run: its per-kernel parameters (which name this plan's kernels) kept."""
+        out = self.fit(analysis, template, params)
+        if "kernels" in params:
+            out["kernels"] = params["kernels"]
+        return out
+
     def pick_base(self, analysis, templates: dict, parents: list[Individual]) -> tuple[str, dict, str]:
         ours = [p for p in parents if p.params.get("template") in templates]
         name = self.rng.choice(sorted(templates))
         if ours and (self.rng.random() > self.exploit_best or self.best(ours[0].params["template"]) is None):
             parent = self.rng.choice(ours)
             name = parent.params["template"]
-            return name, self.fit(analysis, templates[name], parent.params), f"parent {parent.id}"
+            return name, self.refit(analysis, templates[name], parent.params), f"parent {parent.id}"
         if ours:
             name = max(ours, key=lambda p: p.fitness).params["template"]
         best = self.best(name)
         if best is not None:
-            return name, self.fit(analysis, templates[name], best), "best measured"
+            return name, self.refit(analysis, templates[name], best), "best measured"
         return name, templates[name].default(analysis), "default"
 
     def mutate(self, analysis, template, start: dict) -> tuple[dict, dict]:

@@ -88,13 +88,28 @@ def invalid(analysis: TaskAnalysis, params: dict) -> str | None:
     """Why `params` cannot be rendered or run for this task, or None."""
     try:
         pl = plan(analysis, params)
-    except Unsupported as e:
+        tuned = overrides(pl, params)
+    except (Unsupported, ValueError) as e:
         return str(e)
-    return kernel_invalid(pl.main, fitted(pl.main, _kernel_params(params)))
+    return kernel_invalid(pl.main, fitted(pl.main, _kernel_params(params))) or next(
+        (f"kernel {i}: {why}" for i, p in tuned.items() if (why := kernel_invalid(pl.kernels[i], p))), None)
 
 
 def _kernel_params(params: dict) -> dict:
-    return {k: v for k, v in params.items() if k not in ("template", "SPLIT_K", "impl")}
+    return {k: v for k, v in params.items() if k not in ("template", "SPLIT_K", "impl", "kernels")}
+
+
+def overrides(pl: Plan, params: dict) -> dict[int, dict]:
+    """params["kernels"], {"7": {"BLOCK_R": 256}}: parameters for Triton kernels other than the main one, which
+    the search tunes where a profile shows the time (agent/operators/param.py), each over its kernel's defaults.
+    ValueError where one names no such kernel."""
+    out = {}
+    for key, p in params.get("kernels", {}).items():
+        i = int(key)
+        if not 0 <= i < len(pl.kernels) or i == pl.primary or pl.kernels[i].kind == "torch_gemm":
+            raise ValueError(f"kernel {key} is not a Triton kernel of this plan other than the main one")
+        out[i] = {**kernel_default(pl.kernels[i]), **p}
+    return out
 
 
 def fitted(kernel: Kernel, kp: dict) -> dict:
@@ -116,7 +131,8 @@ def render(analysis: TaskAnalysis, params: dict, template: str) -> str:
     shown = {k: v for k, v in params.items() if k != "template"}
     header = f"# --- Triton candidate built by the {template} template from the traced task; parameters: {shown}"
     products = {k: kp[k] for k in PRODUCT_KEYS if k in kp}  # every GEMM and attention kernel, tuned or not
-    return render_program(analysis.source, pl.program, pl.kernels, pl.buffers, pl.primary, kp, header, products)
+    return render_program(analysis.source, pl.program, pl.kernels, pl.buffers, pl.primary, kp, header, products,
+                          overrides(pl, params))
 
 
 def features(analysis: TaskAnalysis, params: dict) -> dict:

@@ -54,9 +54,10 @@ def _host_view(leaf: Leaf, bases: dict) -> str:
 
 
 def render_program(task_source: str, program: Program, kernels: list[Kernel], buffers: dict, primary: int,
-                   params: dict, header: str, products: dict | None = None) -> str:
-    """The candidate file: `params` for the primary kernel, defaults for the others, and `products` (how tl.dot
-    multiplies: precision, operands) for every kernel."""
+                   params: dict, header: str, products: dict | None = None, overrides: dict | None = None) -> str:
+    """The candidate file: `params` for the primary kernel, defaults for the others except where `overrides`
+    ({kernel index: params}) tunes one, and `products` (how tl.dot multiplies: precision, operands) for every
+    kernel."""
     codes: list[KernelCode | None] = []
     torch_ops = []
     for i, k in enumerate(kernels):
@@ -64,7 +65,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
             codes.append(None)
             torch_ops.append(_vendor_op(k.nodes[0]))
             continue
-        p = params if i == primary else {**kernel_default(k), **(products or {})}
+        p = params if i == primary else {**kernel_default(k), **(overrides or {}).get(i, {}), **(products or {})}
         codes.append(render_kernel(k, f"_{k.layout}_kernel{i}", p))
     sources = "\n\n\n".join(_shared(codes, kernels))
     helpers = [HELPERS[h] for h in HELPERS if h + "(" in sources or h + "," in sources]

@@ -1,16 +1,21 @@
 """The reduction variants of issue 19 in the Triton interpreter, at small irregular shapes: rows split over
 several programs with a remainder (the last split shorter than the others, the last group of rows shorter
 than GROUP), a combine across programs (online softmax, Welford and plain partials), cross-entropy's target
-folded into its single read, and a row-reduction epilogue over a declared vendor GEMM."""
+folded into its single read, and a row-reduction epilogue over a declared vendor GEMM. Then per-kernel
+parameters (params["kernels"]): a network's kernels other than the template's main one take their own, and the
+parameter operator retunes the kernel a profile (EvalResult.kernel_ms) shows taking the most device time."""
 import re
 from pathlib import Path
 
 import pytest
 
 from agent.analysis import analyze
+from agent.interfaces import Individual, TaskContext
+from agent.operators.param import ParamOperator
 from agent.templates import BY_NAME, base
 from agent.templates.fold import foldable
 from agent.templates.params import L2_BYTES, l2_groups
+from tools.results import EvalResult, Timing
 from tools.rules import check_source
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -113,3 +118,57 @@ def test_groups_bound_the_working_set_to_l2():
     assert "SPLIT" in base.invalid(a, {**d, "GROUP": 16})
     assert "multiple of BLOCK_O" in base.invalid(a, {**d, "mode": "looped", "BLOCK_R": 4096, "SPLIT": 32,
                                                      "GROUP": 2, "BLOCK_O": 4, "num_warps": 8})
+
+
+# --- per-kernel parameters: the search retunes the kernel that takes the device time ------------------
+FOCUSED = FIXTURES / "var_gemm_rownorm.py"  # a Triton GEMM (kernel 0, the main one), then a row norm (kernel 1)
+
+
+def test_another_kernel_takes_its_own_parameters(runner):
+    plain = check("var_gemm_rownorm", "gemm", {"impl": "triton"}, runner)
+    tuned = check("var_gemm_rownorm", "gemm", {"impl": "triton", "kernels": {"1": {"mode": "looped",
+                                                                                  "BLOCK_R": 256}}}, runner)
+    assert _row_loops(plain, "_row_kernel1") == 0 and _row_loops(tuned, "_row_kernel1") == 2
+    assert plain.split("def _row_kernel1")[0] == tuned.split("def _row_kernel1")[0].replace(
+        ", 'kernels': {'1': {'mode': 'looped', 'BLOCK_R': 256}}", "")  # the GEMM kernel as it was
+
+
+def test_per_kernel_parameters_name_a_kernel_other_than_the_main_one():
+    a = analyze(str(FOCUSED), small=True)
+    d = {**BY_NAME["gemm"].default(a), "impl": "triton"}
+    assert base.invalid(a, {**d, "kernels": {"1": {"mode": "looped", "BLOCK_R": 256}}}) is None
+    assert "kernel 0 is not a Triton kernel of this plan other than the main one" in base.invalid(
+        a, {**d, "kernels": {"0": {"BLOCK_M": 16}}})
+    assert "kernel 5 is not" in base.invalid(a, {**d, "kernels": {"5": {}}})
+    assert "kernel 1: " in base.invalid(a, {**d, "kernels": {"1": {"mode": "one_pass", "BLOCK_O": 64,
+                                                                   "num_warps": 1}}})
+
+
+def profiled(kernel_ms: dict) -> Individual:
+    a = analyze(str(FOCUSED), small=True)
+    params = {"template": "gemm", **BY_NAME["gemm"].default(a), "impl": "triton"}
+    timing = Timing(1.0, 2.0, 2.0, 0.5, 2.0, 2.0, 0.5, 1.0, False)
+    return Individual(3, "src", "template", None, params,
+                      result=EvalResult("correct", "ok", timing=timing, kernel_ms=kernel_ms))
+
+
+def proposals(kernel_ms: dict) -> list:
+    source = FOCUSED.read_text()
+    task = TaskContext(FOCUSED.stem, source, analyze(source, small=True).to_json(), "cpu", "cpu")
+    best = profiled(kernel_ms)
+    op = ParamOperator(seed=1)
+    op.observe([best])
+    return op.propose(task, [best], 8)
+
+
+def test_the_kernel_with_most_device_time_is_retuned():
+    out = proposals({"_row_kernel1": 0.9, "_gemm_kernel0": 0.1})
+    retuned = [p for p in out if "kernels" in p.params]
+    assert len(out) == 8 and 2 <= len(retuned) < 8  # about half the proposals (FOCUS), the rest as before
+    assert all(list(p.params["kernels"]) == ["1"] and "kernel 1, the most device time in candidate 3" in p.note
+               for p in retuned)
+
+
+def test_a_main_kernel_that_takes_the_time_is_tuned_as_before():
+    out = proposals({"_gemm_kernel0": 0.9, "_row_kernel1": 0.1, "aten::mm": 5.0})
+    assert out and not any("kernels" in p.params for p in out)

@@ -381,7 +381,9 @@ def best_summary(best: Individual | None) -> dict | None:
                                           "interpreted")} if t else {}
     return {"id": best.id, "operator": best.operator, "parent_id": best.parent_id, "verdict": best.result.verdict,
             "device": best.result.device, "suspicious": best.result.suspicious,
-            "verified_on": best.result.verified_on, **figures}
+            "verified_on": best.result.verified_on, **figures,
+            **({"compile_error": t.compile_error} if t and t.compile_error else {}),
+            "kernel_ms": best.result.kernel_ms}
 
 
 def common_failure(archive: list[Individual]) -> str | None:

@@ -55,7 +55,7 @@ def gpu_run(tmp_path, ms: float, eager_ms: float):
     timing = Timing(ms=ms, eager_ms=eager_ms, compile_ms=0.8, floor_ms=0.1, speedup_vs_eager=eager_ms / ms,
                     speedup_vs_compile=0.8 / ms, floor_fraction=0.1 / ms, spread_pct=0.5, interpreted=False)
     store.record_result(run_id, cand.id, EvalResult("correct", "Correct on every trial.", device="NVIDIA H200",
-                                                    timing=timing))
+                                                    timing=timing, kernel_ms={"_row_kernel0": ms}))
     task = TaskContext("scale_shift", "", {}, "cuda:NVIDIA H200 (sm_90)", "sm_90")
     return Run(config=RunConfig(), run_id=run_id, task=task, spec=TaskSpec(TASK, name="scale_shift"), executor=None,
                policy=None, operators=[], store=store), source
@@ -73,6 +73,7 @@ def test_a_best_kernel_slower_than_eager_is_said_plainly_and_marked(tmp_path, ca
     assert rest == source and check_source(first + "\n" + rest, Path(TASK).read_text()) is None  # still a candidate eval accepts
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["slower_than_eager"] is True and report["best"]["speedup_vs_eager"] == 0.5
+    assert report["best"]["kernel_ms"] == {"_row_kernel0": 2.0} and "compile_error" not in report["best"]
 
 
 def test_a_faster_kernel_is_written_as_it_is(tmp_path, capsys):

@@ -11,7 +11,7 @@ import torch
 from agent.analysis import TaskAnalysis
 from agent.templates.ir import Program, Unsupported, lower
 from agent.templates.params import kernel_default, kernel_invalid, kernel_space, sizes
-from agent.templates.program import render_program, work
+from agent.templates.program import batch_of, render_program, shapes_of, work
 from agent.templates.schedule import Kernel, schedule
 
 PLAN_KEYS = ("SPLIT_K", "impl", "precision")  # parameters that change the schedule or the GEMM itself
@@ -89,6 +89,12 @@ def invalid(analysis: TaskAnalysis, params: dict) -> str | None:
     try:
         pl = plan(analysis, params)
         tuned = overrides(pl, params)
+        if shapes_of(params) == "dynamic":
+            inputs = [b for b in pl.program.arg_names if b in pl.program.bases]
+            batched = batch_of(pl.program, pl.kernels, inputs).kernels
+            split = [i for i, p in {**tuned, pl.primary: params}.items() if i in batched and p.get("SPLIT", 1) > 1]
+            if split:
+                raise ValueError(f"shapes='dynamic' covers row kernels without SPLIT (kernel {split[0]} splits)")
     except (Unsupported, ValueError) as e:
         return str(e)
     return kernel_invalid(pl.main, fitted(pl.main, _kernel_params(params))) or next(
@@ -125,6 +131,7 @@ def fitted(kernel: Kernel, kp: dict) -> dict:
 def render(analysis: TaskAnalysis, params: dict, template: str) -> str:
     pl = plan(analysis, params)
     kp = fitted(pl.main, _kernel_params(params))
+    kp.update({"shapes": params["shapes"]} if "shapes" in params else {})
     reason = kernel_invalid(pl.main, kp)
     if reason:
         raise ValueError(f"Invalid parameters for the {template} template: {reason}.")

@@ -1,6 +1,10 @@
 """Whole @triton.jit kernels from a scheduled Kernel and its parameters (the layouts are in codegen.py).
 
     code = render_kernel(kernel, "k0", {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 2048, "num_warps": 8})
+
+With p["shapes"] == "dynamic" (set by program.py for the kernels over the batch, batch_of) a flat or row kernel
+takes the batch, its domain's leading dim, as the run-time argument n0: its masks and its grid follow it, every
+other size stays a constant. Offsets need no batch size (the leading dim is addressed by division alone).
 """
 from __future__ import annotations
 
@@ -92,7 +96,23 @@ def reduction_stages(kernel: Kernel, pairs: dict | None = None) -> dict[Node, in
     return {m: dep(m) for m in kernel.nodes if m.op == "reduce"}
 
 
+BATCH_ARG, BATCH_HOST = "n0", "kw_batch"  # the batch in a dynamic kernel, and in the forward that launches it
+
+
+def _dynamic(kernel: Kernel, p: dict) -> bool:
+    if p.get("shapes", "static") != "dynamic":
+        return False
+    if kernel.layout not in ("flat", "row") or 0 in kernel.rdims or p.get("SPLIT", 1) > 1:
+        raise ValueError("shapes='dynamic' covers flat kernels and row kernels without SPLIT over the batch")
+    return True
+
+
+def _times(n: str, c: int) -> str:
+    return n if c == 1 else f"{n} * {c}"
+
+
 def render_kernel(kernel: Kernel, name: str, p: dict) -> KernelCode:
+    _dynamic(kernel, p)  # refuses what shapes="dynamic" does not cover, before any layout's code runs
     if kernel.layout == "rnn":
         return render_rnn(kernel, name, p)
     if kernel.layout == "attention":
@@ -115,12 +135,16 @@ def _flat(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen = Gen(kernel, name, p)
     numel = math.prod(kernel.domain)
     block = min(p.get("BLOCK", 1024), next_pow2(numel))
+    dyn = _dynamic(kernel, p)
+    inner = numel // kernel.domain[0] if dyn else numel
     pid = "tl.program_id(0).to(tl.int64)" if gen.big else "tl.program_id(0)"
-    gen.top.lines += [f"offs = {pid} * BLOCK + tl.arange(0, BLOCK)", f"mask = offs < {numel}"]
+    gen.top.lines += [f"offs = {pid} * BLOCK + tl.arange(0, BLOCK)",
+                      f"mask = offs < {_times(BATCH_ARG, inner) if dyn else numel}"]
     store_lines(gen, list(kernel.stores.items()))
-    src = kernel_header(name, gen, ["BLOCK"]) + _indent(gen.top.lines)
-    grid = (math.ceil(numel / block),)
-    return KernelCode("\n".join(src), [Launch(name, grid, list(gen.ptrs), {"BLOCK": block}, p.get("num_warps", 4),
+    src = kernel_header(name, gen, ["BLOCK"], [BATCH_ARG] if dyn else []) + _indent(gen.top.lines)
+    grid = (f"({_times(BATCH_HOST, inner)} + {block - 1}) // {block}",) if dyn else (math.ceil(numel / block),)
+    args = list(gen.ptrs) + ([BATCH_HOST] if dyn else [])
+    return KernelCode("\n".join(src), [Launch(name, grid, args, {"BLOCK": block}, p.get("num_warps", 4),
                                               p.get("num_stages", 1))])
 
 
@@ -148,8 +172,9 @@ def _prologue(gen: Gen, p: dict) -> list[str]:
     big = ".to(tl.int64)" if gen.big else ""
     if gen.layout == "row":
         start = "row0 + " if p.get("GROUP") else ""  # a group of rows launched on its own (_row_groups)
+        rows = _times(BATCH_ARG, gen.O // gen.D[0]) if p.get("shapes") == "dynamic" else gen.O
         return [f"ro = ({start}tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]){big}",
-                f"rmask = ro < {gen.O}"]
+                f"rmask = ro < {rows}"]
     n_i = math.ceil(gen.I / p["BLOCK_I"])
     return [f"ro = (tl.program_id(0) // {n_i}){big}",
             f"ri = ((tl.program_id(0) % {n_i}) * BLOCK_I + tl.arange(0, BLOCK_I)[None, :]){big}",
@@ -237,13 +262,18 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
             gen.body = gen.top
         store_lines(gen, red_stores)
     meta_names = ["BLOCK_O", "BLOCK_R"] if gen.layout == "row" else ["BLOCK_R", "BLOCK_I"]
-    src = kernel_header(name, gen, meta_names) + _indent(gen.top.lines)
-    if gen.layout == "row":
+    dyn = _dynamic(kernel, p)
+    src = kernel_header(name, gen, meta_names, [BATCH_ARG] if dyn else []) + _indent(gen.top.lines)
+    if dyn:
+        bo = meta["BLOCK_O"]
+        grid = (f"({_times(BATCH_HOST, gen.O // gen.D[0])} + {bo - 1}) // {bo}" if bo > 1 else
+                _times(BATCH_HOST, gen.O // gen.D[0]),)
+    elif gen.layout == "row":
         grid = (math.ceil(gen.O / meta["BLOCK_O"]),)
     else:
         grid = (gen.O * math.ceil(gen.I / meta["BLOCK_I"]),)
-    launch = Launch(name, grid, list(gen.ptrs), {k: meta[k] for k in meta_names}, p.get("num_warps", 4),
-                    p.get("num_stages", 1))
+    launch = Launch(name, grid, list(gen.ptrs) + ([BATCH_HOST] if dyn else []), {k: meta[k] for k in meta_names},
+                    p.get("num_warps", 4), p.get("num_stages", 1))
     return KernelCode("\n".join(src), [launch])
 
 

@@ -9,21 +9,32 @@ model state a rewrite relies on (ir.Guard). A call that breaks one takes the fal
 (Model's, the reference), with one warning per broken guard through `warnings`; never a wrong answer, never
 an error. The evaluator calls a candidate only at the shapes it was generated for, and would reject the
 fallback's PyTorch compute if it ever ran there.
+
+With params["shapes"] = "dynamic" the batch (the leading dim of the tensor inputs, where every value that
+depends on it keeps it leading) is a run-time kernel argument: `batch_of` finds the buffers and kernels that
+scale with it (flat and row kernels; anything else that reads the batch is refused), the kernels mask by it and
+their grids and buffers follow the input's shape at call time, and the guards check only the rank and the
+inner sizes (a batch from 1 up to where 32-bit offsets still hold).
 """
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass, field
 
 import torch
 
-from agent.templates.codegen import KernelCode
+from agent.templates.codegen import KernelCode, _extent, _leaves
 from agent.templates.implicit_gemm import gemm_dims
-from agent.templates.ir import Leaf, Program, contiguous_strides
+from agent.templates.ir import Leaf, Node, Program, Value, contiguous_strides
 from agent.templates.kernels import render_kernel
 from agent.templates.params import kernel_default
 from agent.templates.pointwise_ops import HELPERS
+from agent.templates.reductions import INT32_MAX
 from agent.templates.schedule import Kernel
+
+SHAPES = ("static", "dynamic")  # params["shapes"]: sizes baked in, or the batch a run-time argument
+BATCH = "kw_batch"  # the forward's name for the batch under shapes="dynamic"
 
 
 def _from_self(base: str) -> bool:
@@ -58,6 +69,9 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     """The candidate file: `params` for the primary kernel, defaults for the others except where `overrides`
     ({kernel index: params}) tunes one, and `products` (how tl.dot multiplies: precision, operands) for every
     kernel."""
+    inputs = [b for b, leaf in program.bases.items() if not _from_self(b)]
+    tensor_inputs = [b for b in inputs if b in program.arg_names]
+    batch = batch_of(program, kernels, tensor_inputs) if shapes_of(params) == "dynamic" else None
     codes: list[KernelCode | None] = []
     torch_ops = []
     for i, k in enumerate(kernels):
@@ -66,19 +80,33 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
             torch_ops.append(_vendor_op(k.nodes[0]))
             continue
         p = params if i == primary else {**kernel_default(k), **(overrides or {}).get(i, {}), **(products or {})}
+        p = {key: v for key, v in p.items() if key != "shapes"}
+        if batch is not None and i in batch.kernels:
+            p["shapes"] = "dynamic"
         codes.append(render_kernel(k, f"_{k.layout}_kernel{i}", p))
     sources = "\n\n\n".join(_shared(codes, kernels))
     helpers = [HELPERS[h] for h in HELPERS if h + "(" in sources or h + "," in sources]
 
-    inputs = [b for b, leaf in program.bases.items() if not _from_self(b)]
-    tensor_inputs = [b for b in inputs if b in program.arg_names]
     device = tensor_inputs[0] if tensor_inputs else _local(next(iter(program.bases)))
     body = []
     call = ", ".join(program.arg_names)
+    fallback = [f"    return super().forward({call})"]
+    guarded = {g.base for g in program.guards}
     for base, shape, why in guards(program, tensor_inputs):
+        if batch is not None and base in batch.inputs and base not in guarded:
+            said = f"{base} of shape (N, {', '.join(map(str, shape[1:]))}) for any batch N" if len(shape) > 1 \
+                else f"{base} of one dim"
+            body += [f"if {base}.dim() != {len(shape)} or tuple({base}.shape[1:]) != {shape[1:]}:",
+                     f"    _kw_fallback({f'{said} (the sizes it was generated for)'!r})"] + fallback
+            continue
         body += [f"if tuple({base}.shape) != {shape}:",
-                 f"    _kw_fallback({f'{base} of shape {shape} ({why})'!r})",
-                 f"    return super().forward({call})"]
+                 f"    _kw_fallback({f'{base} of shape {shape} ({why})'!r})"] + fallback
+    if batch is not None:
+        same = [f"{b}.shape[0] != {BATCH}" for b in batch.inputs[1:]]
+        said = f"a batch of 1 to {batch.limit}" + (f" shared by {', '.join(batch.inputs)}" if same else "")
+        body += [f"{BATCH} = {batch.inputs[0]}.shape[0]",
+                 f"if {' or '.join([f'not 1 <= {BATCH} <= {batch.limit}'] + same)}:",
+                 f"    _kw_fallback({f'{said} (32-bit offsets)'!r})"] + fallback
     body += [f"{b} = {b}.contiguous()" for b in tensor_inputs]
     used = {a for c in codes if c for launch in c.launches for a in launch.args}
     used |= {base for c in codes if c for base in c.host_args}
@@ -94,7 +122,10 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
                 else _dtype(torch.float32 if node not in outputs else node.dtype)
         else:
             dt = _dtype(node.dtype)
-        body.append(f"{buf} = torch.empty({tuple(node.shape)}, device={device}.device, dtype={dt})")
+        shape = tuple(node.shape)
+        if batch is not None and buf in batch.buffers:
+            shape = "(" + ", ".join([BATCH] + [str(n) for n in shape[1:]]) + ("," if len(shape) == 1 else "") + ")"
+        body.append(f"{buf} = torch.empty({shape}, device={device}.device, dtype={dt})")
     for c in codes:
         for name, (shape, dtype) in (c.temps.items() if c else ()):
             body.append(f"{name} = torch.empty({shape}, device={device}.device, dtype={_dtype(dtype)})")
@@ -107,7 +138,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
         for launch in c.launches:
             args = ", ".join(_local(a) for a in launch.args)
             meta = ", ".join(f"{key}={value}" for key, value in launch.meta.items())
-            body.append(f"{launch.kernel}[{launch.grid}]({args}, {meta}, num_warps={launch.num_warps}, "
+            body.append(f"{launch.kernel}[{_grid(launch.grid)}]({args}, {meta}, num_warps={launch.num_warps}, "
                         f"num_stages={launch.num_stages})")
     names = [buffers[o] for o in program.outputs]
     body.append(f"return {_render_tree(torch.utils._pytree.tree_unflatten(names, program.out_tree))}")
@@ -134,6 +165,119 @@ def _kw_fallback(guard):
         warnings.warn("kernelwright candidate: the Triton kernels need " + guard + "; this call breaks that, so it "
                       "runs the task's PyTorch reference instead (said once per guard).", stacklevel=3)
 '''
+
+
+def _grid(grid: tuple) -> str:
+    """A launch grid as host code: constants, or expressions of the batch (shapes="dynamic")."""
+    if all(isinstance(g, int) for g in grid):
+        return str(grid)
+    return "(" + ", ".join(map(str, grid)) + ",)"
+
+
+def shapes_of(params: dict) -> str:
+    shapes = params.get("shapes", "static")
+    if shapes not in SHAPES:
+        raise ValueError(f"shapes must be one of {', '.join(SHAPES)}, not {shapes!r}")
+    return shapes
+
+
+@dataclass
+class Batch:
+    """What varies with the batch under shapes="dynamic": the leading dim of `inputs` (size `size` when traced),
+    the buffers allocated with it leading, the kernels that take it as their run-time argument n0, and the
+    largest batch whose offsets those kernels still compute in 32 bits."""
+    size: int
+    inputs: list[str]
+    buffers: set[str] = field(default_factory=set)
+    kernels: set[int] = field(default_factory=set)
+    limit: int = INT32_MAX
+
+
+def batch_of(program: Program, kernels: list[Kernel], tensor_inputs: list[str]) -> Batch:
+    """The batch of a program under shapes="dynamic", kernel by kernel in launch order: a value scales with it
+    when it reads a batched input or buffer along its leading dim, through pointwise ops (every full-rank operand
+    batched or broadcast), reductions over other dims and views that keep the leading dim. ValueError, in one
+    sentence, where a kernel reads the batch otherwise (a reduction over it, a GEMM, a window, a transpose)."""
+    ranked = [b for b in tensor_inputs if program.bases[b].shape]
+    if not ranked:
+        raise ValueError("shapes='dynamic' needs a tensor input with a leading (batch) dim")
+    size = program.bases[ranked[0]].shape[0]
+    if size < 2:
+        raise ValueError(f"shapes='dynamic' needs the task traced at a batch above 1 (it was {size}), so that "
+                         f"the batch dim is not a broadcast one")
+    inputs = [b for b in ranked if program.bases[b].shape[0] == size]
+    batch = Batch(size, inputs)
+    stride = {b: math.prod(program.bases[b].shape[1:]) for b in inputs}  # elements per batch entry
+    for i, k in enumerate(kernels):
+        memo: dict[int, bool] = {}
+
+        def scales(v) -> bool:
+            if isinstance(v, Leaf):
+                if v.kind != "tensor" or v.base not in stride:
+                    return False
+                if v.shape and v.shape[0] == size and v.strides[0] == stride[v.base] and \
+                        all(d != 0 for d, _, _ in v.bounds):
+                    return True
+                raise ValueError(f"shapes='dynamic': kernel {i} reads {v.base} other than along its leading "
+                                 f"(batch) dim")
+            if not isinstance(v, Node):
+                return False
+            if id(v) not in memo:
+                args = [a for a in v.args if isinstance(a, Value)]
+                batched = [a for a in args if scales(a)]
+                if batched:
+                    _batched_node(v, args, batched, i)
+                memo[id(v)] = bool(batched)
+            return memo[id(v)]
+
+        leaves = _leaves(k.nodes, k.level)
+        if not any([scales(m) for m in k.nodes] + [scales(a) for a in leaves]):
+            continue
+        d = k.domain
+        if k.kind != "tile" or k.layout not in ("flat", "row") or d[0] != size or 0 in k.rdims:
+            raise ValueError(f"shapes='dynamic' covers flat and row kernels over the batch; kernel {i} is a "
+                             f"{k.layout} kernel over {list(d)}")
+        for v in list(k.nodes) + leaves:
+            if len(v.shape) == len(d) and v.shape[0] > 1 and not scales(v) and \
+                    not (isinstance(v, Leaf) and v.kind == "const"):
+                raise ValueError(f"shapes='dynamic': in kernel {i}, {v.name} has the batch's size {size} "
+                                 f"without depending on it")
+        batch.kernels.add(i)
+        for m, buf in k.stores.items():
+            if scales(m):
+                batch.buffers.add(buf)
+                stride[buf] = math.prod(m.shape[1:])
+        extent = max([math.prod(d)] + [_extent(a) for a in leaves])
+        if extent <= INT32_MAX:
+            batch.limit = min(batch.limit, (INT32_MAX - 2**20) // -(-extent // size))
+    return batch
+
+
+def _batched_node(v: Node, args: list, batched: list, kernel: int) -> None:
+    """Raises ValueError where a node that reads the batch does not keep it as its leading dim."""
+    why = ""
+    if v.op == "pw" and v.fn == "gather":
+        src, dims = v.args[0], v.attrs["src_dims"]
+        if any(a is src for a in batched) and (dims[0] != 0 or 0 in v.attrs["index_dims"]):
+            why = "gathers across the batch"
+        args = [a for a in args if a is not src]
+    if v.op == "pw":
+        for a in args:
+            full = len(a.shape) == len(v.shape)
+            if any(a is b for b in batched) and not (full and a.shape[0] == v.shape[0]):
+                why = "broadcasts a batched operand to another dim"
+            elif full and a.shape[0] != 1 and not any(a is b for b in batched):
+                why = "meets an operand of the batch's size that does not depend on it"
+    elif v.op == "reduce":
+        why = "reduces over the batch" if 0 in v.attrs["dims"] else ""
+    elif v.op == "view":
+        a = batched[0]
+        if v.shape[:1] != a.shape[:1] or math.prod(v.shape[1:]) != math.prod(a.shape[1:]):
+            why = "reshapes the batch dim"
+    else:
+        why = f"is a {v.op} ({v.fn}), which takes only static shapes"
+    if why:
+        raise ValueError(f"shapes='dynamic': in kernel {kernel}, {v.name} {why}")
 
 
 def guards(program: Program, tensor_inputs: list[str]) -> list[tuple[str, tuple, str]]:

@@ -1,0 +1,171 @@
+"""Shape-general template candidates (issue 16): under params["shapes"] = "dynamic" the flat and row kernels take
+the batch as a run-time argument, so a candidate tuned at one batch runs its kernels, right, at others (odd ones
+and 1 included) and checks only the rank and the inner sizes; a static candidate at another batch runs the
+task's reference with one warning. Candidates run in the Triton interpreter, in their own process."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from agent.analysis import analyze
+from agent.templates import BY_NAME, base
+from tools.rules import check_source
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FLAT = """
+import torch
+import torch.nn as nn
+
+batch_size = 12
+features = 37
+
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+
+    def forward(self, x):
+        return torch.relu(x * 2.0 + self.bias) - 0.5
+
+
+def get_inputs():
+    return [torch.randn(batch_size, 3, features)]
+
+
+def get_init_inputs():
+    return [features]
+"""
+
+# a softmax plus a layer norm over the last axis of a reshaped input, and a row sum: a row kernel, two outputs
+ROW = """
+import torch
+import torch.nn as nn
+
+batch_size = 12
+dim = 300
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        y = x.view(x.shape[0], -1)
+        return torch.softmax(y, dim=1) + torch.layer_norm(y, (dim,)), y.sum(dim=1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, 3, dim // 3)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+LINEAR = """
+import torch
+import torch.nn as nn
+
+batch_size = 10
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(20, 30)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+def get_inputs():
+    return [torch.randn(batch_size, 20)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+CALLS = """
+import importlib.util, json, sys, warnings, torch
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+for i, path in enumerate(sys.argv[1:]):
+    cand = load(path, f"cand{i}")
+    torch.manual_seed(0)
+    init = cand.get_init_inputs()
+    model, new = cand.Model(*init), cand.ModelNew(*init)
+    new.load_state_dict(model.state_dict())
+    inner = tuple(cand.get_inputs()[0].shape[1:])
+    for batch in (1, 7, 33):
+        x = torch.randn((batch,) + inner)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            outs = [new(x), new(x)]  # a broken guard says so once
+        for out in outs:
+            torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+        said = [str(w.message) for w in caught if str(w.message).startswith("kernelwright")]
+        print(json.dumps({"candidate": i, "batch": batch, "warnings": said}))
+"""
+
+
+def _render(tmp_path, name: str, task: str, template: str, params: dict) -> Path:
+    (tmp_path / f"{name}_task.py").write_text(task)
+    analysis = analyze(str(tmp_path / f"{name}_task.py"), small=True, arch="cpu")
+    t = BY_NAME[template]
+    assert t.match(analysis)
+    full = {**t.default(analysis), **params}
+    assert base.invalid(analysis, full) is None
+    source = t.render(analysis, full)
+    assert check_source(source, task) is None  # the guards and the grids stay in the candidate language
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    return path
+
+
+def test_dynamic_kernels_tuned_at_one_batch_are_right_at_others(tmp_path):
+    flat = _render(tmp_path, "flat", FLAT, "elementwise", {"shapes": "dynamic"})
+    row = _render(tmp_path, "row", ROW, "rowwise", {"shapes": "dynamic"})
+    looped = _render(tmp_path, "looped", ROW, "rowwise", {"shapes": "dynamic", "mode": "looped", "BLOCK_R": 128,
+                                                          "BLOCK_O": 1})
+    static = _render(tmp_path, "static", FLAT, "elementwise", {})
+    source = flat.read_text()
+    assert "n0, BLOCK: tl.constexpr" in source and "mask = offs < n0 * 111" in source
+    assert "x.dim() != 3 or tuple(x.shape[1:]) != (3, 37)" in source  # the guard: rank and inner sizes only
+    assert "torch.empty((kw_batch, 3, 37)" in source and "(kw_batch * 111 + 1023) // 1024" in source
+    assert "rmask = ro < n0" in row.read_text()
+    (tmp_path / "calls.py").write_text(CALLS)
+    done = subprocess.run([sys.executable, str(tmp_path / "calls.py"), str(flat), str(row), str(looped), str(static)],
+                          capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "1"},
+                          cwd=str(ROOT), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    calls = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(calls) == 12
+    for c in calls[:9]:  # the dynamic kernels ran at batches 1, 7 and 33: no fallback
+        assert c["warnings"] == [], c
+    # the static candidate: the reference at another batch, with exactly one warning for the broken guard
+    said = [w for c in calls[9:] for w in c["warnings"]]
+    assert len(said) == 1 and "x of shape (12, 3, 37)" in said[0] and "reference" in said[0]
+
+
+def test_dynamic_is_refused_where_a_kernel_needs_the_batch_fixed(tmp_path):
+    (tmp_path / "linear.py").write_text(LINEAR)
+    analysis = analyze(str(tmp_path / "linear.py"), small=True, arch="cpu")
+    gemm = BY_NAME["gemm"]
+    reason = base.invalid(analysis, {**gemm.default(analysis), "shapes": "dynamic"})
+    assert reason and "shapes='dynamic'" in reason and "gemm" in reason
+    assert base.invalid(analysis, {**gemm.default(analysis), "shapes": "static"}) is None
+    assert "shapes must be one of" in base.invalid(analysis, {**gemm.default(analysis), "shapes": "sometimes"})
+    (tmp_path / "row.py").write_text(ROW)
+    analysis = analyze(str(tmp_path / "row.py"), small=True, arch="cpu")
+    rowwise = BY_NAME["rowwise"]
+    split = {**rowwise.default(analysis), "mode": "looped", "BLOCK_O": 1, "BLOCK_R": 128, "SPLIT": 2}
+    assert base.invalid(analysis, split) is None
+    assert "SPLIT" in (base.invalid(analysis, {**split, "shapes": "dynamic"}) or "")

@@ -300,20 +300,22 @@ def task_table(folder: Path) -> str:
         return ""
     done = [t for t in json.loads(results.read_text())["tasks"] if t["status"] == "done"]
     lines = [f"### {folder.name} ({len(done)} tasks)", "", "| task | verdict | eager ms | compile ms | kernel ms | "
-             "kernel vs eager | kernel vs compile | best/floor | kept | s |", "|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+             "kernel vs eager | kernel vs compile | best/floor | kept | s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
     for t in done:
         floor = t["best_ms"] / t["floor_ms"] if t.get("best_ms") and t.get("floor_ms") else None
-        lines.append(f"| {t['task']} | {t['verdict']} | {_ms(t.get('eager_ms'))} | {_ms(t.get('compile_ms'))} | "
-                     f"{_ms(t.get('best_ms'))} | {_r(t.get('speedup_vs_eager'))} | {_r(t.get('speedup_vs_compile'))} | "
-                     f"{_r(floor)} | {'kernel' if t.get('kept') else 'PyTorch'} | {t.get('seconds') or 0:.0f} |")
+        cells = [t["task"], t["verdict"], *(ms_cell(t.get(k)) for k in ("eager_ms", "compile_ms", "best_ms")),
+                 *(ratio_cell(v) for v in (t.get("speedup_vs_eager"), t.get("speedup_vs_compile"), floor)),
+                 "kernel" if t.get("kept") else "PyTorch", f"{t.get('seconds') or 0:.0f}"]
+        lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines) + "\n\n"
 
 
-def _ms(v: float | None) -> str:
+def ms_cell(v: float | None) -> str:
     return "–" if v is None else f"{v:.3f}"
 
 
-def _r(v: float | None) -> str:
+def ratio_cell(v: float | None) -> str:
     return "–" if v is None else f"{v:.2f}x"
 
 

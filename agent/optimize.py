@@ -33,7 +33,7 @@ from agent.policies import POLICIES, make_policy
 from agent.runstore import RunStore
 from tools.executor import add_cluster_option
 from tools.results import VERDICTS, TaskSpec
-from tools.task import add_dtype_option
+from tools.task import add_dtype_option, add_shapes_option
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 STORE_FILE = "run.sqlite"
@@ -58,6 +58,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="RUN", help="continue the run in this folder (an earlier --out)")
     p.add_argument("--small", action="store_true", default=None, help="evaluate on the task's SMALL_SHAPES")
     add_dtype_option(p)
+    add_shapes_option(p)
     add_cluster_option(p)
     p.add_argument("--seed", type=int, help=f"seed of the search's random choices (default {d.seed})")
     p.add_argument("--batch-size", type=int, help=f"proposals per round (default {d.batch_size})")
@@ -193,8 +194,13 @@ def param_seeds(knowledge, task: TaskContext, config: RunConfig) -> list[dict]:
 def optimize(args: argparse.Namespace) -> int:
     plan = plan_run(args)
     config, out = plan.config, plan.out
-    spec = TaskSpec(path=plan.task_path, name=Path(plan.task_path).stem, small=True if config.small else None,
-                    dtype=config.dtype)
+    from tools.task import TaskError, check_spec, parse_shape_sets
+    try:
+        spec = TaskSpec(path=plan.task_path, name=Path(plan.task_path).stem, small=True if config.small else None,
+                        dtype=config.dtype, shape_sets=parse_shape_sets(getattr(args, "shapes", None)))
+        check_spec(spec)
+    except TaskError as e:
+        raise UsageError(str(e)) from None
     try:
         llm = llm_config(config.model, config.base_url)
         chat = ChatClient(llm) if llm else None

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from tools.results import MAX_DEEP_SETS, VERIFIED_ON, EvalJob, EvalResult, TaskSpec
-from tools.task import TaskError, check_spec
+from tools.task import TaskError, add_shapes_option, check_spec, parse_shape_sets
 
 KERNELS_SHOWN = 10  # the largest kernels eval lists by device time
 
@@ -34,13 +34,15 @@ def register(subparsers) -> None:
                    help="re-verify a correct kernel on N more input sets across the input space (scales 1e-3 to "
                         "1e3, shifted and masked rows, fresh seeds) and report the worst error and its input; "
                         "--trial-seed replays them")
+    add_shapes_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from tools.evaluate import evaluate
-    spec = TaskSpec(path=args.task, name=Path(args.task).stem, dtype=args.dtype, small=args.small)
     try:
+        spec = TaskSpec(path=args.task, name=Path(args.task).stem, dtype=args.dtype, small=args.small,
+                        shape_sets=parse_shape_sets(args.shapes))
         check_spec(spec)
         candidate = Path(args.candidate).read_text()
     except TaskError as e:
@@ -63,6 +65,12 @@ def summary(r: EvalResult) -> str:
     lines = [f"{r.verdict.upper()}: {r.reason}", f"device: {r.device}"]
     if r.verified_on:
         lines.append(f"verified on: {r.verified_on} ({VERIFIED_ON[r.verified_on]})")
+    if r.shapes:
+        from tools.worker import describe_shapes
+        lines.append(f"shape sets ({len(r.shapes)}, the task's own first):")
+        lines += [f"  {describe_shapes(c.shapes)}: {'FALLBACK' if c.fallback else c.verdict.upper()}"
+                  + (f" (relative error {c.rel_err:.2e})" if c.verdict == "correct" and c.rel_err is not None else
+                     "" if c.verdict == "correct" else f": {c.reason}") for c in r.shapes]
     d = r.deep
     if d and d.failed:
         lines.append(f"--deep: {d.failed} of {d.sets} input sets failed; worst at {d.worst_input}: {d.worst_reason}")

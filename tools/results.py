@@ -29,6 +29,8 @@ class TaskSpec:
     atol: float | None = None  # overrides the dtype's elementwise tolerances
     rtol: float | None = None
     shapes: dict[str, int] = field(default_factory=dict)  # module globals set before get_inputs()
+    shape_sets: list[dict[str, int]] = field(default_factory=list)  # more sets of such globals (`--shapes`): a
+    # candidate is verified at each of them too, after the task's own
     tf32: bool = False  # allow TF32 in the reference (and expect candidates to match TF32 accuracy)
     small: bool | None = None  # use the task's SMALL_SHAPES; None: only when running on a CPU
     scale_inputs: bool = True  # vary input magnitudes across trials; off where they overflow (cumprod)
@@ -117,6 +119,19 @@ class SanitizerCheck:
 
 
 @dataclass
+class ShapeCheck:
+    """A candidate verified at one shape set (TaskSpec.shape_sets, or the task's own shapes first): the task
+    re-instantiated with those globals and the normal trials run there."""
+
+    shapes: dict[str, int]  # the shape globals' values in this set
+    verdict: str  # "correct", "incorrect", "rejected", "crash", "error"
+    reason: str
+    fallback: bool = False  # it ran no kernel there: a guarded candidate's fallback to the task's PyTorch code
+    max_abs_err: float | None = None
+    rel_err: float | None = None
+
+
+@dataclass
 class EvalResult:
     verdict: Verdict
     reason: str
@@ -139,6 +154,8 @@ class EvalResult:
     host: str = ""  # where a cluster ran it: "HOST" or "HOST GPU N" (tools/cluster.py); "" on this machine
     kernel_ms: dict[str, float] = field(default_factory=dict)  # a correct kernel on a GPU: each kernel's device
     # time in one profiled forward, the largest first (tools/gpu_checks.py: kernel_times); empty on a CPU
+    shapes: list[ShapeCheck] = field(default_factory=list)  # with TaskSpec.shape_sets: the verdict at each shape
+    # set, the task's own first (the result's verdict is correct only where every one is)
 
     @property
     def correct(self) -> bool:
@@ -160,6 +177,7 @@ class EvalResult:
         if data.get("deep"):
             data["deep"] = DeepCheck(**data["deep"])
         data["sanitizer"] = [SanitizerCheck(**c) for c in data.get("sanitizer", [])]
+        data["shapes"] = [ShapeCheck(**c) for c in data.get("shapes", [])]
         return cls(**data)
 
 

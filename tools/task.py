@@ -11,7 +11,7 @@ from types import ModuleType
 from tools.results import TaskSpec
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
-OVERRIDE_KEYS = {"path", "name", "dtype", "atol", "rtol", "shapes", "tf32", "small", "scale_inputs"}
+OVERRIDE_KEYS = {"path", "name", "dtype", "atol", "rtol", "shapes", "shape_sets", "tf32", "small", "scale_inputs"}
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 RUN_DTYPES = ("float32", "bfloat16", "float16")  # what optimize, batch and ci offer as --dtype
 
@@ -24,6 +24,33 @@ def add_dtype_option(parser) -> None:
     """--dtype for the commands that search: the same cast a task list's `dtype` gives every task."""
     parser.add_argument("--dtype", choices=RUN_DTYPES, help="cast the tasks' floating inputs and parameters to "
                                                             "this dtype (default: the tasks' own, or the task list's)")
+
+
+def add_shapes_option(parser) -> None:
+    """--shapes for the commands that evaluate: verify every candidate at several sets of the task's shape
+    globals (TaskSpec.shape_sets), besides the task's own."""
+    parser.add_argument("--shapes", action="append", metavar="NAME=V1,V2,...",
+                        help="also verify at these values of a shape global of the task, one shape set per value "
+                             "(e.g. batch_size=1,7,64); repeat for more globals, whose values pair up in order")
+
+
+def parse_shape_sets(texts: list[str] | None) -> list[dict[str, int]]:
+    """`--shapes` values, ["batch_size=1,7,64", "dim=33"], as shape sets: [{"batch_size": 1, "dim": 33}, ...]; the
+    i-th value of each name goes into set i, a name with one value into every set. TaskError if malformed."""
+    columns: dict[str, list[int]] = {}
+    for text in texts or []:
+        name, eq, values = text.partition("=")
+        try:
+            parsed = [int(v) for v in values.split(",")]
+        except ValueError:
+            parsed = []
+        if not eq or not name.strip().isidentifier() or not parsed or name.strip() in columns:
+            raise TaskError(f"--shapes takes NAME=V1,V2,... with integer values, each name once, not {text!r}.")
+        columns[name.strip()] = parsed
+    count = max((len(v) for v in columns.values()), default=0)
+    if any(len(v) not in (1, count) for v in columns.values()):
+        raise TaskError("--shapes: every name needs as many values as the others, or one value.")
+    return [{name: v[i] if len(v) > 1 else v[0] for name, v in columns.items()} for i in range(count)]
 
 
 def check_task_file(path: str | Path) -> None:
@@ -47,6 +74,12 @@ def check_spec(spec: TaskSpec) -> None:
     check_task_file(spec.path)
     if spec.dtype is not None and spec.dtype not in DTYPES:
         raise TaskError(f"Task {spec.path}: dtype {spec.dtype!r} is not one of {', '.join(DTYPES)}.")
+    if spec.shape_sets:
+        tree = ast.parse(Path(spec.path).read_text())
+        names = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+        unknown = sorted({k for s in spec.shape_sets for k in s} - names)
+        if unknown:
+            raise TaskError(f"Task {spec.path}: shape set names {', '.join(unknown)}, not a global of the task file.")
 
 
 def import_file(path: str | Path, module_name: str) -> ModuleType:
@@ -58,10 +91,14 @@ def import_file(path: str | Path, module_name: str) -> ModuleType:
     return module
 
 
-def load_task_module(spec: TaskSpec, small: bool) -> ModuleType:
-    module = import_file(spec.path, "kw_task")
+def load_task_module(spec: TaskSpec, small: bool, shape_set: dict | None = None,
+                     module_name: str = "kw_task") -> ModuleType:
+    """The task as a module, its shape globals set: SMALL_SHAPES where `small`, then the spec's `shapes`, then
+    `shape_set` (one of spec.shape_sets)."""
+    module = import_file(spec.path, module_name)
     shapes = dict(getattr(module, "SMALL_SHAPES", {}) if small else {})
     shapes.update(spec.shapes)
+    shapes.update(shape_set or {})
     for name, value in shapes.items():
         if not hasattr(module, name):
             raise TaskError(f"Task {spec.path}: shape override {name!r} is not a global of the task file.")

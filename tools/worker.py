@@ -108,6 +108,13 @@ def evaluate_here(job, watch=None):
                 return EvalResult(deep.worst_verdict, f"{deep.worst_reason.rstrip('.')} (under --deep, "
                                   f"{deep.failed} of {deep.sets} input sets failed; worst: {deep.worst_input}).",
                                   max_abs_err=deep.worst_abs_err, rel_err=deep.worst_rel_err, deep=deep, **base)
+        shapes, failed = verify_shape_sets(job, setup, checked, module, small) if spec.shape_sets else ([], None)
+        if shapes:
+            phases["shapes"] = lap()
+        if failed is not None:
+            check, task_error = failed
+            return EvalResult(check.verdict, f"At {describe_shapes(check.shapes)}: {check.reason}", shapes=shapes,
+                              task_error=task_error, max_abs_err=check.max_abs_err, rel_err=check.rel_err, **base)
         # Compile metadata never counts against the candidate's time: read from the kernels on a GPU, compiled by
         # the parent after the verdict on a CPU (tools/compile_info.py), and there only for a profile (the
         # sm_90 compile takes seconds; a correctness check has no use for registers and spills).
@@ -125,12 +132,94 @@ def evaluate_here(job, watch=None):
             return EvalResult("error", f"A Triton kernel did not compile: {_describe(e)}.", **base)
         return EvalResult("crash", f"The candidate crashed: {_describe(e)}.", **base)
     reason = "Correct on every trial" + (f" and on {deep.sets} --deep input sets" if deep else "") + (
+        f" at the task's own shapes and at {len(shapes) - 1} more shape sets" if shapes else "") + (
         "; faster than the speed-of-light floor, so it was re-verified and is flagged" if suspicious else "") + (
         "" if on_gpu else f"; an interpreter verdict ({VERIFIED_ON['interpreter']})") + "."
     return EvalResult("correct", reason, timing=timing, compile=info, max_abs_err=checked.max_abs_err,
                       rel_err=checked.rel_err, own_rel_err=checked.own_rel_err, torch_ops=checked.torch_ops,
                       suspicious=suspicious, deep=deep, baselines=baselines, phase_seconds=phases,
-                      kernel_ms=checked.kernel_ms, **base)
+                      kernel_ms=checked.kernel_ms, shapes=shapes, **base)
+
+
+def describe_shapes(shapes: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in shapes.items()) or "the task's own shapes"
+
+
+def verify_shape_sets(job, setup, checked, module, small: bool):
+    """The candidate verified at each of the task's shape sets after its own shapes passed: ([ShapeCheck], the
+    first failing one with whether the task itself failed there, or None). Each set loads the task again with its
+    globals (as a module of its own name: sys.modules["kw_task"] stays), builds the reference and the candidate
+    from that set's init inputs and the job's seed, and runs the same trials under the same trial seed."""
+    from tools.results import ShapeCheck
+    names = list(dict.fromkeys(k for shape_set in job.task.shape_sets for k in shape_set))
+    own = {n: getattr(setup.task, n) for n in names}
+    out = [ShapeCheck(own, "correct", "Correct on every trial.", max_abs_err=checked.max_abs_err,
+                      rel_err=checked.rel_err)]
+    failed = None
+    for i, shape_set in enumerate(job.task.shape_sets):
+        check, task_error = _verify_at(job, setup, module, small, {**own, **shape_set}, i, checked.seed)
+        out.append(check)
+        if check.verdict != "correct" and failed is None:
+            failed = (check, task_error)
+    return out, failed
+
+
+def _verify_at(job, setup, module, small: bool, shape_set: dict, index: int, seed: int):
+    """(ShapeCheck, whether the task itself failed) at one shape set. A candidate that ran no kernel there (a
+    guarded template candidate's fallback to the task's PyTorch code, which says so through `warnings`) is
+    rejected by the runtime rules as anywhere else, and its check says it took the fallback."""
+    import warnings
+    from dataclasses import replace
+
+    import torch
+
+    from tools.results import ShapeCheck
+    from tools.rules import RUNTIME_REASONS
+    from tools.task import load_task_module
+    from tools.verify import Failed, verify
+
+    device = setup.device
+    try:
+        task = load_task_module(job.task, small, shape_set, f"kw_task_shapes{index}")
+        torch.manual_seed(job.seed)
+        with torch.device(device):
+            init = task.get_init_inputs()
+            reference = task.Model(*init)
+        reference = reference.to(device)
+    except Exception as e:
+        return ShapeCheck(shape_set, "error", f"The task could not be loaded at these shapes: {_describe(e)}."), True
+    for name, value in shape_set.items():  # the candidate carries the task's source: its globals follow the task's
+        if hasattr(module, name):
+            setattr(module, name, value)
+    try:
+        torch.manual_seed(job.seed)
+        with torch.device(device):
+            candidate = module.ModelNew(*init)
+        candidate = candidate.to(device)
+    except Exception as e:
+        return ShapeCheck(shape_set, "error", f"The candidate could not be built at these shapes: {_describe(e)}."), False
+    if setup.dtype:
+        reference, candidate = reference.to(setup.dtype), candidate.to(setup.dtype)
+    at = replace(setup, task=task, reference=reference, candidate=candidate, golden={})
+    figures, task_error = (None, None), False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            done = verify(at, job.trials, seed)
+            verdict, reason, figures = "correct", "Correct on every trial.", (done.max_abs_err, done.rel_err)
+        except Failed as e:
+            verdict, reason, task_error = e.verdict, e.sentence(), e.task_error
+        except Exception as e:
+            compiling = type(e).__name__ == "CompilationError"
+            verdict = "error" if compiling else "crash"
+            reason = f"{'A Triton kernel did not compile' if compiling else 'The candidate crashed'}: {_describe(e)}."
+    said = [str(w.message) for w in caught if str(w.message).startswith("kernelwright candidate:")]
+    fallback = verdict == "rejected" and (bool(said) or RUNTIME_REASONS["no-kernel"] in reason)
+    if fallback:
+        need = said[0].partition(" need ")[2].partition(";")[0] if said else ""
+        reason = ("It took its fallback to the task's PyTorch code here, so no kernel is verified at these shapes ("
+                  + (f"its kernels need {need}" if need else "it launched no Triton kernel") + ").")
+    return ShapeCheck(shape_set, verdict, reason, fallback, *figures), task_error
 
 
 def _stopwatch():

@@ -111,6 +111,8 @@ class TaskAnalysis:
     floor_s: float  # max(flops / peak, bytes / bandwidth)
     family: str
     dtype: str | None = None  # the cast the evaluator applies (TaskSpec.dtype); None: the task's own dtypes
+    shape_sets: list = field(default_factory=list)  # TaskSpec.shape_sets: more shapes every candidate is verified
+    # at, so the templates build shape-general kernels where they can (params["shapes"] = "dynamic")
     source: str = field(repr=False, default="")
     module: types.ModuleType | None = field(repr=False, compare=False, default=None)
 

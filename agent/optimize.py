@@ -154,8 +154,10 @@ def task_context(spec: TaskSpec, small: bool) -> TaskContext:
         arch = device = "cpu"
         small = True
     try:
-        analysis = analyze(spec.path, small=small, shapes=spec.shapes, arch=arch, tf32=spec.tf32,
-                           name=spec.name, dtype=spec.dtype).to_json()
+        analyzed = analyze(spec.path, small=small, shapes=spec.shapes, arch=arch, tf32=spec.tf32, name=spec.name,
+                           dtype=spec.dtype)
+        analyzed.shape_sets = list(spec.shape_sets)
+        analysis = analyzed.to_json()
     except Exception as e:  # tracing runs the task's own code: any error means "no analysis"
         _say(f"analysis: the reference could not be traced ({type(e).__name__}: {str(e)[:160]})")
         analysis = {}

@@ -26,12 +26,14 @@ def analysis_of(task: TaskContext) -> TaskAnalysis:
     stored = task.analysis or {}
     small = bool(stored.get("small", task.arch == "cpu"))
     shapes = dict(stored.get("shapes") or {})
+    shape_sets = list(stored.get("shape_sets") or [])
     key = (hashlib.sha256(task.source.encode()).hexdigest(), small, tuple(sorted(shapes.items())),
-           bool(stored.get("tf32", False)), stored.get("dtype"), task.arch)
+           bool(stored.get("tf32", False)), stored.get("dtype"), task.arch, repr(shape_sets))
     if key not in _ANALYSES:  # arch "cpu": the evaluator is Triton's interpreter (base.default_operands)
         arch = task.arch if task.arch.startswith("sm_") or task.arch == "cpu" else "sm_90"
         _ANALYSES[key] = analyze(task.source, small=small, shapes=shapes, arch=arch,
                                  tf32=bool(stored.get("tf32", False)), name=task.name, dtype=stored.get("dtype"))
+        _ANALYSES[key].shape_sets = shape_sets
     return _ANALYSES[key]
 
 
@@ -84,7 +86,13 @@ def rewrite_params(analysis: TaskAnalysis) -> dict:
 
 
 def make_proposal(analysis: TaskAnalysis, template: str, params: dict, operator: str, note: str) -> Proposal:
+    """The candidate of these parameters. A task verified at more shape sets (`--shapes`) gets shape-general
+    kernels where the plan has them (params["shapes"] = "dynamic"); elsewhere the kernel is built for the task's
+    own shapes, and the evaluator reports it taking the fallback at the others."""
     t = BY_NAME[template]
+    if analysis.shape_sets and "shapes" not in params and base.invalid(analysis, {**params, "shapes": "dynamic"}) \
+            is None:
+        params = {**params, "shapes": "dynamic"}
     source = t.render(analysis, params)
     note += rewrite_note(analysis)
     return Proposal(source=source, operator=operator, params={"template": template, **params,

@@ -61,11 +61,7 @@ def evaluate_here(job, watch=None):
     phases, lap = {}, _stopwatch()
     try:
         task = load_task_module(spec, small)
-        torch.manual_seed(job.seed)
-        with torch.device(device):
-            init = task.get_init_inputs()
-            reference = task.Model(*init)
-        reference = reference.to(device)
+        init, reference = build_reference(task, job.seed, device)
     except TaskError as e:
         return EvalResult("error", str(e), task_error=True, **base)
     except Exception as e:
@@ -181,11 +177,7 @@ def _verify_at(job, setup, module, small: bool, shape_set: dict, index: int, see
     device = setup.device
     try:
         task = load_task_module(job.task, small, shape_set, f"kw_task_shapes{index}")
-        torch.manual_seed(job.seed)
-        with torch.device(device):
-            init = task.get_init_inputs()
-            reference = task.Model(*init)
-        reference = reference.to(device)
+        init, reference = build_reference(task, job.seed, device)
     except Exception as e:
         return ShapeCheck(shape_set, "error", f"The task could not be loaded at these shapes: {_describe(e)}."), True
     for name, value in shape_set.items():  # the candidate carries the task's source: its globals follow the task's
@@ -220,6 +212,16 @@ def _verify_at(job, setup, module, small: bool, shape_set: dict, index: int, see
         reason = ("It took its fallback to the task's PyTorch code here, so no kernel is verified at these shapes ("
                   + (f"its kernels need {need}" if need else "it launched no Triton kernel") + ").")
     return ShapeCheck(shape_set, verdict, reason, fallback, *figures), task_error
+
+
+def build_reference(task, seed: int, device) -> tuple[list, object]:
+    """The task's constructor arguments and its reference module, made under `seed` on `device`."""
+    import torch
+    torch.manual_seed(seed)
+    with torch.device(device):
+        init = task.get_init_inputs()
+        reference = task.Model(*init)
+    return init, reference.to(device)
 
 
 def _stopwatch():

@@ -14,30 +14,7 @@ from tools.rules import check_source
 
 ROOT = Path(__file__).resolve().parents[2]
 
-FLAT = """
-import torch
-import torch.nn as nn
-
-batch_size = 12
-features = 37
-
-
-class Model(nn.Module):
-    def __init__(self, features):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(features))
-
-    def forward(self, x):
-        return torch.relu(x * 2.0 + self.bias) - 0.5
-
-
-def get_inputs():
-    return [torch.randn(batch_size, 3, features)]
-
-
-def get_init_inputs():
-    return [features]
-"""
+FLAT = (ROOT / "tests" / "agent" / "fixtures" / "shapes_bias_relu.py").read_text()
 
 # a softmax plus a layer norm over the last axis of a reshaped input, and a row sum: a row kernel, two outputs
 ROW = """

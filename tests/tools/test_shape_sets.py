@@ -1,6 +1,8 @@
 """Verification over shape sets (issue 16, TaskSpec.shape_sets, `--shapes`): the evaluator re-instantiates the
 task at each set of its shape globals, runs the normal trials there and reports a verdict per set; a kernel right
 only at its tuned batch fails, and a candidate that takes its fallback at another batch is reported as such."""
+from pathlib import Path
+
 import pytest
 
 from agent.analysis import analyze
@@ -9,30 +11,7 @@ from tools.executor import ExecutorConfig, LocalExecutor
 from tools.results import EvalJob, EvalResult, TaskSpec
 from tools.task import TaskError, check_spec, parse_shape_sets
 
-TASK = """
-import torch
-import torch.nn as nn
-
-batch_size = 12
-features = 37
-
-
-class Model(nn.Module):
-    def __init__(self, features):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(features))
-
-    def forward(self, x):
-        return torch.relu(x * 2.0 + self.bias) - 0.5
-
-
-def get_inputs():
-    return [torch.randn(batch_size, 3, features)]
-
-
-def get_init_inputs():
-    return [features]
-"""
+TASK = (Path(__file__).resolve().parents[1] / "agent" / "fixtures" / "shapes_bias_relu.py").read_text()
 
 SETS = [{"batch_size": 1}, {"batch_size": 7}, {"batch_size": 33}]
 

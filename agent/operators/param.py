@@ -16,20 +16,25 @@ A template's parameters tune its main kernel (the one with the most work). Where
 profile (EvalResult.kernel_ms, on a GPU) shows another Triton kernel taking the most device time, a share of
 the proposals (FOCUS) retune that kernel instead, through the template's per-kernel parameters
 (params["kernels"], agent/templates/base.py: overrides): a network's search spends itself where its time goes.
+
+Before either, a share of the proposals (ROOFLINE) are the structural moves that the fittest candidate with a GPU
+timing calls for (agent/operators/roofline.py: its gap to the floor, kind of bound, device time per kernel and
+compile metadata), each note saying why; none once that candidate is at its floor.
 """
 from __future__ import annotations
 
 import math
 import random
-import re
 
 from agent.interfaces import Individual, Proposal, TaskContext
+from agent.operators import roofline
 from agent.operators.template import analysis_of, config_key, kernel_text, make_proposal
 from agent.templates import base, matching
+from agent.templates.ir import Unsupported
 from agent.templates.params import kernel_default, kernel_space
 
 FOCUS = 0.5  # the share of proposals that retune the kernel with the most device time, where it is not the main one
-KERNEL_INDEX = re.compile(r"_kernel(\d+)(?:_\w+)?$")  # a Triton kernel's name in a template candidate: _row_kernel7
+ROOFLINE = 0.5  # the share of proposals (at least one) taken from the roofline's structural moves while they last
 
 
 class ParamOperator:
@@ -47,6 +52,7 @@ class ParamOperator:
         self.sources: set[str] = set()
         self.last_reason: str | None = None
         self.profiled: Individual | None = None  # the fittest evaluated candidate with a device time per kernel
+        self.measured: Individual | None = None  # the fittest evaluated candidate with a GPU timing
 
     # --- learning ----------------------------------------------------------------------------------
     def observe(self, individuals: list[Individual]) -> None:
@@ -61,6 +67,10 @@ class ParamOperator:
             self.sources.add(kernel_text(ind.source))
             if ind.result.kernel_ms and (self.profiled is None or ind.fitness > self.profiled.fitness):
                 self.profiled = ind
+            timing = ind.result.timing
+            if timing is not None and not timing.interpreted and ind.fitness > 0 \
+                    and (self.measured is None or ind.fitness > self.measured.fitness):
+                self.measured = ind
 
     def stats(self, template: str) -> dict[tuple[str, object], tuple[float, int]]:
         """(param, value) -> (mean normalized fitness, count) over the observed configs of a template."""
@@ -95,6 +105,14 @@ class ParamOperator:
             name = seed.get("template") if seed.get("template") in templates else next(iter(templates))
             params = self.fit(analysis, templates[name], seed)
             self.add(analysis, name, params, out, "known-good configuration")
+        quota = len(out) + max(1, math.ceil(ROOFLINE * n))
+        for move in self.structural(task, analysis, templates):
+            if len(out) >= min(n, quota):
+                break
+            origin = f"candidate {self.measured.id}" if move.kernel is None else \
+                f"kernel {move.kernel}, the most device time in candidate {self.measured.id}"
+            self.add(analysis, self.measured.params["template"], move.params, out, f"roofline: {move.reason} "
+                                                                                   f"(from {origin})")
         hot = self.hottest(analysis, templates)
         for _ in range(40 * n):
             if len(out) >= n:
@@ -111,6 +129,19 @@ class ParamOperator:
                 self.add(analysis, name, child, out, f"{note} (from {origin})")
         return out
 
+    def structural(self, task: TaskContext, analysis, templates: dict) -> list[roofline.Move]:
+        """The roofline's structural moves from the fittest candidate with a GPU timing (none without one)."""
+        best = self.measured
+        name = best.params.get("template") if best is not None else None
+        if name not in templates:
+            return []
+        try:
+            return roofline.moves(analysis, templates[name], self.refit(analysis, templates[name], best.params),
+                                  best.result, task.analysis)
+        except (Unsupported, ValueError) as e:  # a configuration this plan no longer takes: random moves only
+            self.last_reason = f"no roofline moves ({type(e).__name__}: {e})"[:300]
+            return []
+
     def hottest(self, analysis, templates: dict) -> tuple[str, dict, int] | None:
         """(template, the profiled candidate's params, index) of the Triton kernel that took the most device time
         in the fittest profiled candidate, where that is not its template's main kernel; None otherwise."""
@@ -123,12 +154,8 @@ class ParamOperator:
             pl = base.plan(analysis, params)
         except Exception:
             return None
-        for kernel, _ in sorted(best.result.kernel_ms.items(), key=lambda kv: -kv[1]):
-            m = KERNEL_INDEX.search(kernel)
-            if m and int(m.group(1)) < len(pl.kernels):
-                i = int(m.group(1))
-                return None if i == pl.primary else (name, params, i)
-        return None
+        i = roofline.hot_kernel(pl, best.result.kernel_ms)
+        return None if i == pl.primary else (name, params, i)
 
     def retune(self, analysis, start: dict, i: int) -> tuple[dict, str]:
         """`start` with one or two of kernel i's own parameters moved (params["kernels"]), and the moves in words

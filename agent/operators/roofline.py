@@ -1,0 +1,231 @@
+"""Roofline-guided structural moves: what the fittest measured candidate's gap to its floor, its kind of bound,
+its kernels' device times and its compile metadata say to try next, before random parameter moves.
+
+    for move in moves(analysis, template, params, result, task.analysis):
+        ...   # move.params: a whole configuration; move.reason: one line, why
+
+A result without a GPU timing, or at its floor (agent/graph.py floor_bar, the search's own stop), gets no move.
+The rules look at the Triton kernel with the most device time (EvalResult.kernel_ms; without a profile, the
+template's main kernel), in this order:
+  spills    its registers spill (EvalResult.compile): more warps, then a smaller tile
+  reads     memory-bound, a row kernel that reads its rows more than once: the pass fusions that are off (online
+            softmax, Welford, the folded target), the row held in registers (one_pass), a split run in groups of
+            rows that fit L2 (its second read from L2), the last pass walking back over what L2 still holds
+  gemm      the main GEMM: the vendor GEMM under the Triton epilogue (impl), split-K where the output tiles do not
+            fill the GPU, tile shapes nearer the output's (more tiles where they do not fill it, larger ones
+            where they do)
+  programs  memory-bound, fewer programs than SMs: smaller row or column blocks, rows split over programs
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from agent.context import RunConfig
+from agent.graph import floor_bar
+from agent.operators.template import config_key
+from agent.templates import base
+from agent.templates.codegen import next_pow2
+from agent.templates.fold import fold_sums
+from agent.templates.implicit_gemm import gemm_dims
+from agent.templates.kernels import online_pairs, reduction_stages, welford_pairs
+from agent.templates.params import SMS, kernel_default, kernel_invalid, kernel_space, l2_groups, sizes
+from agent.templates.schedule import Kernel
+from tools.results import EvalResult
+
+MARGIN = RunConfig.floor_margin  # "at the floor" for the proposer is the stop's, at the default margin
+KERNEL_INDEX = re.compile(r"_kernel(\d+)(?:_\w+)?$")  # a Triton kernel's name in a template candidate: _row_kernel7
+FUSIONS = (("online", "the online softmax, its max and sum in one pass"),
+           ("welford", "Welford's mean and variance in one pass"),
+           ("fold", "the target's pick folded into the first pass"))
+TILES = {"row": ("BLOCK_O", "BLOCK_R"), "col": ("BLOCK_I", "BLOCK_R"), "flat": ("BLOCK",),  # what sizes a tile
+         "plane": ("BLOCK_H", "BLOCK_W"), "gemm": ("BLOCK_M", "BLOCK_N", "BLOCK_K"),
+         "attention": ("BLOCK_M", "BLOCK_N"), "rnn": ("BLOCK_H", "BLOCK_K")}
+
+
+@dataclass
+class Move:
+    params: dict  # the whole configuration to evaluate (the template's parameters, "kernels" included)
+    reason: str  # one line: what was measured and what to try
+    kernel: int | None = None  # the kernel it retunes through params["kernels"]; None: the template's main kernel
+
+
+def moves(analysis, template, params: dict, result: EvalResult, task: dict, margin: float = MARGIN) -> list[Move]:
+    """Structural moves from `params` (a configuration of `template`, fitted to this task) whose candidate measured
+    `result`, the most promising first; `task` is the task's analysis in its JSON form (TaskContext.analysis)."""
+    t = result.timing
+    if t is None or t.interpreted or not t.floor_fraction or t.floor_fraction >= floor_bar(task, margin):
+        return []
+    pl = base.plan(analysis, params)
+    i = hot_kernel(pl, result.kernel_ms)
+    kernel = pl.kernels[i]
+    own = base._kernel_params(params)
+    current = {**kernel_default(kernel), **params.get("kernels", {}).get(str(i), {})} if i != pl.primary \
+        else base.fitted(kernel, own)
+    tunable = i != pl.primary or current is own  # the parameters describe it (not a vendor GEMM's epilogue)
+    intensity = t.flops / t.bytes if t.bytes else analysis.intensity
+    bound = "compute" if intensity > analysis.ridge else "memory"
+    head = f"{bound}-bound at {1 / t.floor_fraction:.2f}x the floor"
+    found: list[tuple[dict, str]] = []  # (changes to the hot kernel's parameters, why), or plan-level changes
+    if tunable:
+        found += _spills(kernel, current, result, i)
+        if bound == "memory" and kernel.layout == "row":
+            found += _reads(kernel, current)
+    if kernel.layout == "gemm" and i == pl.primary:
+        found += _gemm(analysis, template, kernel, params)
+    if bound == "memory" and tunable:
+        found += _programs(kernel, current)
+    out, seen = [], set()
+    for changes, why in found:
+        child = {**params, **changes} if i == pl.primary else _retuned(params, i, changes)
+        key = config_key(child)
+        if child == params or key in seen or base.invalid(analysis, child) is not None:
+            continue
+        seen.add(key)
+        out.append(Move(child, f"{head}, {why}", None if i == pl.primary else i))
+    return out
+
+
+def hot_kernel(pl: base.Plan, kernel_ms: dict[str, float]) -> int:
+    """The index of the plan's Triton kernel that took the most device time, or its main kernel without a profile."""
+    for name, _ in sorted(kernel_ms.items(), key=lambda kv: -kv[1]):
+        i = _index(name)
+        if i is not None and i < len(pl.kernels) and pl.kernels[i].kind != "torch_gemm":
+            return i
+    return pl.primary
+
+
+def row_reads(kernel: Kernel, p: dict) -> int:
+    """How often a row kernel under parameters `p` reads each row: once held in registers, else once per reduction
+    stage left after the pass fusions (kernels.py), plus a pass writing the row; a split reads its chunk, then
+    again to write it."""
+    full = any(kernel.level[m] == "full" for m in kernel.stores)
+    if p.get("SPLIT", 1) > 1:
+        return 1 + full
+    if p.get("mode") == "one_pass" or p.get("BLOCK_R", 1024) >= sizes(kernel)[1]:
+        return 1
+    k = fold_sums(kernel) if p.get("fold", 1) else kernel
+    pairs = {**(online_pairs(k) if p.get("online", 1) else {}), **(welford_pairs(k) if p.get("welford", 1) else {})}
+    return len(set(reduction_stages(k, pairs).values())) + full
+
+
+# --- the rules: each gives (changes, why) for the hot kernel ---------------------------------------------
+def _spills(kernel: Kernel, p: dict, result: EvalResult, i: int) -> list[tuple[dict, str]]:
+    infos = [k for k in (result.compile.kernels if result.compile else []) if _index(k.name) == i]
+    spills = sum(k.spills or 0 for k in infos)
+    if not spills:
+        return []
+    registers = max((k.registers or 0 for k in infos), default=0)
+    fact = f"{spills} registers spilled ({registers} a thread at {p.get('num_warps', 4)} warps)"
+    space, out = kernel_space(kernel), []
+    warps = p.get("num_warps", 4) * 2
+    if warps in space.get("num_warps", []):
+        out.append(({"num_warps": warps}, f"{fact}: try num_warps {warps // 2}->{warps}"))
+    smaller = _smaller_tile(kernel, p, space)
+    if smaller:
+        out.append((smaller, f"{fact}: try a smaller tile ({_words(p, smaller)})"))
+    return out
+
+
+def _smaller_tile(kernel: Kernel, p: dict, space: dict) -> dict:
+    if kernel.layout == "row" and p.get("mode") == "one_pass" and p.get("BLOCK_O", 1) == 1:
+        if "looped" in space["mode"]:
+            return {"mode": "looped", "BLOCK_R": min(4096, max(space["BLOCK_R"]))}
+        return {}
+    keys = [k for k in TILES.get(kernel.layout, ()) if k in p and p[k] // 2 in space.get(k, [])
+            and not (k == "BLOCK_R" and kernel.layout == "row" and p.get("mode") == "one_pass")]
+    key = max(keys, key=lambda k: p[k], default=None)
+    return {key: p[key] // 2} if key else {}
+
+
+def _reads(kernel: Kernel, p: dict) -> list[tuple[dict, str]]:
+    reads = row_reads(kernel, p)
+    if reads < 2:
+        return []
+    fact, space, out = f"{reads} reads per row", kernel_space(kernel), []
+    for key, words in FUSIONS:
+        if key in space and not p.get(key, 1):
+            out.append(({key: 1}, f"{fact}: try {words} ({key} 0->1)"))
+    if "one_pass" in space["mode"] and p.get("mode") != "one_pass":
+        row = {"mode": "one_pass", "BLOCK_O": 1}
+        warps = next((w for w in space["num_warps"] if w >= p.get("num_warps", 4)
+                      and kernel_invalid(kernel, {**p, **row, "num_warps": w}) is None), None)
+        if warps:
+            out.append(({**row, "num_warps": warps}, f"{fact}: try the row held in registers, read once (one_pass)"))
+    groups = l2_groups(kernel) if "SPLIT" in space and any(kernel.level[m] == "full" for m in kernel.stores) else []
+    if groups and not p.get("GROUP"):
+        group = groups[-1]
+        grouped = {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": min(4096, max(space["BLOCK_R"])), "num_warps": 8,
+                   "GROUP": group, **{k: p.get(k) or 1 for k, _ in FUSIONS if k in space}}  # a split takes one pass
+        valid = [s for s in space["SPLIT"] if s > 1 and kernel_invalid(kernel, {**p, **grouped, "SPLIT": s}) is None]
+        split = min((s for s in valid if s * group >= 4 * SMS), default=max(valid, default=0))
+        if split:
+            out.append(({**grouped, "SPLIT": split}, f"{fact}: try a split run {group} rows at a time, its second "
+                                                      f"read from L2 (SPLIT {split}, GROUP {group})"))
+    if "tail_first" in space and not p.get("tail_first"):
+        out.append(({"tail_first": 1}, f"{fact}: try the last pass from the row's end, first re-reading what L2 "
+                                       f"still holds (tail_first 0->1)"))
+    return out
+
+
+def _programs(kernel: Kernel, p: dict) -> list[tuple[dict, str]]:
+    o, r, i = sizes(kernel) if kernel.layout in ("row", "col") else (0, 0, 0)
+    space = kernel_space(kernel)
+    if kernel.layout == "row":
+        programs = math.ceil(o / min(p.get("BLOCK_O", 1), next_pow2(o))) * p.get("SPLIT", 1)
+    elif kernel.layout == "col":
+        programs = o * math.ceil(i / p.get("BLOCK_I", 64))
+    elif kernel.layout == "flat":
+        programs = math.ceil(math.prod(kernel.domain) / p.get("BLOCK", 1024))
+    else:
+        return []
+    if programs >= SMS:
+        return []
+    fact = f"{programs} programs for {SMS} SMs"
+    if kernel.layout == "row" and p.get("BLOCK_O", 1) > 1:
+        return [({"BLOCK_O": 1}, f"{fact}: try one row per program (BLOCK_O {p['BLOCK_O']}->1)")]
+    if kernel.layout == "row" and "SPLIT" in space and p.get("SPLIT", 1) == 1:
+        split = {"mode": "looped", "BLOCK_R": min(4096, max(space["BLOCK_R"]))}
+        valid = [s for s in space["SPLIT"] if s > 1 and kernel_invalid(kernel, {**p, **split, "SPLIT": s}) is None]
+        s = min((s for s in valid if s * o >= 4 * SMS), default=max(valid, default=0))
+        return [({**split, "SPLIT": s}, f"{fact}: try each row split over {s} programs (SPLIT 1->{s})")] if s else []
+    key = {"col": "BLOCK_I", "flat": "BLOCK"}.get(kernel.layout)
+    if key and p.get(key, 0) // 2 in space.get(key, []):
+        return [({key: p[key] // 2}, f"{fact}: try smaller blocks ({key} {p[key]}->{p[key] // 2})")]
+    return []
+
+
+def _gemm(analysis, template, kernel: Kernel, p: dict) -> list[tuple[dict, str]]:
+    batch, m, n, k = gemm_dims(kernel.nodes[0])
+    bm, bn = p.get("BLOCK_M", 64), p.get("BLOCK_N", 64)
+    tiles = math.ceil(m / bm) * math.ceil(n / bn) * batch
+    space, out = template.space(analysis), []
+    if "torch" in space.get("impl", []) and p.get("impl") != "torch":
+        out.append(({"impl": "torch"}, "a Triton GEMM: try the vendor GEMM under the Triton epilogue "
+                                       "(impl triton->torch)"))
+    splits = [s for s in space.get("SPLIT_K", [1]) if s > 1]
+    if tiles < SMS and splits and p.get("SPLIT_K", 1) == 1:
+        s = min((s for s in splits if s * tiles >= SMS), default=max(splits))
+        out.append(({"impl": "triton", "SPLIT_K": s}, f"{tiles} output tiles for {SMS} SMs: try SPLIT_K 1->{s}"))
+    shapes = [(bm // 2, bn), (bm, bn // 2)] if tiles < SMS else [(bm * 2, bn), (bm, bn * 2)]
+    for tm, tn in sorted(shapes, key=lambda s: abs(math.log2(s[0] / s[1]) - math.log2(max(m, 1) / max(n, 1)))):
+        if tm in space.get("BLOCK_M", []) and tn in space.get("BLOCK_N", []):
+            out.append(({"impl": "triton", "BLOCK_M": tm, "BLOCK_N": tn, "num_warps": 8 if tm * tn >= 8192 else 4},
+                        f"{tiles} output tiles of {bm}x{bn} for {SMS} SMs: try {tm}x{tn} tiles"))
+    return out
+
+
+def _retuned(params: dict, i: int, changes: dict) -> dict:
+    tuned = dict(params.get("kernels", {}))
+    tuned[str(i)] = dict(sorted({**tuned.get(str(i), {}), **changes}.items()))
+    return {**params, "kernels": dict(sorted(tuned.items()))}
+
+
+def _index(name: str) -> int | None:
+    m = KERNEL_INDEX.search(name)
+    return int(m.group(1)) if m else None
+
+
+def _words(p: dict, changes: dict) -> str:
+    return ", ".join(f"{k} {p.get(k)}->{v}" for k, v in changes.items())

@@ -1,0 +1,206 @@
+"""The roofline-guided proposer (issue 19) on fabricated GPU results: each rule picks the structural move it
+should for the kernel that takes the time, its note says why, a candidate at its floor or without a GPU timing
+gets none, and the floor stop waits longer for a read-mostly task, whose own floor is faster than copy's."""
+from pathlib import Path
+
+import pytest
+
+from agent.analysis import analyze
+from agent.context import Run, RunConfig
+from agent.graph import FloorReached, check_limits, floor_bar, read_mostly
+from agent.interfaces import Individual, TaskContext
+from agent.operators.param import ParamOperator
+from agent.operators.roofline import moves, row_reads
+from agent.policies import GreedyPolicy
+from agent.runstore import RunStore
+from agent.state import State
+from agent.templates import BY_NAME, base
+from tools.results import CompileInfo, EvalResult, KernelInfo, TaskSpec, Timing
+
+FIXTURES = Path(__file__).parent / "fixtures"
+BIG_SOFTMAX = {"batch": 4096, "dim": 393216}  # rows of 1.5 MB, 6 GB in all: a two-pass row outgrows L2
+
+
+def analysis_of(task: str, shapes: dict | None = None):
+    return analyze(str(FIXTURES / f"{task}.py"), small=shapes is None, shapes=shapes)
+
+
+def measured(gap: float | None, interpreted: bool = False, kernel_ms: dict | None = None,
+             compile: CompileInfo | None = None, flops: float = 0.0, nbytes: float = 0.0) -> EvalResult:
+    """A correct candidate's result at `gap` times its floor (no timing at all for None)."""
+    if gap is None:
+        return EvalResult("correct", "ok", compile=compile)
+    ms = 1.0
+    timing = Timing(ms, 2.0, 1.5, ms / gap, 2.0, 1.5, 1 / gap, 1.0, interpreted, flops, nbytes)
+    return EvalResult("correct", "ok", device="cpu" if interpreted else "cuda", interpreted=interpreted,
+                      timing=timing, kernel_ms=kernel_ms or {}, compile=compile)
+
+
+def rowwise_moves(a, params: dict, result: EvalResult) -> list:
+    t = BY_NAME["rowwise"]
+    return moves(a, t, {**t.default(a), **params}, result, a.to_json())
+
+
+def loops(source: str, kernel: str = "_row_kernel0") -> int:
+    body = source.split(f"def {kernel}(", 1)[1].split("@triton.jit", 1)[0].split("class ModelNew", 1)[0]
+    return body.count("for r0 in range(") + body.count("for it in range(")
+
+
+@pytest.mark.parametrize("task, params", [
+    ("var_softmax_rows", {"mode": "looped", "BLOCK_R": 128, "online": 0}),
+    ("var_softmax_rows", {"mode": "looped", "BLOCK_R": 128}),
+    ("var_layer_norm", {"mode": "looped", "BLOCK_R": 256, "welford": 0}),
+    ("var_layer_norm", {"mode": "looped", "BLOCK_R": 256, "welford": 2}),
+    ("var_cross_entropy", {"mode": "looped", "BLOCK_R": 128, "fold": 0}),
+    ("var_cross_entropy", {"mode": "looped", "BLOCK_R": 128}),
+    ("var_cross_entropy", {"mode": "one_pass"}),
+])
+def test_reads_per_row_are_the_passes_the_kernel_makes(task, params):
+    a = analysis_of(task)
+    p = {**BY_NAME["rowwise"].default(a), **params}
+    assert row_reads(base.plan(a, p).main, p) == max(1, loops(BY_NAME["rowwise"].render(a, p)))
+
+
+def test_a_two_pass_row_reduction_tries_the_one_pass_forms_first():
+    a = analysis_of("var_softmax_rows")
+    out = rowwise_moves(a, {"mode": "looped", "BLOCK_R": 128, "online": 0, "tail_first": 0}, measured(1.52))
+    assert [m.reason for m in out[:3]] == [
+        "memory-bound at 1.52x the floor, 3 reads per row: try the online softmax, its max and sum in one pass "
+        "(online 0->1)",
+        "memory-bound at 1.52x the floor, 3 reads per row: try the row held in registers, read once (one_pass)",
+        "memory-bound at 1.52x the floor, 3 reads per row: try the last pass from the row's end, first re-reading "
+        "what L2 still holds (tail_first 0->1)"]
+    assert out[0].params["online"] == 1 and out[1].params["mode"] == "one_pass" and out[2].params["tail_first"] == 1
+    assert all(m.kernel is None and base.invalid(a, m.params) is None for m in out)
+
+
+def test_rows_that_outgrow_l2_try_the_grouped_split():
+    a = analysis_of("tpl_softmax_param", BIG_SOFTMAX)
+    out = rowwise_moves(a, {}, measured(1.5))  # the default: looped, online softmax, then a pass writing the row
+    grouped = [m for m in out if m.params.get("GROUP")]
+    assert grouped and grouped[0] is out[0]
+    assert grouped[0].params["SPLIT"] > 1 and grouped[0].params["GROUP"] == 16
+    assert grouped[0].reason.startswith("memory-bound at 1.50x the floor, 2 reads per row: try a split run 16 rows "
+                                        "at a time, its second read from L2 (SPLIT ")
+    three = rowwise_moves(a, {"online": 0}, measured(1.5))  # the max first: a split needs the online form too
+    assert [m.params["online"] for m in three[:2]] == [1, 1] and three[1].params["GROUP"] == 16
+
+
+def test_a_kernel_that_spills_tries_more_warps_then_a_smaller_tile():
+    a = analysis_of("var_softmax_rows")
+    spilling = CompileInfo([KernelInfo("_row_kernel0", registers=255, spills=96, num_warps=4)], "read")
+    out = rowwise_moves(a, {"mode": "looped", "BLOCK_R": 2048, "BLOCK_O": 1, "num_warps": 4},
+                        measured(1.3, compile=spilling))
+    assert out[0].reason == ("memory-bound at 1.30x the floor, 96 registers spilled (255 a thread at 4 warps): "
+                             "try num_warps 4->8")
+    assert out[0].params["num_warps"] == 8
+    assert out[1].params["BLOCK_R"] == 1024 and "try a smaller tile (BLOCK_R 2048->1024)" in out[1].reason
+    no_spills = CompileInfo([KernelInfo("_row_kernel0", registers=128, spills=0, num_warps=4)], "read")
+    assert not any("spilled" in m.reason for m in rowwise_moves(a, {"mode": "looped", "BLOCK_R": 2048},
+                                                                measured(1.3, compile=no_spills)))
+
+
+def test_few_rows_per_program_spread_over_more_programs():
+    a = analysis_of("var_cross_entropy")  # 7 rows
+    out = rowwise_moves(a, {"mode": "one_pass", "BLOCK_O": 4}, measured(1.4))
+    assert [m.reason for m in out] == ["memory-bound at 1.40x the floor, 2 programs for 132 SMs: try one row per "
+                                       "program (BLOCK_O 4->1)"]
+
+
+def test_a_compute_bound_gemm_tries_the_vendor_gemm_then_other_tiles():
+    a = analysis_of("tpl_gemm_epilogue", {"batch": 4096, "d_in": 4096, "d_out": 4096})
+    t = BY_NAME["gemm"]
+    start = {**t.default(a), "impl": "triton"}
+    out = moves(a, t, start, measured(1.8), a.to_json())
+    assert out[0].params["impl"] == "torch"
+    assert out[0].reason == ("compute-bound at 1.80x the floor, a Triton GEMM: try the vendor GEMM under the Triton "
+                             "epilogue (impl triton->torch)")
+    tiles = [m for m in out[1:] if m.params["impl"] == "triton"]
+    assert tiles and all("1024 output tiles of 128x128 for 132 SMs: try " in m.reason for m in tiles)
+    assert {(m.params["BLOCK_M"], m.params["BLOCK_N"]) for m in tiles} <= {(256, 128), (128, 256)}
+
+
+def test_a_gemm_whose_tiles_do_not_fill_the_gpu_splits_k():
+    a = analysis_of("tpl_matmul", {"batch": 64, "d_in": 8192, "d_out": 256})
+    t = BY_NAME["gemm"]
+    out = moves(a, t, t.default(a) | {"SPLIT_K": 1}, measured(1.78), a.to_json())
+    split = next(m for m in out if m.params["SPLIT_K"] > 1)
+    assert split is out[0] and split.reason == ("compute-bound at 1.78x the floor, 2 output tiles for 132 SMs: try "
+                                                "SPLIT_K 1->16")
+
+
+def test_the_kernel_with_the_device_time_is_the_one_moved():
+    source = (FIXTURES / "var_gemm_rownorm.py").read_text()  # a Triton GEMM (kernel 0, the main one), a row norm
+    a = analyze(source, small=True)
+    t = BY_NAME["gemm"]
+    start = {**t.default(a), "impl": "triton", "kernels": {"1": {"mode": "looped", "BLOCK_R": 128}}}
+    result = measured(1.6, kernel_ms={"_row_kernel1": 0.8, "_gemm_kernel0": 0.2})
+    out = moves(a, t, start, result, a.to_json())
+    assert out and all(m.kernel == 1 for m in out)
+    assert out[0].params["kernels"]["1"]["mode"] == "one_pass" and out[0].reason == (
+        "memory-bound at 1.60x the floor, 2 reads per row: try the row held in registers, read once (one_pass)")
+    assert {k: v for k, v in out[0].params.items() if k != "kernels"} == \
+        {k: v for k, v in start.items() if k != "kernels"}
+    op = ParamOperator(seed=0)
+    best = Individual(4, "src", "param", None, {"template": "gemm", **start}, result=result)
+    op.observe([best])
+    first = op.propose(TaskContext("var_gemm_rownorm", source, a.to_json(), "cuda", "cpu"), [best], 1)[0]
+    assert first.note.startswith("param search: roofline: memory-bound at 1.60x the floor, 2 reads per row: ")
+    assert first.note.endswith("(from kernel 1, the most device time in candidate 4)")
+
+
+@pytest.mark.parametrize("result", [
+    measured(None),  # no timing
+    measured(1.52, interpreted=True),  # an interpreter time: no floor to compare with
+    measured(1.05),  # at the floor (within the search's margin of it)
+], ids=["no timing", "interpreted", "at the floor"])
+def test_no_roofline_move_without_a_gpu_time_or_at_the_floor(result):
+    a = analysis_of("var_softmax_rows")
+    assert rowwise_moves(a, {"mode": "looped", "BLOCK_R": 128, "online": 0}, result) == []
+
+
+def test_the_parameter_operator_proposes_the_moves_first_with_their_reasons():
+    source = (FIXTURES / "var_softmax_rows.py").read_text()
+    a = analyze(source, small=True)
+    task = TaskContext("var_softmax_rows", source, a.to_json(), "cuda:NVIDIA H200 (sm_90)", "cpu")
+    params = {"template": "rowwise", **BY_NAME["rowwise"].default(a), "mode": "looped", "BLOCK_R": 128, "online": 0}
+    best = Individual(5, "src", "param", None, params, result=measured(1.52))
+    op = ParamOperator(seed=0)
+    op.observe([best])
+    first = op.propose(task, [best], 2)
+    assert len(first) == 2 and first[0].params["online"] == 1  # one of two: ROOFLINE's share
+    assert first[0].note == ("param search: roofline: memory-bound at 1.52x the floor, 3 reads per row: try the "
+                             "online softmax, its max and sum in one pass (online 0->1) (from candidate 5)")
+    assert "roofline" not in first[1].note
+    second = op.propose(task, [best], 2)
+    assert second[0].params["mode"] == "one_pass" and "read once (one_pass)" in second[0].note
+    slow = Individual(6, "src", "param", None, params, result=measured(1.52, interpreted=True))
+    op = ParamOperator(seed=0)
+    op.observe([slow])
+    assert not any("roofline" in p.note for p in op.propose(task, [slow], 4))
+
+
+# --- the floor stop: a read-mostly task's own floor is faster than copy bandwidth's -------------------
+def best_at(floor_fraction: float) -> State:
+    return State(archive=[Individual(1, "src", "template", None, result=measured(1 / floor_fraction))])
+
+
+def test_a_read_mostly_task_stops_only_past_the_copy_floor(tmp_path):
+    loss = analysis_of("var_cross_entropy").to_json()  # reads the logits, writes one number
+    softmax = analysis_of("var_softmax_rows").to_json()  # writes what it reads
+    assert read_mostly(loss) and not read_mostly(softmax) and not read_mostly({})
+    margin = RunConfig().floor_margin
+    assert floor_bar(softmax, margin) == pytest.approx(1 / 1.1) and floor_bar(loss, margin) > 1.0
+    store = RunStore(tmp_path / "run.sqlite")
+    cfg = RunConfig(floor_margin=margin)
+    run = Run(config=cfg, run_id=store.create_run("t.py", cfg.to_json()), spec=TaskSpec("t.py"), executor=None,
+              task=TaskContext("loss", "src", loss, "cuda", "sm_90"), policy=GreedyPolicy(), operators=[], store=store)
+    check_limits(best_at(0.95), run)  # past the copy floor's bar, not its own floor's
+    check_limits(best_at(1.0), run)
+    with pytest.raises(FloorReached, match="read-mostly"):
+        check_limits(best_at(1.05), run)
+    run.task = TaskContext("softmax", "src", softmax, "cuda", "sm_90")
+    with pytest.raises(FloorReached):
+        check_limits(best_at(0.95), run)
+    a = analysis_of("var_cross_entropy")  # and the proposer still has moves for it where the stop waits
+    assert rowwise_moves(a, {"mode": "one_pass", "BLOCK_O": 4}, measured(1 / 0.95))

@@ -332,8 +332,8 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     lines = comb.top.lines
     big = ".to(tl.int64)" if comb.big else ""
     start = "row0 + " if group else ""
-    lines += [f"ro = ({start}tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]){big}", f"rmask = ro < {gen.O}",
-              "pid_s = tl.program_id(1)", f"rs = tl.arange(0, {sp})[None, :]", f"pm = rmask & (rs < {split})"]
+    lines += [f"ro = ({start}tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]){big}",
+              f"rmask = ro < {gen.O}", "pid_s = tl.program_id(1)", f"rs = tl.arange(0, {sp})[None, :]", f"pm = rmask & (rs < {split})"]
     it = iter(parts)
 
     def load(neutral: str) -> str:

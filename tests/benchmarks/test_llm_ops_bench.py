@@ -55,7 +55,8 @@ def test_the_table_on_made_up_rows():
     lines = b.table(rows)
     head, sep = lines[0], lines[1]
     assert head.count("|") == sep.count("|") and all(line.count("|") == head.count("|") for line in lines[2:5])
-    assert "| rmsnorm | 4096x4096 | 0.0100 | 0.0400 | 0.0120 | 0.0110 | 0.0105 | 1.05 | 1.10 | 1.05 | 1.14 |" in lines[2]
+    assert ("| rmsnorm | 4096x4096 | 0.0100 | 0.0400 | 0.0120 | 0.0110 | 0.0105 | 1.05 | 1.10 | 1.05 | 1.14 |"
+            in lines[2])
     assert "| cross_entropy | 2048x128256 | 0.2000 |" in lines[3] and "| 1.25 | 2.00 | 1.60 | 2.00 |" in lines[3]
     assert "| 0.2000 | 0.1000 | - | - | - | - | - | - |" in lines[4] and "1.0e-03, 1.0e-03, -, -" in lines[4]
     text = "\n".join(lines)

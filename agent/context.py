@@ -39,6 +39,8 @@ class RunConfig:
                                  "None: the task's own.")
     eval_timeout_s: float = _d(300.0, "Seconds one evaluation may take before its worker is killed.")
     trials: int = _d(4, "Timing trials per evaluation.")
+    trial_seed: int | None = _d(None, "Trial seed of every evaluation, to replay a run's verification exactly; "
+                                      "None: a fresh one from the operating system for each evaluation.")
     k_docs: int = _d(4, "Hardware and optimization documents retrieved into each prompt.")
     k_kernels: int = _d(3, "Similar verified kernels retrieved into each prompt.")
     prompt_chars: int = _d(24000, "Character budget of one proposal prompt; sections are cut to fit.")

@@ -189,7 +189,8 @@ def evaluate(state: State, runtime: Runtime[Run]) -> dict:
     groups = [pending[:1], pending[1:]] if baselines is None else [pending]
     for group in filter(None, groups):
         futures = {run.executor.submit(EvalJob(task=run.spec, candidate=i.source, timeout_s=cfg.eval_timeout_s,
-                                               trials=cfg.trials, seed=cfg.seed, baselines=baselines)): i
+                                               trials=cfg.trials, seed=cfg.seed, trial_seed=cfg.trial_seed,
+                                               baselines=baselines)): i
                    for i in group}
         for future in as_completed(futures):
             result = future.result()

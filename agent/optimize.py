@@ -61,6 +61,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_shapes_option(p)
     add_cluster_option(p)
     p.add_argument("--seed", type=int, help=f"seed of the search's random choices (default {d.seed})")
+    p.add_argument("--trial-seed", type=int, metavar="N", help="trial seed of every evaluation, to replay a run's "
+                                                               "verification (default: a fresh one each time)")
     p.add_argument("--batch-size", type=int, help=f"proposals per round (default {d.batch_size})")
     p.add_argument("--plateau", type=int, help=f"stop after N evaluations without progress; 0: never "
                                                 f"(default {d.plateau})")
@@ -77,7 +79,7 @@ def _say(line: str) -> None:
 def _overrides(args: argparse.Namespace) -> dict:
     given = {"budget": args.budget, "time_limit_s": args.time_limit, "model": args.model, "policy": args.policy,
              "small": args.small, "seed": args.seed, "batch_size": args.batch_size, "plateau": args.plateau,
-             "dtype": args.dtype}
+             "dtype": args.dtype, "trial_seed": getattr(args, "trial_seed", None)}
     return {k: v for k, v in given.items() if v is not None}
 
 

@@ -78,10 +78,7 @@ def evaluate_here(job, watch=None):
         module = import_file("candidate.py", "kw_candidate")
         if not hasattr(module, "ModelNew"):
             return EvalResult("error", "The candidate defines no class ModelNew.", **base)
-        torch.manual_seed(job.seed)
-        with torch.device(device):
-            candidate = module.ModelNew(*init)
-        candidate = candidate.to(device)
+        candidate = build_candidate(module, init, job.seed, device)
     except Exception as e:
         return EvalResult("error", f"The candidate could not be loaded: {_describe(e)}.", **base)
 
@@ -124,9 +121,7 @@ def evaluate_here(job, watch=None):
         return EvalResult(e.verdict, e.sentence(), task_error=e.task_error, rel_err=e.rel_err,
                           own_rel_err=e.own_rel_err, **base)
     except Exception as e:
-        if type(e).__name__ == "CompilationError":
-            return EvalResult("error", f"A Triton kernel did not compile: {_describe(e)}.", **base)
-        return EvalResult("crash", f"The candidate crashed: {_describe(e)}.", **base)
+        return EvalResult(*_crashed(e), **base)
     reason = "Correct on every trial" + (f" and on {deep.sets} --deep input sets" if deep else "") + (
         f" at the task's own shapes and at {len(shapes) - 1} more shape sets" if shapes else "") + (
         "; faster than the speed-of-light floor, so it was re-verified and is flagged" if suspicious else "") + (
@@ -167,8 +162,6 @@ def _verify_at(job, setup, module, small: bool, shape_set: dict, index: int, see
     import warnings
     from dataclasses import replace
 
-    import torch
-
     from tools.results import ShapeCheck
     from tools.rules import RUNTIME_REASONS
     from tools.task import load_task_module
@@ -184,10 +177,7 @@ def _verify_at(job, setup, module, small: bool, shape_set: dict, index: int, see
         if hasattr(module, name):
             setattr(module, name, value)
     try:
-        torch.manual_seed(job.seed)
-        with torch.device(device):
-            candidate = module.ModelNew(*init)
-        candidate = candidate.to(device)
+        candidate = build_candidate(module, init, job.seed, device)
     except Exception as e:
         return ShapeCheck(shape_set, "error", f"The candidate could not be built at these shapes: {_describe(e)}."), False
     if setup.dtype:
@@ -202,9 +192,7 @@ def _verify_at(job, setup, module, small: bool, shape_set: dict, index: int, see
         except Failed as e:
             verdict, reason, task_error = e.verdict, e.sentence(), e.task_error
         except Exception as e:
-            compiling = type(e).__name__ == "CompilationError"
-            verdict = "error" if compiling else "crash"
-            reason = f"{'A Triton kernel did not compile' if compiling else 'The candidate crashed'}: {_describe(e)}."
+            verdict, reason = _crashed(e)
     said = [str(w.message) for w in caught if str(w.message).startswith("kernelwright candidate:")]
     fallback = verdict == "rejected" and (bool(said) or RUNTIME_REASONS["no-kernel"] in reason)
     if fallback:
@@ -222,6 +210,22 @@ def build_reference(task, seed: int, device) -> tuple[list, object]:
         init = task.get_init_inputs()
         reference = task.Model(*init)
     return init, reference.to(device)
+
+
+def build_candidate(module, init: list, seed: int, device):
+    """The candidate module's ModelNew, made from the task's constructor arguments under `seed` on `device`."""
+    import torch
+    torch.manual_seed(seed)
+    with torch.device(device):
+        candidate = module.ModelNew(*init)
+    return candidate.to(device)
+
+
+def _crashed(e: Exception) -> tuple[str, str]:
+    """The verdict and reason of a candidate that raised while it was verified or timed."""
+    if type(e).__name__ == "CompilationError":
+        return "error", f"A Triton kernel did not compile: {_describe(e)}."
+    return "crash", f"The candidate crashed: {_describe(e)}."
 
 
 def _stopwatch():

@@ -385,14 +385,14 @@ def rewrite_summary(run: Run, archive: list[Individual]) -> dict | None:
 def best_summary(best: Individual | None) -> dict | None:
     if best is None:
         return None
-    t = best.result.timing
+    t, baselines = best.result.timing, best.result.baselines
     figures = {k: getattr(t, k) for k in ("ms", "eager_ms", "compile_ms", "floor_ms", "floor_fraction",
                                           "speedup_vs_eager", "speedup_vs_compile", "spread_pct",
                                           "interpreted")} if t else {}
     return {"id": best.id, "operator": best.operator, "parent_id": best.parent_id, "verdict": best.result.verdict,
             "device": best.result.device, "suspicious": best.result.suspicious,
             "verified_on": best.result.verified_on, **figures,
-            **({"compile_error": t.compile_error} if t and t.compile_error else {}),
+            **({"compile_error": baselines.compile_error} if baselines and baselines.compile_error else {}),
             "kernel_ms": best.result.kernel_ms}
 
 

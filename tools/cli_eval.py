@@ -89,8 +89,8 @@ def summary(r: EvalResult) -> str:
                      f"torch.compile {_ms(t.compile_ms)}  floor {_ms(t.floor_ms)}")
         lines.append(f"speedup vs eager {_x(t.speedup_vs_eager)}  vs torch.compile {_x(t.speedup_vs_compile)}  "
                      f"floor/candidate {t.floor_fraction or 0:.2f}")
-        if t.compile_error:
-            lines.append(f"torch.compile gave no time: {t.compile_error}")
+        if r.baselines and r.baselines.compile_error:
+            lines.append(f"torch.compile gave no time: {r.baselines.compile_error}")
     if r.kernel_ms:
         total = sum(r.kernel_ms.values())
         lines.append(f"device time by kernel (one profiled forward, {total:.4f} ms in all):")

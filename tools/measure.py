@@ -46,7 +46,7 @@ def measure(setup: Setup, job: EvalJob, checked: Checked) -> tuple[Timing, Basel
         speedup_vs_eager=baselines.eager_ms / ms if on_gpu else None,
         speedup_vs_compile=baselines.compile_ms / ms if on_gpu and baselines.compile_ms else None,
         floor_fraction=floor / ms if floor else None, spread_pct=candidate.spread_pct, interpreted=not on_gpu,
-        flops=flops, bytes=nbytes, compile_error=baselines.compile_error)
+        flops=flops, bytes=nbytes)
     return timing, baselines, suspicious
 
 

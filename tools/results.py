@@ -92,7 +92,6 @@ class Timing:
     interpreted: bool
     flops: float = 0.0
     bytes: float = 0.0
-    compile_error: str = ""  # Baselines.compile_error: why compile_ms is None on a GPU
 
 
 @dataclass

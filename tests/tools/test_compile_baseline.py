@@ -18,3 +18,12 @@ def test_the_compile_error_is_kept_in_one_line():
     ms, why = _compiled_ms(setup, [torch.ones(4)])
     assert ms is None
     assert why.endswith("this reference does not compile") and "second line" not in why
+
+
+def test_eval_says_why_torch_compile_gave_no_time():
+    from tools.cli_eval import summary
+    from tools.results import Baselines, EvalResult, Timing
+    timing = Timing(1.0, 2.0, None, None, 2.0, None, None, 0.5, False)
+    r = EvalResult("correct", "Correct on every trial.", timing=timing,
+                   baselines=Baselines(2.0, None, "NVIDIA H200", "BackendCompilerFailed: out of resource"))
+    assert "torch.compile gave no time: BackendCompilerFailed: out of resource" in summary(r)

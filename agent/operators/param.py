@@ -51,8 +51,8 @@ class ParamOperator:
         self.proposed: set[str] = set()  # config keys proposed or rejected, never proposed again
         self.sources: set[str] = set()
         self.last_reason: str | None = None
-        self.profiled: Individual | None = None  # the fittest evaluated candidate with a device time per kernel
-        self.measured: Individual | None = None  # the fittest evaluated candidate with a GPU timing
+        self.measured: Individual | None = None  # the fittest evaluated candidate with a GPU timing (on a GPU a
+        # correct candidate also has its device time per kernel)
 
     # --- learning ----------------------------------------------------------------------------------
     def observe(self, individuals: list[Individual]) -> None:
@@ -65,8 +65,6 @@ class ParamOperator:
             self.results[key] = (dict(ind.params), max(old, ind.fitness))
             self.proposed.add(key)
             self.sources.add(kernel_text(ind.source))
-            if ind.result.kernel_ms and (self.profiled is None or ind.fitness > self.profiled.fitness):
-                self.profiled = ind
             timing = ind.result.timing
             if timing is not None and not timing.interpreted and ind.fitness > 0 \
                     and (self.measured is None or ind.fitness > self.measured.fitness):
@@ -120,7 +118,7 @@ class ParamOperator:
             if hot is not None and self.rng.random() < FOCUS:
                 name, start, i = hot
                 child, note = self.retune(analysis, start, i)
-                origin = f"kernel {i}, the most device time in candidate {self.profiled.id}"
+                origin = f"kernel {i}, the most device time in candidate {self.measured.id}"
             else:
                 name, start, origin = self.pick_base(analysis, templates, parents)
                 child, changes = self.mutate(analysis, templates[name], start)
@@ -143,10 +141,10 @@ class ParamOperator:
             return []
 
     def hottest(self, analysis, templates: dict) -> tuple[str, dict, int] | None:
-        """(template, the profiled candidate's params, index) of the Triton kernel that took the most device time
-        in the fittest profiled candidate, where that is not its template's main kernel; None otherwise."""
-        best = self.profiled
-        name = best.params.get("template") if best is not None else None
+        """(template, the measured candidate's params, index) of the Triton kernel that took the most device time
+        in the fittest measured candidate, where that is not its template's main kernel; None otherwise."""
+        best = self.measured
+        name = best.params.get("template") if best is not None and best.result.kernel_ms else None
         if name not in templates:
             return None
         params = self.refit(analysis, templates[name], best.params)

@@ -121,7 +121,8 @@ def run_batch(suite: Path, folder: Path, budget: int, seconds: float, no_knowled
     """One `kernelwright batch` call for a level, new or resumed, stopped cleanly after `seconds`; its output
     goes to OUT/LEVEL.log."""
     cmd = [sys.executable, "-m", "agent.cli", "batch", str(suite), "--out", str(folder), "--budget", str(budget),
-           "--max-seconds", f"{seconds:.0f}", "--time-limit", f"{time_limit:.0f}"]
+           "--max-seconds", f"{seconds:.0f}", "--time-limit", f"{time_limit:.0f}",
+           "--workers", str(max(torch.cuda.device_count(), 1))]  # one per GPU here, also when resuming elsewhere
     cmd += ["--dtype", dtype] if dtype else []
     cmd += ["--resume"] if (folder / "batch.json").is_file() else []
     cmd += ["--no-knowledge"] if no_knowledge else []

@@ -5,7 +5,8 @@ done, the share with a verified kernel, the geomean speedups over eager and over
 better of its kernel and eager PyTorch), best/floor, and an audit of every task without a kernel: its best
 candidate's verdict, that candidate's relative error against the golden run (fp32 for a bf16 or fp16 task) next to
 PyTorch's own, and the reason; a candidate within the rule's bound in norm that was still refused is marked as
-a possible false negative. OUT/summary.md gets the same tables, OUT/tasks.md one row per finished task.
+a possible false negative. OUT/summary.md gets the same tables, OUT/tasks.md one row per finished task,
+OUT/compile_bound.md the level-1/2 tasks where torch.compile is above 1.15x the floor (issue 19's table).
 
     python benchmarks/kernelbench_bench.py --out OUT [--kernelbench ../shared/kernelbench] [--levels 1,2,3]
         [--budget 4] [--max-seconds 480] [--time-limit 300] [--tasks-per-level N] [--glob '*Conv*'] [--no-knowledge]
@@ -82,7 +83,9 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.md").write_text(text)
     (out / "tasks.md").write_text("".join(task_table(out / level) for level in chosen))
-    print(text + f"\nEvery finished task, one row each: {out / 'tasks.md'}")
+    beyond = compile_bound_table([out / level for level in chosen if level != "level3"])
+    (out / "compile_bound.md").write_text(beyond)
+    print(text + f"\n{beyond}\nEvery finished task, one row each: {out / 'tasks.md'}")
     return 0
 
 
@@ -310,6 +313,68 @@ def task_table(folder: Path) -> str:
                  "kernel" if t.get("kept") else "PyTorch", f"{t.get('seconds') or 0:.0f}"]
         lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines) + "\n\n"
+
+
+COMPILE_SLACK = 1.15  # issue 19: the tasks where torch.compile is above 1.15x the speed-of-light floor
+
+
+def compile_bound_table(folders: list[Path]) -> str:
+    """The verified tasks of levels 1 and 2 where torch.compile runs above COMPILE_SLACK x the floor: eager,
+    compile and best kernel times, the floor, best/floor, the winning candidate's operator and parameters, and
+    the geomeans (the shipped time is the better of kernel and eager, as in the level tables). A task is
+    memory-bound when its floor is its bytes at the copy bandwidth, the largest bytes/floor of the runs."""
+    rows = []
+    for folder in folders:
+        results = folder / "results.json"
+        if not results.is_file():
+            continue
+        dirs = json.loads((folder / "batch.json").read_text())["tasks"]
+        for t in json.loads(results.read_text())["tasks"]:
+            if t["status"] != "done" or t["verdict"] != "correct" or not t.get("floor_ms") or not t.get("compile_ms"):
+                continue
+            if t["compile_ms"] > COMPILE_SLACK * t["floor_ms"] and not t.get("interpreted"):
+                rows.append((t, _winner(folder / dirs.get(t["task"], {}).get("dir", t["task"]))))
+    if not rows:
+        return "No verified level-1/2 task has torch.compile above 1.15x the floor.\n"
+    bandwidth = max((w["bytes"] / t["floor_ms"] for t, w in rows), default=0.0)
+    lines = [f"Levels 1-2, the {len(rows)} verified tasks where torch.compile is above {COMPILE_SLACK}x the floor",
+             "", "| task | bound | eager ms | compile ms | best ms | floor ms | compile/floor | best/floor | "
+             "shipped vs compile | winner |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    memory, over_compile = [], []
+    for t, w in rows:
+        bound = "–" if not w["bytes"] else "memory" if w["bytes"] / t["floor_ms"] >= 0.99 * bandwidth else "compute"
+        shipped = min(t["best_ms"], t["eager_ms"] or t["best_ms"])
+        over_compile.append(t["compile_ms"] / shipped)
+        if bound == "memory":
+            memory.append(t["best_ms"] / t["floor_ms"])
+        cells = [t["task"], bound, *(ms_cell(t.get(k)) for k in ("eager_ms", "compile_ms", "best_ms", "floor_ms")),
+                 *(ratio_cell(v) for v in (t["compile_ms"] / t["floor_ms"], t["best_ms"] / t["floor_ms"],
+                                           over_compile[-1])), _cell(w["what"])[:120]]
+        lines.append(f"| {' | '.join(cells)} |")
+    lines += ["", f"Geomean of the shipped time over torch.compile: {geomean(over_compile):.2f}x over {len(rows)} "
+              f"tasks; best/floor on the {len(memory)} memory-bound ones: geomean "
+              f"{geomean(memory) if memory else float('nan'):.2f}x, worst {max(memory, default=float('nan')):.2f}x."]
+    return "\n".join(lines) + "\n"
+
+
+def _winner(store: Path) -> dict:
+    """The best candidate of a task's run (report.json): its operator and parameters in a few words, and the
+    bytes its timing counted."""
+    report = json.loads((store / "report.json").read_text()) if (store / "report.json").is_file() else {}
+    best = report.get("best") or {}
+    if (store / "run.sqlite").is_file():
+        db = sqlite3.connect(store / "run.sqlite")
+        try:
+            row = db.execute("SELECT operator, params, metrics FROM candidates WHERE run_id = ? AND id = ? AND "
+                             "status = 'evaluated'", (report.get("run"), best.get("id"))).fetchone()
+        finally:
+            db.close()
+        if row:
+            params = json.loads(row[1] or "{}")
+            what = row[0] + (": " + ", ".join(f"{k}={v}" for k, v in params.items()) if params else "")
+            timing = (json.loads(row[2]) if row[2] else {}).get("timing") or {}
+            return {"what": what, "bytes": timing.get("bytes") or 0.0}
+    return {"what": best.get("operator", "?"), "bytes": 0.0}
 
 
 def ms_cell(v: float | None) -> str:

@@ -8,7 +8,7 @@ The tasks are written by this script into a temporary folder and built as a user
 knowledge store), into OUT/runs; a second call resumes that build. Then each task's OUT/runs/TASK/best.py is
 timed here with tools/profile.time_call (L2 flushed before each call) and the floor is the task's bytes over
 the device's measured copy bandwidth. Prints one table and writes OUT/llm_ops.md and OUT/llm_ops.json.
-About 10 minutes on one H100/H200 with the defaults. GPU only: on a machine without CUDA it says so and
+About 10 minutes on one H100/H200 with the defaults (the build runs one task per GPU here). GPU only: on a machine without CUDA it says so and
 exits 2.
 
     python benchmarks/llm_ops_bench.py --out benchmarks/results/llm_ops [--ops rmsnorm,cross_entropy]
@@ -283,12 +283,13 @@ def table(rows: list[Row]) -> list[str]:
 
 # --- the build ---------------------------------------------------------------------------------------------
 def build(tasks: Path, runs: Path, budget: int, seconds: float) -> int:
-    """`kernelwright batch` over the task folder in bf16, no LLM, resumed where OUT/runs holds a build; each
-    task gets an equal share of `seconds` (tasks run one after another on one GPU)."""
-    share = max(20.0, seconds / max(1, len(list(tasks.glob("*.py")))))
+    """`kernelwright batch` over the task folder in bf16, no LLM, resumed where OUT/runs holds a build, one
+    worker per GPU here; each task gets an equal share of `seconds` times the workers."""
+    workers = max(torch.cuda.device_count(), 1)
+    share = max(20.0, seconds * workers / max(1, len(list(tasks.glob("*.py")))))
     cmd = [sys.executable, "-m", "agent.cli", "batch", str(tasks), "--out", str(runs), "--budget", str(budget),
            "--dtype", "bfloat16", "--max-seconds", f"{seconds:.0f}", "--time-limit", f"{share:.0f}",
-           "--no-knowledge"] + (["--resume"] if (runs / "batch.json").is_file() else [])
+           "--workers", str(workers), "--no-knowledge"] + (["--resume"] if (runs / "batch.json").is_file() else [])
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
     print(" ".join(cmd[2:]), flush=True)
     with open(runs.parent / "build.log", "a") as log:

@@ -13,7 +13,7 @@ from agent.cli import main as run
 from agent.interfaces import Proposal
 from agent.report_html import TaskRow, write_results
 from agent.runstore import RunStore
-from tools.results import Baselines, EvalResult
+from tools.results import Baselines, EvalResult, Timing
 
 ROOT = Path(__file__).parents[2]
 FIX = ROOT / "tests" / "agent" / "fixtures"
@@ -74,13 +74,15 @@ def test_table_from_a_real_batch(level, tmp_path, monkeypatch):
 
 
 # --- bf16: --dtype, best/floor and the audit, on fabricated run outputs ------------------------------------
-def _store(folder: Path, results: list[EvalResult]) -> None:
-    """A task's run.sqlite (the real run store) holding `results` as its evaluated candidates, ids from 1."""
+def _store(folder: Path, results: list[EvalResult], params: dict | None = None) -> str:
+    """A task's run.sqlite (the real run store) holding `results` as its evaluated candidates, ids from 1, made
+    by the template operator with `params`. Returns the run's id."""
     store = RunStore(folder / "run.sqlite")
     run_id = store.create_run("task.py", {})
     for r in results:
-        store.record_result(run_id, store.add_proposed(run_id, Proposal("src", "template"), None).id, r)
+        store.record_result(run_id, store.add_proposed(run_id, Proposal("src", "template", params or {}), None).id, r)
     store.close()
+    return run_id
 
 
 @pytest.fixture
@@ -195,3 +197,29 @@ def test_a_task_without_a_compile_time_is_named_with_the_reason(tmp_path):
     assert s.no_compile == [("12_VGG19", "BackendCompilerFailed: backend='inductor' raised: out of resource")]
     assert ("level3: torch.compile gave no time for 1 task(s), left out of the geomean vs torch.compile: 12_VGG19 "
             "(BackendCompilerFailed: backend='inductor' raised: out of resource)") in b.markdown([s])
+
+
+def test_the_tasks_where_compile_is_above_the_floor(tmp_path):
+    """Issue 19's first table: the verified tasks whose torch.compile time is above 1.15x the floor, each with
+    its winner and whether it is memory-bound (its floor is its bytes at the largest bytes/floor seen)."""
+    folder = tmp_path / "out" / "level2"
+    gpu = dict(status="done", device="NVIDIA H200", verdict="correct", kept=True, evaluations=1, correct=1)
+    rows = [TaskRow("1_Softmax", "1.py", best_ms=1.1, eager_ms=2.0, compile_ms=1.6, floor_ms=1.0, **gpu),
+            TaskRow("2_Gemm_Gelu", "2.py", best_ms=3.0, eager_ms=2.5, compile_ms=2.5, floor_ms=2.0, **gpu),
+            TaskRow("3_Relu", "3.py", best_ms=1.0, eager_ms=1.1, compile_ms=1.1, floor_ms=1.0, **gpu)]
+    write_results(folder, "level2.toml", rows)
+    (folder / "batch.json").write_text(json.dumps({"tasks": {r.task: {"dir": r.task, "status": "done"}
+                                                             for r in rows}}))
+    for r, nbytes, params in [(rows[0], 4e9, {"block": 1024}), (rows[1], 1e9, {"variant": "torch"}),
+                              (rows[2], 4e9, {})]:
+        (folder / r.task).mkdir()
+        timing = Timing(r.best_ms, r.eager_ms, r.compile_ms, r.floor_ms, None, None, None, 1.0, False, bytes=nbytes)
+        run_id = _store(folder / r.task, [EvalResult("correct", "Correct.", timing=timing)], params)
+        (folder / r.task / "report.json").write_text(json.dumps({"run": run_id, "best": {"id": 1}}))
+    text = bench().compile_bound_table([folder])
+    assert "the 2 verified tasks where torch.compile is above 1.15x the floor" in text and "3_Relu" not in text
+    assert ("| 1_Softmax | memory | 2.000 | 1.600 | 1.100 | 1.000 | 1.60x | 1.10x | 1.45x | template: block=1024 |"
+            in text)
+    assert ("| 2_Gemm_Gelu | compute | 2.500 | 2.500 | 3.000 | 2.000 | 1.25x | 1.50x | 1.00x | template: "
+            "variant=torch |") in text
+    assert "1.21x over 2 tasks; best/floor on the 1 memory-bound ones: geomean 1.10x, worst 1.10x" in text

@@ -8,8 +8,8 @@ The tasks are written by this script into a temporary folder and built as a user
 knowledge store), into OUT/runs; a second call resumes that build. Then each task's OUT/runs/TASK/best.py is
 timed here with tools/profile.time_call (L2 flushed before each call) and the floor is the task's bytes over
 the device's measured copy bandwidth. Prints one table and writes OUT/llm_ops.md and OUT/llm_ops.json.
-About 10 minutes on one H100/H200 with the defaults (the build runs one task per GPU here). GPU only: on a machine without CUDA it says so and
-exits 2.
+About 10 minutes on one H100/H200 with the defaults (the build runs one task per GPU here). GPU only: on a
+machine without CUDA it says so and exits 2.
 
     python benchmarks/llm_ops_bench.py --out benchmarks/results/llm_ops [--ops rmsnorm,cross_entropy]
         [--budget 3] [--build-seconds 330]

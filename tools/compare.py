@@ -56,6 +56,13 @@ ELEMENT_FACTOR = {torch.float32: 10.0}
 # 130M and 5 of 277M elements with their norm error 1.5x and 1.0x PyTorch's. Never tighter than before, and
 # only where PyTorch's own result is locally as far off: a candidate cannot move that.
 WINDOW = 256
+# Two more terms where one sample of PyTorch's error is all there is to go on. At each element the bound also
+# allows ELEMENT_FACTOR times PyTorch's relative error in norm of the element's own size: a kernel whose error is
+# relative (a normalization's statistics summed in another order scale a whole channel) where PyTorch's is
+# absolute lands past 10x PyTorch's local error at the largest elements (52_Conv2d_Activation_BatchNorm on shifted
+# inputs: 5,728 of 130M elements, norm error 1.5x PyTorch's). An fp32 output of fewer than WINDOW elements (a
+# loss) is held to ELEMENT_FACTOR in norm too: the ratio of two equally accurate results' errors at one element
+# exceeds 3 one time in five (98_KLDivLoss: 3.3x, where PyTorch's own was 0.5% off).
 PIECES, MIN_PIECE = 64, 1 << 16  # comparisons walk a tensor in 64 pieces of at least 64Ki elements
 
 
@@ -141,23 +148,25 @@ def _compare_low_precision(y: torch.Tensor, r: torch.Tensor, g: torch.Tensor, wh
     gold_norm, cand_norm, ref_norm = (math.sqrt(float(v.item())) for v in (gold_sq, cand_sq, ref_sq))
     elements = max(float(count.item()), 1.0)
     rms, own_rms = gold_norm / elements ** 0.5, ref_norm / elements ** 0.5
+    own = ref_norm / gold_norm if gold_norm > 0 else 0.0
     outside, factor = zero.long(), ELEMENT_FACTOR.get(r.dtype, LOW_FACTOR)
+    relative = max(LOW_FLOOR * u, factor * own)  # of |g| at each element: PyTorch's relative error in norm
     for a, b, c in _pieces(y, r, g):
         keep = torch.isfinite(a) & torch.isfinite(c)
         c64 = c.double()
-        own = torch.where(torch.isfinite(b), b.double() - c64, 0.0).abs_().nan_to_num_(0.0, 0.0, 0.0)
-        bound = own.add_(_window_rms(own).clamp_(min=own_rms)).mul_(factor)
-        bound.add_(c64.abs().add_(rms).mul_(LOW_FLOOR * u))
+        err = torch.where(torch.isfinite(b), b.double() - c64, 0.0).abs_().nan_to_num_(0.0, 0.0, 0.0)
+        bound = err.add_(_window_rms(err).clamp_(min=own_rms)).mul_(factor)
+        bound.add_(c64.abs().mul_(relative).add_(LOW_FLOOR * u * rms))
         outside = outside + ((a.double() - c64).abs_() > bound).logical_and_(keep).sum()
     outside = int(outside.item())
     rel = cand_norm / gold_norm if gold_norm > 0 else float(max_err.item())
-    own = ref_norm / gold_norm if gold_norm > 0 else 0.0
     checked.max_abs_err = max(checked.max_abs_err, float(max_err.item()))
     checked.rel_err = max(checked.rel_err, rel)
     checked.own_rel_err = max(checked.own_rel_err or 0.0, own)
-    if cand_norm > LOW_FACTOR * ref_norm + LOW_FLOOR * u * gold_norm or outside:
+    in_norm = factor if elements < WINDOW else LOW_FACTOR  # too few elements to tell PyTorch's error's size
+    if cand_norm > in_norm * ref_norm + LOW_FLOOR * u * gold_norm or outside:
         raise Failed("incorrect", f"{where} is less accurate than PyTorch in {_name(r.dtype)}: relative error "
-                                  f"against {run} {rel:.2e}, PyTorch's own {own:.2e} (bound {LOW_FACTOR:g}x "
+                                  f"against {run} {rel:.2e}, PyTorch's own {own:.2e} (bound {in_norm:g}x "
                                   f"that + {LOW_FLOOR * u:.1e}), {outside} of {r.numel()} elements beyond "
                                   f"{factor:g}x PyTorch's error + {LOW_FLOOR:g}u.", rel_err=rel, own_rel_err=own)
 

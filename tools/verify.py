@@ -49,6 +49,7 @@ class Checked:
     reference_ops: list[str] = field(default_factory=list)
     seed: int = 0  # the trial seed this evaluation drew
     widen: str = ""  # the widening of tools/inputs.py the task needed to tell a constant apart, if any
+    constant: bool = False  # the reference's function is constant (discriminating): reproducing it is correct
     kernel_ms: dict[str, float] = field(default_factory=dict)  # on a GPU: each kernel's device time in one
     # forward under the profiler (tools/gpu_checks.py: kernel_times), the largest first
 
@@ -114,10 +115,31 @@ def discriminating(setup: Setup, seed: int, checked: Checked | None = None) -> s
             compare(first, second, setup.tolerance, Checked(), golden)
         except Failed:
             return widen
+    if constant_function(setup, seed):
+        if checked is not None:
+            checked.constant = True
+        return ""
     raise Failed("error", "The task cannot discriminate: its reference's output moves by less than the tolerance "
                           "across input sets, even on inputs made signed, scaled by 100 and by 0.01 or drawn from "
                           "other seeds, so a constant output would pass; no verdict and no speedup are given",
                  task_error=True)
+
+
+def constant_function(setup: Setup, seed: int) -> bool:
+    """Whether the reference computes a constant: its outputs on two input sets are equal bit for bit, in its
+    own dtype and in a wider run (float64 for fp32 outputs, fp32 for bf16 and fp16), so that a result which
+    only rounds to a constant (x * 1e-12 + 0.5 in fp32) does not count, while one that is constant in the math
+    (x minus its mean over a dimension of size 1 is zero) does: a kernel that writes that constant is right."""
+    runs = []
+    for s in (seed * 1000 + 902, seed * 1000 + 903):
+        inputs = make_inputs(setup, Draw(s, widen="other seeds"))
+        out = reference_outputs(setup, inputs)
+        wide = golden_outputs(setup, inputs, out, torch.float64)
+        wide = golden_outputs(setup, inputs, out) if wide is None else wide
+        if wide is None:
+            return False
+        runs.append(tensors(out) + tensors(wide))
+    return all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(*runs))
 
 
 def trial(setup: Setup, draw: Draw, checked: Checked, grad: bool, first: bool) -> None:

@@ -125,6 +125,8 @@ def evaluate_here(job, watch=None):
     reason = "Correct on every trial" + (f" and on {deep.sets} --deep input sets" if deep else "") + (
         f" at the task's own shapes and at {len(shapes) - 1} more shape sets" if shapes else "") + (
         "; faster than the speed-of-light floor, so it was re-verified and is flagged" if suspicious else "") + (
+        "; the task's output is a constant, the same on every input set also in a wider run, and the kernel "
+        "reproduces it" if checked.constant else "") + (
         "" if on_gpu else f"; an interpreter verdict ({VERIFIED_ON['interpreter']})") + "."
     return EvalResult("correct", reason, timing=timing, compile=info, max_abs_err=checked.max_abs_err,
                       rel_err=checked.rel_err, own_rel_err=checked.own_rel_err, torch_ops=checked.torch_ops,

@@ -67,6 +67,13 @@ def test_a_task_that_cannot_discriminate_is_a_task_error(results):
     assert r.task_error and r.timing is None
 
 
+def test_a_constant_in_the_math_is_judged_and_named(results):
+    """task_zero_spread.py is zero for every input, also in float64: a kernel that writes zeros is correct, and
+    the reason says why (task_constant.py only rounds to a constant in fp32 and stays a task error)."""
+    r = results[[c[1] for c in CASES].index("task_zero_spread.py")]
+    assert r.verdict == "correct" and "the task's output is a constant" in r.reason, r.reason
+
+
 def test_a_lazy_subclass_is_refused_by_the_runtime_check_itself():
     """Whatever the static rules say of the source, the trial refuses an output that is not a plain Tensor."""
     class Lazy(torch.Tensor):

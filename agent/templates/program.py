@@ -29,7 +29,7 @@ from agent.templates.implicit_gemm import gemm_dims
 from agent.templates.ir import Leaf, Node, Program, Value, contiguous_strides
 from agent.templates.kernels import render_kernel
 from agent.templates.params import kernel_default
-from agent.templates.pointwise_ops import HELPERS
+from agent.templates.pointwise_ops import helpers_for
 from agent.templates.reductions import INT32_MAX
 from agent.templates.schedule import Kernel
 
@@ -85,7 +85,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
             p["shapes"] = "dynamic"
         codes.append(render_kernel(k, f"_{k.layout}_kernel{i}", p))
     sources = "\n\n\n".join(_shared(codes, kernels))
-    helpers = [HELPERS[h] for h in HELPERS if h + "(" in sources or h + "," in sources]
+    helpers = helpers_for(sources)
 
     device = tensor_inputs[0] if tensor_inputs else _local(next(iter(program.bases)))
     body = []

@@ -13,8 +13,9 @@ import pytest
 import torch
 from torch.autograd import DeviceType
 
-from tools.compare import TOLERANCES, Failed
+from tools.compare import TOLERANCES, Failed, compare
 from tools.gpu_checks import DeviceWork, check_repeatable, judge_activity, kernel_times
+from tools.verify import Checked
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TRITON = {"softmax_kernel"}
@@ -57,8 +58,12 @@ class _Steady(torch.nn.Module):
         return x * 2
 
 
-def _setup(model):
-    return SimpleNamespace(candidate=model, tolerance=TOLERANCES[torch.float32], device=torch.device("cpu"))
+def _setup(model, reference=None):
+    """A CPU evaluation's setup: `model` the candidate, judged against `reference` (x * 2 by default)."""
+    from tools.guard import LaunchRecorder
+    from tools.verify import Setup
+    return Setup(None, reference or _Steady(), model, torch.device("cpu"), None, TOLERANCES[torch.float32], [],
+                 LaunchRecorder())
 
 
 @dataclass
@@ -114,6 +119,34 @@ def test_two_runs_on_the_same_inputs_must_agree():
     with pytest.raises(Failed) as e:
         check_repeatable(_setup(_Noisy()), inputs)
     assert e.value.verdict == "incorrect" and "two runs on the same inputs disagree" in str(e.value)
+
+
+class _Reordered(torch.nn.Module):
+    """(x @ a) @ b summed in another order on each call: the rounding moves from run to run, as cuDNN's
+    transposed convolution's does (atomics), and each run is as accurate as PyTorch's."""
+
+    def __init__(self, reference):
+        super().__init__()
+        self.a, self.b, self.calls = reference.a, reference.b, 0
+
+    def forward(self, x):
+        self.calls += 1
+        p = torch.randperm(x.shape[1], generator=torch.Generator().manual_seed(self.calls))
+        return (x[:, p] @ self.a[p]) @ self.b
+
+
+def test_rounding_that_varies_from_run_to_run_is_no_race():
+    """Two runs of an ill-conditioned product differ past the fp32 tolerance, yet each is right against a
+    float64 run: no race. A candidate 1% off each run is still one."""
+    from test_fp32_math import IllConditioned
+    reference = IllConditioned().float()
+    x = torch.randn(256, 64, generator=torch.Generator().manual_seed(4))
+    setup = _setup(_Reordered(reference), reference)
+    with pytest.raises(Failed):
+        compare(setup.candidate(x), setup.candidate(x), setup.tolerance, Checked())  # past the tolerance
+    check_repeatable(setup, [x])
+    with pytest.raises(Failed, match="two runs on the same inputs disagree"):
+        check_repeatable(_setup(_Noisy()), [x])
 
 
 def test_precision_flags_are_fixed_for_the_whole_evaluation():

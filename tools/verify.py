@@ -78,9 +78,8 @@ def verify(setup: Setup, trials: int, seed: int | None = None) -> Checked:
     from the operating system, drawn now that the candidate is loaded)."""
     checked = Checked(seed=draw_seed() if seed is None else seed)
     setup.precision = setup.precision or precision_flags()
-    checked.widen = discriminating(setup, checked.seed, checked)
-    if setup.scale_inputs and SCALE_BOUND_OPS & {op_base(o) for o in checked.reference_ops}:
-        setup.scale_inputs = False
+    checked.widen = discriminating(setup, checked.seed, checked, trials)
+    setup.scale_inputs = scales_inputs(setup, checked)
     for t in range(trials):
         draw, grad = trial_draw(checked.seed, t, setup.scale_inputs, checked.widen), t == trials - 1
         try:
@@ -101,10 +100,18 @@ def verify(setup: Setup, trials: int, seed: int | None = None) -> Checked:
     return checked
 
 
-def discriminating(setup: Setup, seed: int, checked: Checked | None = None) -> str:
+def scales_inputs(setup: Setup, checked: Checked) -> bool:
+    """Whether the trials scale and pattern the inputs: not where the reference runs an op whose result is
+    bounded by its inputs' scale (SCALE_BOUND_OPS)."""
+    return setup.scale_inputs and not SCALE_BOUND_OPS & {op_base(o) for o in checked.reference_ops}
+
+
+def discriminating(setup: Setup, seed: int, checked: Checked | None = None, trials: int = 0) -> str:
     """The widening under which the reference's outputs on two input sets differ by more than the tolerance,
-    so that a constant output cannot pass ("" when the task's own inputs do); Failed('error') when none does.
-    With `checked`, the ATen ops the reference ran are recorded there."""
+    so that a constant output cannot pass ("" when the task's own inputs do, or the first `trials` trials'
+    draws differ so: a mean loss over many rows barely moves between two draws of one kind, and moves with
+    the trials' scales and patterns); Failed('error') when none does. With `checked`, the ATen ops the
+    reference ran are recorded there."""
     for widen in WIDENINGS:
         first = reference_outputs(setup, make_inputs(setup, Draw(seed * 1000 + 900, widen=widen)), checked)
         inputs = make_inputs(setup, Draw(seed * 1000 + 901, widen=widen))
@@ -115,6 +122,8 @@ def discriminating(setup: Setup, seed: int, checked: Checked | None = None) -> s
             compare(first, second, setup.tolerance, Checked(), golden)
         except Failed:
             return widen
+    if checked is not None and trials_differ(setup, seed, trials, scales_inputs(setup, checked)):
+        return ""
     if constant_function(setup, seed):
         if checked is not None:
             checked.constant = True
@@ -123,6 +132,23 @@ def discriminating(setup: Setup, seed: int, checked: Checked | None = None) -> s
                           "across input sets, even on inputs made signed, scaled by 100 and by 0.01 or drawn from "
                           "other seeds, so a constant output would pass; no verdict and no speedup are given",
                  task_error=True)
+
+
+def trials_differ(setup: Setup, seed: int, trials: int, scaled: bool) -> bool:
+    """Whether the reference's outputs on two consecutive trials' draws differ by more than the tolerance."""
+    last = None
+    for t in range(trials):
+        inputs = trial_inputs(setup, trial_draw(seed, t, scaled, ""))
+        out = reference_outputs(setup, inputs)
+        golden = golden_outputs(setup, inputs, out)
+        del inputs
+        if last is not None:
+            try:
+                compare(last, out, setup.tolerance, Checked(), golden)
+            except Failed:
+                return True
+        last = out
+    return False
 
 
 def constant_function(setup: Setup, seed: int) -> bool:
@@ -142,15 +168,21 @@ def constant_function(setup: Setup, seed: int) -> bool:
     return all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(*runs))
 
 
-def trial(setup: Setup, draw: Draw, checked: Checked, grad: bool, first: bool) -> None:
-    """Candidate, then reference; part of the inputs changed in place; candidate, then reference. Each output
-    is checked, then let go, as soon as it can be."""
+def trial_inputs(setup: Setup, draw: Draw) -> list:
+    """A trial's inputs: a masked draw keeps -inf only where the reference stays finite."""
     inputs = make_inputs(setup, draw)
     if draw.pattern == "masked":
         probe = reference_outputs(setup, inputs)
         if not all(bool(torch.isfinite(p).all()) for p in tensors(probe) if p.is_floating_point()):
-            with_finite_mask(inputs)  # -inf only where the reference stays finite
+            with_finite_mask(inputs)
         del probe
+    return inputs
+
+
+def trial(setup: Setup, draw: Draw, checked: Checked, grad: bool, first: bool) -> None:
+    """Candidate, then reference; part of the inputs changed in place; candidate, then reference. Each output
+    is checked, then let go, as soon as it can be."""
+    inputs = trial_inputs(setup, draw)
     if grad:
         for x in inputs:
             if isinstance(x, torch.Tensor) and x.is_floating_point():

@@ -74,6 +74,23 @@ def test_a_constant_in_the_math_is_judged_and_named(results):
     assert r.verdict == "correct" and "the task's output is a constant" in r.reason, r.reason
 
 
+def test_a_mean_that_only_the_trials_patterns_move_is_judged():
+    """A bf16 mean of 16,384 sigmoids moves by under the tolerance between two draws of one kind, but from the
+    plain trial to the shifted one it goes from 0.5 to 0.93: a constant cannot pass the trials, so the task is
+    judged (it was a task error), the template's kernel is correct and a constant 0.5 is not."""
+    from agent.analysis import analyze
+    from agent.templates import matching
+    task = str(FIXTURES / "task_mean_loss.py")
+    a = analyze(task, small=True)
+    honest = matching(a)[0].render(a, matching(a)[0].default(a))
+    jobs = [EvalJob(TaskSpec(task, dtype="bfloat16"), source, trials=3, profile=False)
+            for source in (honest, (FIXTURES / "candidates" / "constant_loss.py").read_text())]
+    with LocalExecutor(ExecutorConfig(workers_per_device=2)) as ex:
+        good, cheat = ex.map(jobs)
+    assert good.verdict == "correct", good.reason
+    assert cheat.verdict == "incorrect" and "shifted inputs" in cheat.reason, cheat.reason
+
+
 def test_a_lazy_subclass_is_refused_by_the_runtime_check_itself():
     """Whatever the static rules say of the source, the trial refuses an output that is not a plain Tensor."""
     class Lazy(torch.Tensor):

@@ -1,0 +1,33 @@
+"""The work a floor is made of (tools/profile.py: count_work): recurrent layers' GEMMs are counted, where
+PyTorch's FLOP counter has no formula for them (level 3's LSTMs and GRUs sat at 25,000-37,000x "their floor")."""
+import torch
+
+from tools.profile import count_work, rnn_flops
+
+
+def _gemms(steps: int, gates: int, layers: list[tuple[int, int]], directions: int = 1) -> int:
+    """2 * steps * (gates * hidden) * (inputs + hidden), per layer and direction."""
+    return directions * sum(2 * steps * gates * h * (i + h) for i, h in layers)
+
+
+def test_an_lstm_counts_its_gemms_over_every_step():
+    model, x = torch.nn.LSTM(32, 64, num_layers=2), torch.randn(10, 3, 32)
+    flops, nbytes = count_work(model, [x])
+    assert flops == _gemms(30, 4, [(32, 64), (64, 64)])
+    assert nbytes >= x.numel() * 4 + sum(p.numel() * 4 for p in model.parameters())
+
+
+def test_a_bidirectional_gru_and_an_rnn_count_both_directions():
+    gru, x = torch.nn.GRU(16, 24, batch_first=True, bidirectional=True), torch.randn(5, 7, 16)
+    assert count_work(gru, [x])[0] == _gemms(35, 3, [(16, 24)], directions=2)
+    rnn = torch.nn.RNN(16, 8, num_layers=2, nonlinearity="relu")
+    assert count_work(rnn, [x])[0] == _gemms(35, 1, [(16, 8), (8, 8)])
+
+
+def test_cudnns_rnn_op_reads_its_weight_list():
+    """aten._cudnn_rnn (what a GPU runs) gets its shapes as the counter passes them: the input, the weight
+    list, the flat weight buffer and the states (only the list's 2-D weights count)."""
+    weights = [torch.Size([256, 32]), torch.Size([256, 64]), torch.Size([256]), torch.Size([256])]
+    flops = rnn_flops(torch.Size([10, 3, 32]), weights, 4, torch.Size([49152]), torch.Size([1, 3, 64]),
+                      torch.Size([1, 3, 64]), 2, 64, 0, 1, False, 0.0, False, False, [], None)
+    assert flops == _gemms(30, 4, [(32, 64)])

@@ -9,8 +9,9 @@ holds the batch's state. Tasks run N at a time (--workers) over one evaluator wh
 A kill loses nothing: every candidate is in its task's run store before it is evaluated, and --resume skips
 finished tasks and continues unfinished ones from their stores. Writes DIR/results.json, DIR/results.csv and
 DIR/report.html after every finished task, then prints the suite's scores.
---max-seconds S stops a call cleanly after S seconds, as a first Ctrl-C does: evaluations in flight finish, and
---resume continues (for runs in slices of a fixed length).
+--shapes NAME=V1,V2,... verifies every task's candidates at those shape sets too (a task list's own shape_sets win
+for its task). --max-seconds S stops a call cleanly after S seconds, as a first Ctrl-C does: evaluations in flight
+finish, and --resume continues (for runs in slices of a fixed length).
 Exit codes: 0 every task has a correct kernel; 1 some task has none; 2 bad input (one sentence on stderr);
 130 interrupted or stopped by --max-seconds (the first Ctrl-C lets evaluations in flight finish, a second one
 quits at once).
@@ -38,7 +39,7 @@ from agent.report_html import TaskRow, row_from_report, summary_lines, write_res
 from agent.runstore import RunStore
 from tools.executor import ExecutorConfig, add_cluster_option, open_executor, visible_gpus
 from tools.results import TaskSpec
-from tools.task import TaskError, add_dtype_option, load_suite
+from tools.task import TaskError, add_dtype_option, add_shapes_option, check_spec, load_suite, parse_shape_sets
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 STATE_FILE = "batch.json"
@@ -54,6 +55,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                                           "format task files or a TOML task list), several tasks at once, and "
                                           "write results.json, results.csv and report.html.")
     add_run_options(p)
+    add_shapes_option(p, "every task gets them, except that a task list's own shape_sets for a task win over "
+                         "them for that task")
     p.add_argument("suite", help="a folder of task files, a TOML task list, or one task file")
     p.add_argument("--out", metavar="DIR", help="output folder (default runs/batch-SUITE-TIMESTAMP)")
     p.add_argument("--workers", type=int, metavar="N", help="tasks optimized at once (default: one per GPU, "
@@ -97,12 +100,22 @@ class Settings:
     knowledge: bool = True
     workers: int = 1
     dtype: str | None = None  # --dtype: overrides the task list's
+    shape_sets: list[dict[str, int]] | None = None  # --shapes: for every task whose task list gives none
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, workers: int) -> "Settings":
         return cls(budget=args.budget, time_limit=args.time_limit, small=args.small, model=args.model,
                    policy=args.policy, seed=args.seed, knowledge=not args.no_knowledge, workers=workers,
-                   dtype=args.dtype)
+                   dtype=args.dtype, shape_sets=shape_sets_of(args))
+
+
+def shape_sets_of(args: argparse.Namespace) -> list[dict[str, int]] | None:
+    """--shapes as shape sets, None where it was not given (a resumed batch keeps its own); bad values are a
+    UsageError."""
+    try:
+        return parse_shape_sets(args.shapes) or None
+    except TaskError as e:
+        raise UsageError(str(e)) from None
 
 
 def main(args: argparse.Namespace) -> int:
@@ -156,13 +169,18 @@ class Batch:
                 else TaskRow.unfinished(s.name, s.path, self.state.task(s.name)) for s in self.specs]
 
 
-def load_specs(suite: str, small: bool | None = None, dtype: str | None = None) -> list[TaskSpec]:
+def load_specs(suite: str, small: bool | None = None, dtype: str | None = None,
+               shape_sets: list[dict[str, int]] | None = None) -> list[TaskSpec]:
+    """The suite's tasks with the batch's settings; `shape_sets` go to each task whose task list gives none."""
     try:
-        specs = load_suite(suite)
+        specs = [replace(s, path=str(Path(s.path).resolve()), small=True if small else s.small,
+                         dtype=dtype or s.dtype, shape_sets=s.shape_sets or list(shape_sets or []))
+                 for s in load_suite(suite)]
+        for s in specs:
+            check_spec(s)
     except TaskError as e:
         raise UsageError(str(e)) from None
-    return [replace(s, path=str(Path(s.path).resolve()), small=True if small else s.small, dtype=dtype or s.dtype)
-            for s in specs]
+    return specs
 
 
 def default_workers() -> int:
@@ -197,7 +215,7 @@ def plan_batch(args: argparse.Namespace) -> Batch:
     if not args.resume:
         out = Path(args.out) if args.out else Path("runs") / f"batch-{Path(suite).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
         settings = Settings.from_args(args, args.workers or default_workers())
-        return new_batch(suite, load_specs(suite, settings.small, settings.dtype), out, settings)
+        return new_batch(suite, load_specs(suite, settings.small, settings.dtype, settings.shape_sets), out, settings)
     if not args.out:
         raise UsageError("--resume needs --out DIR, the folder of the batch to continue.")
     out = Path(args.out)
@@ -210,7 +228,8 @@ def plan_batch(args: argparse.Namespace) -> Batch:
     given = {k: v for k, v in vars(Settings.from_args(args, args.workers or stored.workers)).items()
              if v is not None and k != "knowledge"}
     settings = replace(stored, **given, knowledge=stored.knowledge and not args.no_knowledge)
-    return _with_tasks(Batch(suite, load_specs(suite, settings.small, settings.dtype), out, settings, state))
+    return _with_tasks(Batch(suite, load_specs(suite, settings.small, settings.dtype, settings.shape_sets), out,
+                             settings, state))
 
 
 # --- running ------------------------------------------------------------------------------------------

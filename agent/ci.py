@@ -8,11 +8,13 @@ HEAD, committed or not, plus untracked ones, in path order. Each is optimized li
 seed, same budget: the same inputs select the same kernels, as far as timing noise allows; the knowledge store
 is off unless --knowledge, since it changes between runs), its best kernel is verified once more with fresh
 inputs and on --deep N input sets across the input space (`kernelwright eval --deep`), and its time is compared
-with the committed baseline file (JSON, keyed by the task's path in the repo).
+with the committed baseline file (JSON, keyed by the task's path in the repo). With --shapes NAME=V1,V2,...
+every candidate, and the re-verification, is verified at those shape sets of each task too.
 Writes a JUnit XML report (--junit) and a Markdown summary (--summary, else $GITHUB_STEP_SUMMARY when set).
 
 Exit codes (the first that applies):
   2  bad input: not a git repository, unknown --base, no --tasks folder, unreadable baseline, bad option
+     (a --shapes value that is malformed or names no global of a selected task)
   3  verification gate: a selected task has no correct kernel, or its best kernel fails re-verification
   4  performance gate: a task's best kernel is slower than its baseline by more than --threshold (default 10%),
      compared only with a baseline from the same device; a run with --update-baseline accepts the new times
@@ -32,10 +34,11 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.batch import EXIT_INTERRUPTED, Settings, add_run_options, new_batch, run_batch
+from agent.batch import EXIT_INTERRUPTED, Settings, add_run_options, new_batch, run_batch, shape_sets_of
 from agent.optimize import UsageError
 from agent.report_html import TaskRow, kept_text
 from tools.results import MAX_DEEP_SETS, TaskSpec
+from tools.task import add_shapes_option
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_VERIFY, EXIT_REGRESSION = 0, 1, 2, 3, 4
 DEEP_GPU, DEEP_CPU = 16, 2  # --deep sets per accepted kernel: the interpreter takes seconds a set
@@ -46,6 +49,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("ci", help="optimize the task files changed since a git ref and gate on the results",
                               description=parts[2], epilog=parts[3], formatter_class=argparse.RawTextHelpFormatter)
     add_run_options(p, knowledge=False)
+    add_shapes_option(p, "every selected task gets them")
     p.add_argument("--tasks", default="tasks", metavar="DIR", help="the folder of task files (default tasks)")
     p.add_argument("--base", metavar="REF", help="git ref to compare with (default origin/main, else main)")
     p.add_argument("--baseline", metavar="FILE", help="committed baseline times (default TASKS/baseline.json)")
@@ -107,6 +111,16 @@ def changed_tasks(repo: Path, tasks: Path, base: str) -> tuple[list[Path], list[
             continue
         picked.append(path)
     return picked, skipped
+
+
+def check_specs(specs: list[TaskSpec]) -> None:
+    """Each selected task with the run's options (a --shapes global it lacks): bad input before anything runs."""
+    from tools.task import TaskError, check_spec
+    try:
+        for s in specs:
+            check_spec(s)
+    except TaskError as e:
+        raise UsageError(str(e)) from None
 
 
 def deep_sets(asked: int | None) -> int:
@@ -281,6 +295,7 @@ def ci(args: argparse.Namespace) -> int:
         raise UsageError("--threshold must not be negative and --budget must be at least 1.")
     if args.deep is not None and not 0 <= args.deep <= MAX_DEEP_SETS:
         raise UsageError(f"--deep takes 0 to {MAX_DEEP_SETS} input sets.")
+    shape_sets = shape_sets_of(args)
     repo = repo_root(tasks)
     base = args.base or default_base(repo)
     baseline_path = Path(args.baseline) if args.baseline else tasks / "baseline.json"
@@ -288,14 +303,15 @@ def ci(args: argparse.Namespace) -> int:
     picked, skipped = changed_tasks(repo, tasks, base)
     print(f"kernelwright ci: {len(picked)} task file(s) added or changed since {base}"
           + "".join(f"\n  {p.relative_to(repo)}" for p in picked), flush=True)
-    specs = [TaskSpec(path=str(p.resolve()), name=p.stem, small=True if args.small else None, dtype=args.dtype)
-             for p in picked]
+    specs = [TaskSpec(path=str(p.resolve()), name=p.stem, small=True if args.small else None, dtype=args.dtype,
+                      shape_sets=list(shape_sets or [])) for p in picked]
+    check_specs(specs)
     code, verdicts, updated = EXIT_OK, [], None
     if specs:
         out = Path(args.out) if args.out else Path("runs") / f"ci-{time.strftime('%Y%m%d-%H%M%S')}"
         settings = Settings(budget=args.budget, time_limit=args.time_limit, small=args.small, model=args.model,
                             policy=args.policy, seed=args.seed if args.seed is not None else 0,
-                            knowledge=args.knowledge, workers=1, dtype=args.dtype)
+                            knowledge=args.knowledge, workers=1, dtype=args.dtype, shape_sets=shape_sets)
         batch = new_batch(f"ci: {base}", specs, out, settings)
         code = run_batch(batch, cluster=args.cluster)
         if code == EXIT_USAGE:

@@ -11,6 +11,7 @@ keep PyTorch"): best.py opens with a comment line saying it is slower, and repor
 "slower_than_eager": true. Where the rewrite pass changed the task's program (agent/templates/rewrite.py),
 report.json's "rewrite" holds its rules and guards, the cost model's predicted gain and the fastest correct
 candidate of the rewritten and of the original program; "rewrites" lists the rules the best kernel used.
+With --shapes, the best's "shapes" holds its time and speedups at each shape set (on a GPU) and their geomeans.
 Exit codes: 0 a correct candidate was found (faster or not), 1 none was, 2 bad input (one sentence on
 stderr), 130 interrupted (everything evaluated is kept; resume with --resume DIR).
 """
@@ -31,8 +32,10 @@ from agent.interfaces import Individual, Operator, TaskContext
 from agent.llm import ChatClient, LLMConfigError, LLMError, llm_config
 from agent.policies import POLICIES, make_policy
 from agent.runstore import RunStore
+from tools.cli_eval import shape_timing_lines
 from tools.executor import add_cluster_option
 from tools.results import VERDICTS, TaskSpec
+from tools.score import shape_speedups
 from tools.task import add_dtype_option, add_shapes_option
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -393,7 +396,8 @@ def best_summary(best: Individual | None) -> dict | None:
             "device": best.result.device, "suspicious": best.result.suspicious,
             "verified_on": best.result.verified_on, **figures,
             **({"compile_error": baselines.compile_error} if baselines and baselines.compile_error else {}),
-            "kernel_ms": best.result.kernel_ms}
+            "kernel_ms": best.result.kernel_ms,
+            "shapes": shape_speedups(best.result.shapes) if best.result.shapes else None}
 
 
 def common_failure(archive: list[Individual]) -> str | None:
@@ -440,6 +444,8 @@ def summary(report: dict, out: Path) -> str:
                  f"{b['floor_fraction']:.0%} of the speed-of-light floor" if b.get("floor_fraction") else ""]
         lines.append(f"best: #{b['id']} ({b['operator']}), {b['ms']:.4g} ms on {b['device']}; "
                      + ", ".join(e for e in extra if e))
+    if b is not None and b.get("shapes"):
+        lines += shape_timing_lines(b["shapes"])
     if report.get("rewrite"):
         lines.append(rewrite_line(report["rewrite"], report.get("rewrites") or []))
     wrote = ["best.py"] if b is not None else []

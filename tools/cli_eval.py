@@ -66,11 +66,7 @@ def summary(r: EvalResult) -> str:
     if r.verified_on:
         lines.append(f"verified on: {r.verified_on} ({VERIFIED_ON[r.verified_on]})")
     if r.shapes:
-        from tools.worker import describe_shapes
-        lines.append(f"shape sets ({len(r.shapes)}, the task's own first):")
-        lines += [f"  {describe_shapes(c.shapes)}: {'FALLBACK' if c.fallback else c.verdict.upper()}"
-                  + (f" (relative error {c.rel_err:.2e})" if c.verdict == "correct" and c.rel_err is not None else
-                     "" if c.verdict == "correct" else f": {c.reason}") for c in r.shapes]
+        lines += shape_lines(r)
     d = r.deep
     if d and d.failed:
         lines.append(f"--deep: {d.failed} of {d.sets} input sets failed; worst at {d.worst_input}: {d.worst_reason}")
@@ -106,6 +102,42 @@ def summary(r: EvalResult) -> str:
                          f"num_warps {k.num_warps}, num_stages {k.num_stages}")
         lines.append(f"compile metadata: {r.compile.source}")
     return "\n".join(lines)
+
+
+def shape_lines(r: EvalResult) -> list[str]:
+    """The summary's lines on the shape sets: each one's verdict, with its GPU time and speedups where it has them,
+    then their geomeans over those sets."""
+    from tools.score import shape_speedups
+    from tools.worker import describe_shapes
+    figures = shape_speedups(r.shapes)
+    lines = [f"shape sets ({len(r.shapes)}, the task's own first):"]
+    for c, s in zip(r.shapes, figures["sets"]):
+        detail = f": {c.reason}" if c.verdict != "correct" else (
+            f" (relative error {c.rel_err:.2e})" if c.rel_err is not None else "")
+        lines.append(f"  {describe_shapes(c.shapes)}: {'FALLBACK' if c.fallback else c.verdict.upper()}{detail}"
+                     + (f"; {speedup_text(s)}" if s["vs_eager"] is not None else ""))
+    return lines + ([f"  {geomean_text(figures)}"] if figures["timed"] else [])
+
+
+def shape_timing_lines(figures: dict) -> list[str]:
+    """Each shape set's GPU time and speedups, then their geomeans (tools/score.py shape_speedups); none without
+    GPU times."""
+    from tools.worker import describe_shapes
+    if not figures["timed"]:
+        return []
+    return ["per shape set:"] + [f"  {describe_shapes(s['shapes'])}: {speedup_text(s)}" for s in figures["sets"]
+                                 if s["vs_eager"] is not None] + [f"  {geomean_text(figures)}"]
+
+
+def speedup_text(s: dict) -> str:
+    """One shape set's GPU figures: "0.0123 ms, 1.50x vs eager, 1.20x vs torch.compile"."""
+    return f"{s['ms']:.4f} ms, {_x(s['vs_eager'])} vs eager, {_x(s['vs_compile'])} vs torch.compile"
+
+
+def geomean_text(figures: dict) -> str:
+    g = figures["geomean"]
+    return (f"geomean over the {figures['timed']} shape sets with GPU times: {_x(g['eager'])} vs eager, "
+            f"{_x(g['compile'])} vs torch.compile")
 
 
 def _ms(v: float | None) -> str:

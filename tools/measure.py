@@ -50,6 +50,18 @@ def measure(setup: Setup, job: EvalJob, checked: Checked) -> tuple[Timing, Basel
     return timing, baselines, suspicious
 
 
+def measure_at(setup: Setup, checked: Checked, known: list | None) -> tuple[float, float, float | None]:
+    """On a GPU, at one more shape set (`--shapes`) where the kernel was just verified: its time and eager PyTorch's
+    and torch.compile's there (`known`: [eager_ms, compile_ms] at this set from earlier in the run), on the set's
+    own inputs, the time checked as at the task's own shapes (no results reused once a call count is reached)."""
+    inputs = make_inputs(setup, Draw(checked.seed * 1000 + 999, widen=checked.widen))
+    ms = time_call(_no_grad(setup.candidate, inputs), setup.device).median_ms
+    check_not_stale(setup, inputs, checked)
+    eager, compiled = known or (time_call(_no_grad(setup.reference, inputs), setup.device).median_ms,
+                                _compiled_ms(setup, inputs)[0])
+    return ms, eager, compiled
+
+
 def check_not_stale(setup: Setup, inputs: list, checked: Checked) -> None:
     """After the timing's many calls, new values written into the same input tensors must still give the new
     answer: no results reused once a call count is reached."""

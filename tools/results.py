@@ -61,6 +61,8 @@ class Baselines:
     compile_ms: float | None
     device: str
     compile_error: str = ""  # why torch.compile gave no time on a GPU (its exception, one line), if it did not
+    at_shapes: dict[str, list] = field(default_factory=dict)  # each more shape set (`--shapes`, described as
+    # tools/worker.describe_shapes does) -> [eager_ms, compile_ms] there, measured once per run as the above
 
 
 @dataclass
@@ -128,6 +130,9 @@ class ShapeCheck:
     fallback: bool = False  # it ran no kernel there: a guarded candidate's fallback to the task's PyTorch code
     max_abs_err: float | None = None
     rel_err: float | None = None
+    ms: float | None = None  # on a GPU, where the job profiles and the kernel is correct here: its time, and eager
+    eager_ms: float | None = None  # PyTorch's and torch.compile's at this set; None on a CPU (interpreter times
+    compile_ms: float | None = None  # are never speedups) and where it is not correct
 
 
 @dataclass

@@ -73,6 +73,20 @@ def geomean(values: Iterable[float | None]) -> float | None:
     return math.exp(sum(logs) / len(logs)) if logs else None
 
 
+def shape_speedups(checks: list) -> dict:
+    """An evaluation's speedups at each of its shape sets (tools/results.py ShapeCheck, `--shapes`) over each
+    baseline, None where a set has no GPU times, and their geomeans over the sets that have them:
+    {"sets": [{"shapes", "ms", "eager_ms", "compile_ms", "vs_eager", "vs_compile"}], "timed": N,
+    "geomean": {"eager", "compile"}}."""
+    sets = []
+    for c in checks:
+        o = Outcome(c.verdict == "correct" and not c.fallback, c.ms, c.eager_ms, c.compile_ms)
+        sets.append({"shapes": dict(c.shapes), "ms": c.ms, "eager_ms": c.eager_ms, "compile_ms": c.compile_ms,
+                     **{f"vs_{b}": speedup(o, b) for b in BASELINES}})
+    return {"sets": sets, "timed": sum(s["vs_eager"] is not None for s in sets),
+            "geomean": {b: geomean(s[f"vs_{b}"] for s in sets) for b in BASELINES}}
+
+
 def measurable(outcomes: list[Outcome], baseline: Baseline) -> bool:
     """True when at least one task has a GPU time and the baseline: speedup figures mean something."""
     key = "eager_ms" if baseline == "eager" else "compile_ms"

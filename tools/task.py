@@ -26,12 +26,13 @@ def add_dtype_option(parser) -> None:
                                                             "this dtype (default: the tasks' own, or the task list's)")
 
 
-def add_shapes_option(parser) -> None:
+def add_shapes_option(parser, scope: str = "") -> None:
     """--shapes for the commands that evaluate: verify every candidate at several sets of the task's shape
-    globals (TaskSpec.shape_sets), besides the task's own."""
+    globals (TaskSpec.shape_sets), besides the task's own. `scope`: which tasks it applies to, where several run."""
     parser.add_argument("--shapes", action="append", metavar="NAME=V1,V2,...",
                         help="also verify at these values of a shape global of the task, one shape set per value "
-                             "(e.g. batch_size=1,7,64); repeat for more globals, whose values pair up in order")
+                             "(e.g. batch_size=1,7,64); repeat for more globals, whose values pair up in order"
+                             + (f"; {scope}" if scope else ""))
 
 
 def parse_shape_sets(texts: list[str] | None) -> list[dict[str, int]]:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -101,7 +103,8 @@ def evaluate_here(job, watch=None):
                 return EvalResult(deep.worst_verdict, f"{deep.worst_reason.rstrip('.')} (under --deep, "
                                   f"{deep.failed} of {deep.sets} input sets failed; worst: {deep.worst_input}).",
                                   max_abs_err=deep.worst_abs_err, rel_err=deep.worst_rel_err, deep=deep, **base)
-        shapes, failed = verify_shape_sets(job, setup, checked, module, small) if spec.shape_sets else ([], None)
+        timed = on_gpu and job.profile  # interpreter times at the other sets would say nothing
+        shapes, failed = verify_shape_sets(job, setup, checked, module, small, timed) if spec.shape_sets else ([], None)
         if shapes:
             phases["shapes"] = lap()
         if failed is not None:
@@ -117,6 +120,9 @@ def evaluate_here(job, watch=None):
             from tools.measure import measure
             timing, baselines, suspicious = measure(setup, job, checked)
             phases["profile"] = lap()
+            if shapes and timed:
+                shapes[0] = replace(shapes[0], ms=timing.ms, eager_ms=timing.eager_ms, compile_ms=timing.compile_ms)
+                baselines.at_shapes = {describe_shapes(c.shapes): [c.eager_ms, c.compile_ms] for c in shapes[1:]}
     except Failed as e:
         return EvalResult(e.verdict, e.sentence(), task_error=e.task_error, rel_err=e.rel_err,
                           own_rel_err=e.own_rel_err, **base)
@@ -138,11 +144,12 @@ def describe_shapes(shapes: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in shapes.items()) or "the task's own shapes"
 
 
-def verify_shape_sets(job, setup, checked, module, small: bool):
+def verify_shape_sets(job, setup, checked, module, small: bool, timed: bool = False):
     """The candidate verified at each of the task's shape sets after its own shapes passed: ([ShapeCheck], the
     first failing one with whether the task itself failed there, or None). Each set loads the task again with its
     globals (as a module of its own name: sys.modules["kw_task"] stays), builds the reference and the candidate
-    from that set's init inputs and the job's seed, and runs the same trials under the same trial seed."""
+    from that set's init inputs and the job's seed, and runs the same trials under the same trial seed. Where
+    `timed` (a GPU profile), each set is also timed until one fails: the result is not correct after that."""
     from tools.results import ShapeCheck
     names = list(dict.fromkeys(k for shape_set in job.task.shape_sets for k in shape_set))
     own = {n: getattr(setup.task, n) for n in names}
@@ -150,19 +157,22 @@ def verify_shape_sets(job, setup, checked, module, small: bool):
                       rel_err=checked.rel_err)]
     failed = None
     for i, shape_set in enumerate(job.task.shape_sets):
-        check, task_error = _verify_at(job, setup, module, small, {**own, **shape_set}, i, checked.seed)
+        check, task_error = _verify_at(job, setup, module, small, {**own, **shape_set}, i, checked.seed,
+                                       timed and failed is None)
+        sys.modules.pop(f"kw_task_shapes{i}", None)  # the next job in this worker loads its own under this name:
+        # one replaced in sys.modules is a change the clean check (tools/clean.py) rejects that job's candidate for
         out.append(check)
         if check.verdict != "correct" and failed is None:
             failed = (check, task_error)
     return out, failed
 
 
-def _verify_at(job, setup, module, small: bool, shape_set: dict, index: int, seed: int):
-    """(ShapeCheck, whether the task itself failed) at one shape set. A candidate that ran no kernel there (a
-    guarded template candidate's fallback to the task's PyTorch code, which says so through `warnings`) is
-    rejected by the runtime rules as anywhere else, and its check says it took the fallback."""
+def _verify_at(job, setup, module, small: bool, shape_set: dict, index: int, seed: int, timed: bool):
+    """(ShapeCheck, whether the task itself failed) at one shape set, with its times where `timed` and it is
+    correct. A candidate that ran no kernel there (a guarded template candidate's fallback to the task's PyTorch
+    code, which says so through `warnings`) is rejected by the runtime rules as anywhere else, and its check says
+    it took the fallback."""
     import warnings
-    from dataclasses import replace
 
     from tools.results import ShapeCheck
     from tools.rules import RUNTIME_REASONS
@@ -185,12 +195,15 @@ def _verify_at(job, setup, module, small: bool, shape_set: dict, index: int, see
     if setup.dtype:
         reference, candidate = reference.to(setup.dtype), candidate.to(setup.dtype)
     at = replace(setup, task=task, reference=reference, candidate=candidate, golden={})
-    figures, task_error = (None, None), False
+    figures, times, task_error = (None, None), (None, None, None), False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             done = verify(at, job.trials, seed)
             verdict, reason, figures = "correct", "Correct on every trial.", (done.max_abs_err, done.rel_err)
+            if timed:
+                from tools.measure import measure_at
+                times = measure_at(at, done, _known_baselines(job, shape_set))
         except Failed as e:
             verdict, reason, task_error = e.verdict, e.sentence(), e.task_error
         except Exception as e:
@@ -201,7 +214,14 @@ def _verify_at(job, setup, module, small: bool, shape_set: dict, index: int, see
         need = said[0].partition(" need ")[2].partition(";")[0] if said else ""
         reason = ("It took its fallback to the task's PyTorch code here, so no kernel is verified at these shapes ("
                   + (f"its kernels need {need}" if need else "it launched no Triton kernel") + ").")
-    return ShapeCheck(shape_set, verdict, reason, fallback, *figures), task_error
+    return ShapeCheck(shape_set, verdict, reason, fallback, *figures, *times), task_error
+
+
+def _known_baselines(job, shape_set: dict) -> list | None:
+    """[eager_ms, compile_ms] at this shape set from earlier in the run on this device, if measured."""
+    import torch
+    b = job.baselines
+    return b.at_shapes.get(describe_shapes(shape_set)) if b and b.device == torch.cuda.get_device_name() else None
 
 
 def build_reference(task, seed: int, device) -> tuple[list, object]:

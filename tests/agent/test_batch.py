@@ -88,6 +88,45 @@ def test_bad_input_exits_2_with_one_sentence(tmp_path, capsys):
     assert "no batch to resume" in err[1]
 
 
+def test_bad_shapes_exit_2_before_anything_runs(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert run(["batch", str(FIX / "task_scale_shift.py"), "--shapes", "rows=a", "--out", str(out)]) == 2
+    assert run(["batch", str(FIX / "task_scale_shift.py"), "--shapes", "batch_size=1,7", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == "kernelwright: --shapes takes NAME=V1,V2,... with integer values, each name once, not 'rows=a'."
+    assert len(err) == 2 and "shape set names batch_size, not a global of the task file" in err[1]
+    assert not out.exists()
+
+
+def test_shapes_go_to_every_task_whose_task_list_gives_none(tmp_path):
+    from agent.batch import plan_batch
+    from agent.cli import build_parser
+    suite, out = tmp_path / "suite.toml", tmp_path / "out"
+    task = FIX / "task_scale_shift.py"
+    suite.write_text(f'[[task]]\npath = "{task}"\nname = "own"\nshape_sets = [{{rows = 5}}]\n\n'
+                     f'[[task]]\npath = "{task}"\nname = "given"\n')
+    common = ["batch", str(suite), "--out", str(out)]
+    batch = plan_batch(build_parser().parse_args(common + ["--shapes", "rows=2,9"]))
+    assert [s.shape_sets for s in batch.specs] == [[{"rows": 5}], [{"rows": 2}, {"rows": 9}]]
+    batch.state.save()
+    resumed = plan_batch(build_parser().parse_args(common + ["--resume"]))  # the batch keeps its --shapes
+    assert [s.shape_sets for s in resumed.specs] == [[{"rows": 5}], [{"rows": 2}, {"rows": 9}]]
+    changed = plan_batch(build_parser().parse_args(common + ["--resume", "--shapes", "cols=3"]))
+    assert [s.shape_sets for s in changed.specs] == [[{"rows": 5}], [{"cols": 3}]]
+
+
+@pytest.mark.slow
+def test_a_batch_with_shapes_verifies_each_task_at_them(tmp_path, monkeypatch):
+    for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    out = tmp_path / "out"
+    assert run(["batch", str(FIX / "shapes_bias_relu.py"), "--shapes", "batch_size=1,7", "--budget", "1",
+                "--out", str(out), "--no-knowledge"]) == 0
+    best = json.loads((out / "shapes_bias_relu" / "report.json").read_text())["best"]
+    assert best["verdict"] == "correct" and [s["shapes"] for s in best["shapes"]["sets"]] == [
+        {"batch_size": 12}, {"batch_size": 1}, {"batch_size": 7}]
+
+
 def test_a_task_without_a_correct_kernel_exits_1(tmp_path, capsys, monkeypatch):
     for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
         monkeypatch.delenv(var, raising=False)

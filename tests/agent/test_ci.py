@@ -68,6 +68,26 @@ def test_bad_input_exits_2(repo, tmp_path, capsys):
     assert "is not a kernelwright baseline" in err
 
 
+def test_bad_shapes_exit_2_before_anything_runs(repo, tmp_path, capsys):
+    common = ["ci", "--tasks", str(repo / "tasks"), "--base", "main", "--out", str(tmp_path / "o")]
+    assert run(common + ["--shapes", "rows=1,2", "--shapes", "cols=1,2,3"]) == 2
+    assert run(common + ["--shapes", "batch_size=1,7"]) == 2  # b_new.py, the selected task, has no such global
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == "kernelwright: --shapes: every name needs as many values as the others, or one value."
+    assert len(err) == 2 and "b_new.py: shape set names batch_size, not a global of the task file" in err[1]
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_shapes_verify_each_selected_task_at_them(repo, tmp_path):
+    out = tmp_path / "o"
+    assert run(["ci", "--tasks", str(repo / "tasks"), "--base", "main", "--budget", "1", "--deep", "0",
+                "--shapes", "rows=5,9", "--out", str(out)]) == 0
+    best = json.loads((out / "b_new" / "report.json").read_text())["best"]
+    own, *others = best["shapes"]["sets"]  # the task's own first: its SMALL_SHAPES on a CPU
+    assert best["verdict"] == "correct" and [s["shapes"] for s in others] == [{"rows": 5}, {"rows": 9}], own
+
+
 def test_nothing_changed_passes(repo, tmp_path, capsys):
     summary = tmp_path / "s.md"
     assert run(["ci", "--tasks", str(repo / "tasks"), "--base", "HEAD", "--summary", str(summary)]) == 0

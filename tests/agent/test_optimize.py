@@ -41,9 +41,9 @@ def test_optimize_without_llm_finishes_within_budget_and_writes_a_correct_best(t
     assert result.correct, result.reason
 
 
-def gpu_run(tmp_path, ms: float, eager_ms: float):
+def gpu_run(tmp_path, ms: float, eager_ms: float, shapes: list | None = None):
     """A finished run whose only correct candidate took `ms` on a GPU against eager's `eager_ms` (results as
-    the evaluator writes them on a GPU; this machine has none)."""
+    the evaluator writes them on a GPU; this machine has none), verified at `shapes` (ShapeChecks) if given."""
     from agent.context import Run, RunConfig
     from agent.interfaces import Proposal, TaskContext
     from agent.runstore import RunStore
@@ -55,7 +55,8 @@ def gpu_run(tmp_path, ms: float, eager_ms: float):
     timing = Timing(ms=ms, eager_ms=eager_ms, compile_ms=0.8, floor_ms=0.1, speedup_vs_eager=eager_ms / ms,
                     speedup_vs_compile=0.8 / ms, floor_fraction=0.1 / ms, spread_pct=0.5, interpreted=False)
     store.record_result(run_id, cand.id, EvalResult("correct", "Correct on every trial.", device="NVIDIA H200",
-                                                    timing=timing, kernel_ms={"_row_kernel0": ms}))
+                                                    timing=timing, kernel_ms={"_row_kernel0": ms},
+                                                    shapes=shapes or []))
     task = TaskContext("scale_shift", "", {}, "cuda:NVIDIA H200 (sm_90)", "sm_90")
     return Run(config=RunConfig(), run_id=run_id, task=task, spec=TaskSpec(TASK, name="scale_shift"), executor=None,
                policy=None, operators=[], store=store), source
@@ -82,7 +83,27 @@ def test_a_faster_kernel_is_written_as_it_is(tmp_path, capsys):
     write_outputs(run, tmp_path / "out", "evaluation budget of 1 spent", None)
     assert "2.00x eager" in capsys.readouterr().out
     assert (tmp_path / "out" / "best.py").read_text() == source
-    assert json.loads((tmp_path / "out" / "report.json").read_text())["slower_than_eager"] is False
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["slower_than_eager"] is False and report["best"]["shapes"] is None
+
+
+def test_the_report_gives_the_best_kernels_speedups_at_each_shape_set(tmp_path, capsys):
+    from agent.optimize import write_outputs
+    from tools.results import ShapeCheck
+    shapes = [ShapeCheck({"rows": 64}, "correct", "Correct on every trial.", ms=0.5, eager_ms=1.0, compile_ms=0.8),
+              ShapeCheck({"rows": 1}, "correct", "Correct on every trial.", ms=0.5, eager_ms=0.25)]
+    run, _ = gpu_run(tmp_path, ms=0.5, eager_ms=1.0, shapes=shapes)
+    write_outputs(run, tmp_path / "out", "evaluation budget of 1 spent", None)  # through the run store's JSON
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("per shape set:")
+    assert lines[at + 1:at + 4] == ["  rows=64: 0.5000 ms, 2.00x vs eager, 1.60x vs torch.compile",
+                                    "  rows=1: 0.5000 ms, 0.50x vs eager, n/a vs torch.compile",
+                                    "  geomean over the 2 shape sets with GPU times: 1.00x vs eager, 1.60x vs "
+                                    "torch.compile"]
+    figures = json.loads((tmp_path / "out" / "report.json").read_text())["best"]["shapes"]
+    assert [s["shapes"] for s in figures["sets"]] == [{"rows": 64}, {"rows": 1}] and figures["timed"] == 2
+    assert figures["sets"][1]["vs_eager"] == 0.5 and figures["sets"][1]["vs_compile"] is None
+    assert figures["geomean"]["eager"] == pytest.approx(1.0) and figures["geomean"]["compile"] == pytest.approx(1.6)
 
 
 def test_why_no_candidate_was_correct_is_the_commonest_failure():

@@ -37,7 +37,7 @@ def test_the_template_operator_builds_shape_general_kernels_for_shape_sets():
     assert static and not any("shapes" in p.params for p in static)
 
 
-def test_optimize_with_shapes_finds_a_kernel_right_at_each(tmp_path, monkeypatch):
+def test_optimize_with_shapes_finds_a_kernel_right_at_each(tmp_path, monkeypatch, capsys):
     for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
         monkeypatch.delenv(var, raising=False)
     task = tmp_path / "softmax.py"
@@ -48,3 +48,7 @@ def test_optimize_with_shapes_finds_a_kernel_right_at_each(tmp_path, monkeypatch
     report = json.loads((out / "report.json").read_text())
     assert report["best"]["verdict"] == "correct"
     assert "'shapes': 'dynamic'" in (out / "best.py").read_text()
+    figures = report["best"]["shapes"]
+    assert [s["shapes"]["batch_size"] for s in figures["sets"]] == [12, 1, 7]
+    timed = not report["best"]["interpreted"]  # GPU times at each set; none in the interpreter
+    assert figures["timed"] == (3 if timed else 0) and ("per shape set:" in capsys.readouterr().out) == timed

@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import torch  # noqa: E402
 
 import kernelbench_bench as kb  # noqa: E402
+from llm_ops_bench import rel_err  # noqa: E402
 from tools.score import geomean  # noqa: E402
 from tools.task import TaskError, parse_shape_sets  # noqa: E402
 
@@ -218,16 +219,6 @@ class Row:
 
     def key(self) -> tuple[str, str]:
         return self.task, label(self.shapes)
-
-
-def rel_err(out, ref) -> float:
-    """The largest, over outputs, of ||out - ref|| / ||ref|| (in fp32; integer outputs as their values)."""
-    outs, refs = torch.utils._pytree.tree_flatten(out)[0], torch.utils._pytree.tree_flatten(ref)[0]
-    worst = 0.0
-    for o, r in zip(outs, refs):
-        o, r = o.float(), r.float()
-        worst = max(worst, float((o - r).norm() / r.norm().clamp_min(1e-30)))
-    return worst
 
 
 def measure(task: Task, index: int, kernels: dict[str, Path | None], dev: torch.device) -> Row:

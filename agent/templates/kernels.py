@@ -4,7 +4,9 @@
 
 With p["shapes"] == "dynamic" (set by program.py for the kernels over the batch, batch_of) a flat or row kernel
 takes the batch, its domain's leading dim, as the run-time argument n0: its masks and its grid follow it, every
-other size stays a constant. Offsets need no batch size (the leading dim is addressed by division alone).
+other size stays a constant. Offsets need no batch size (the leading dim is addressed by division alone). A
+matrix-product kernel (mm, no SPLIT_K) takes its M, the rows of its output, as n0 the same way: N and K stay
+constants, the rows are always masked.
 """
 from __future__ import annotations
 
@@ -102,6 +104,11 @@ BATCH_ARG, BATCH_HOST = "n0", "kw_batch"  # the batch in a dynamic kernel, and i
 def _dynamic(kernel: Kernel, p: dict) -> bool:
     if p.get("shapes", "static") != "dynamic":
         return False
+    if kernel.layout == "gemm":
+        g = kernel.nodes[0]
+        if g.fn != "mm" or len(kernel.domain) != 2 or g.attrs.get("split_k", 1) > 1:
+            raise ValueError("shapes='dynamic' covers GEMM kernels only as a plain mm whose M is the batch")
+        return True
     if kernel.layout not in ("flat", "row") or 0 in kernel.rdims or p.get("SPLIT", 1) > 1:
         raise ValueError("shapes='dynamic' covers flat kernels and row kernels without SPLIT over the batch")
     return True
@@ -401,7 +408,9 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
     even_k = K % bk == 0 and (split == 1 or K % k_chunk == 0)
     sa, sb = a.strides, b.strides
     big = ".to(tl.int64)" if gen.big else ""
-    lines = ["pid = tl.program_id(0)", f"num_m = tl.cdiv({M}, BLOCK_M)", f"num_n = tl.cdiv({N}, BLOCK_N)",
+    dyn = _dynamic(kernel, p)
+    rows = BATCH_ARG if dyn else M  # M in the kernel: masks and the program order follow it
+    lines = ["pid = tl.program_id(0)", f"num_m = tl.cdiv({rows}, BLOCK_M)", f"num_n = tl.cdiv({N}, BLOCK_N)",
              "width = GROUP_M * num_n", "first_m = (pid // width) * GROUP_M",
              "gsize = tl.minimum(num_m - first_m, GROUP_M)", "pid_m = first_m + (pid % width) % gsize",
              "pid_n = (pid % width) // gsize",
@@ -429,7 +438,7 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
               f"for k0 in range(0, {k_chunk}, BLOCK_K):"]
     left = f"{K} - ({k_start} + k0)"
     k_row, k_col = f"(rk[:, None] < {left})", f"(rk[None, :] < {left})"
-    m_cond = [] if M % bm == 0 else [f"(rm1[None, :] < {M})" if a_t else f"(rm1[:, None] < {M})"]
+    m_cond = [] if M % bm == 0 and not dyn else [f"(rm1[None, :] < {rows})" if a_t else f"(rm1[:, None] < {rows})"]
     n_cond = [] if N % bn == 0 else [f"(rn1[:, None] < {N})" if b_t else f"(rn1[None, :] < {N})"]
     a_mask = " & ".join(m_cond + ([] if even_k else [k_row if a_t else k_col]))
     b_mask = " & ".join(n_cond + ([] if even_k else [k_col if b_t else k_row]))
@@ -439,7 +448,7 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
                       f"acc += tl.dot({'tl.trans(ta)' if a_t else 'ta'}, {'tl.trans(tb)' if b_t else 'tb'}, "
                       f'input_precision="{precision}")',
                       f"a_ptrs += BLOCK_K * {sa[-1]}", f"b_ptrs += BLOCK_K * {sb[-2]}"])
-    lines += ["rm = rm1[:, None]", "rn = rn1[None, :]", f"mask = (rm < {M}) & (rn < {N})"]
+    lines += ["rm = rm1[:, None]", "rn = rn1[None, :]", f"mask = (rm < {rows}) & (rn < {N})"]
     gen.groups = [([d], v) for d, v in zip(range(len(kernel.domain)),
                                            (["pid_k"] if split > 1 else []) + (["pid_b"] if batched else []) + ["rm", "rn"])]
     gen.top.lines += lines
@@ -447,9 +456,11 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen.kinds[g] = "f"
     store_lines(gen, list(kernel.stores.items()))
     meta = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"]
-    src = kernel_header(name, gen, meta) + _indent(gen.top.lines)
-    grid = (math.ceil(M / bm) * math.ceil(N / bn), a.shape[0] if batched else 1, split)
-    launch = Launch(name, grid, list(gen.ptrs), {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk,
-                                                 "GROUP_M": p.get("GROUP_M", 8)}, p.get("num_warps", 4),
+    src = kernel_header(name, gen, meta, [BATCH_ARG] if dyn else []) + _indent(gen.top.lines)
+    n_tiles = math.ceil(N / bn)
+    grid = ((f"({BATCH_HOST} + {bm - 1}) // {bm}" + (f" * {n_tiles}" if n_tiles > 1 else ""), 1, 1) if dyn else
+            (math.ceil(M / bm) * n_tiles, a.shape[0] if batched else 1, split))
+    meta_values = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": p.get("GROUP_M", 8)}
+    launch = Launch(name, grid, list(gen.ptrs) + ([BATCH_HOST] if dyn else []), meta_values, p.get("num_warps", 4),
                     p.get("num_stages", 3))
     return KernelCode("\n".join(src), [launch])

@@ -12,7 +12,8 @@ fallback's PyTorch compute if it ever ran there.
 
 With params["shapes"] = "dynamic" the batch (the leading dim of the tensor inputs, where every value that
 depends on it keeps it leading) is a run-time kernel argument: `batch_of` finds the buffers and kernels that
-scale with it (flat and row kernels; anything else that reads the batch is refused), the kernels mask by it and
+scale with it (flat and row kernels, and matrix products whose M is the batch: a Linear, its epilogue fused or
+its product a vendor torch.mm; anything else that reads the batch is refused), the kernels mask by it and
 their grids and buffers follow the input's shape at call time, and the guards check only the rank and the
 inner sizes (a batch from 1 up to where 32-bit offsets still hold).
 """
@@ -54,14 +55,16 @@ def _dtype(dtype: torch.dtype) -> str:
     return str(dtype)
 
 
-def _host_view(leaf: Leaf, bases: dict) -> str:
+def _host_view(leaf: Leaf, bases: dict, batched: bool = False) -> str:
     """A leaf as a host tensor: its base as it is when the leaf is all of it, else a strided view (a buffer
-    read through a reshape, say a (N, C, 1, 1) pooled map flattened to (N, C) for a vendor GEMM)."""
+    read through a reshape, say a (N, C, 1, 1) pooled map flattened to (N, C) for a vendor GEMM), whose leading
+    size is the call's batch where the leaf is `batched` (shapes="dynamic")."""
     base, whole = _local(leaf.base), bases.get(leaf.base)
     if whole is not None and tuple(whole.shape) == tuple(leaf.shape) and leaf.offset == 0 and \
             leaf.strides == contiguous_strides(leaf.shape):
         return base
-    return f"{base}.as_strided({tuple(leaf.shape)}, {tuple(leaf.strides)}, {leaf.offset})"
+    shape = "(" + ", ".join([BATCH] + [str(n) for n in leaf.shape[1:]]) + ",)" if batched else tuple(leaf.shape)
+    return f"{base}.as_strided({shape}, {tuple(leaf.strides)}, {leaf.offset})"
 
 
 def render_program(task_source: str, program: Program, kernels: list[Kernel], buffers: dict, primary: int,
@@ -129,9 +132,10 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     for c in codes:
         for name, (shape, dtype) in (c.temps.items() if c else ()):
             body.append(f"{name} = torch.empty({shape}, device={device}.device, dtype={_dtype(dtype)})")
-    for k, c in zip(kernels, codes):
+    for i, (k, c) in enumerate(zip(kernels, codes)):
         if c is None:
-            body.append(f"{buffers_of(k)} = {_vendor_call(k.nodes[0], program.bases)}")
+            batched = batch is not None and i in batch.kernels
+            body.append(f"{buffers_of(k)} = {_vendor_call(k.nodes[0], program.bases, batched)}")
             continue
         fields = {name: _local(base) for base, name in c.host_args.items()}
         body += [line.format(**fields) for line in c.host]
@@ -196,8 +200,9 @@ class Batch:
 def batch_of(program: Program, kernels: list[Kernel], tensor_inputs: list[str]) -> Batch:
     """The batch of a program under shapes="dynamic", kernel by kernel in launch order: a value scales with it
     when it reads a batched input or buffer along its leading dim, through pointwise ops (every full-rank operand
-    batched or broadcast), reductions over other dims and views that keep the leading dim. ValueError, in one
-    sentence, where a kernel reads the batch otherwise (a reduction over it, a GEMM, a window, a transpose)."""
+    batched or broadcast), reductions over other dims, views that keep the leading dim and a matrix product's A
+    (the batch its M). ValueError, in one sentence, where a kernel reads the batch otherwise (a reduction over
+    it, a GEMM's K or N, a bmm, a convolution, SPLIT_K, a window, a transpose)."""
     ranked = [b for b in tensor_inputs if program.bases[b].shape]
     if not ranked:
         raise ValueError("shapes='dynamic' needs a tensor input with a leading (batch) dim")
@@ -234,11 +239,17 @@ def batch_of(program: Program, kernels: list[Kernel], tensor_inputs: list[str]) 
         if not any([scales(m) for m in k.nodes] + [scales(a) for a in leaves]):
             continue
         d = k.domain
-        if k.kind != "tile" or k.layout not in ("flat", "row") or d[0] != size or 0 in k.rdims:
-            raise ValueError(f"shapes='dynamic' covers flat and row kernels over the batch; kernel {i} is a "
+        gemm = k.kind in ("gemm", "torch_gemm")
+        # a GEMM kernel's product takes the batch as its M (_batched_node checked how), never its epilogue alone
+        if gemm and not scales(k.nodes[0]):
+            raise ValueError(f"shapes='dynamic': in kernel {i}, the epilogue of {k.nodes[0].name} reads the batch "
+                             f"but its GEMM does not")
+        if not gemm and (k.kind != "tile" or k.layout not in ("flat", "row") or d[0] != size or 0 in k.rdims):
+            raise ValueError(f"shapes='dynamic' covers flat, row and GEMM kernels over the batch; kernel {i} is a "
                              f"{k.layout} kernel over {list(d)}")
+        weight = k.nodes[0].args[1] if gemm else None  # B, (K, N): its rows are not the batch's
         for v in list(k.nodes) + leaves:
-            if len(v.shape) == len(d) and v.shape[0] > 1 and not scales(v) and \
+            if len(v.shape) == len(d) and v.shape[0] > 1 and not scales(v) and v is not weight and \
                     not (isinstance(v, Leaf) and v.kind == "const"):
                 raise ValueError(f"shapes='dynamic': in kernel {i}, {v.name} has the batch's size {size} "
                                  f"without depending on it")
@@ -247,9 +258,10 @@ def batch_of(program: Program, kernels: list[Kernel], tensor_inputs: list[str]) 
             if scales(m):
                 batch.buffers.add(buf)
                 stride[buf] = math.prod(m.shape[1:])
-        extent = max([math.prod(d)] + [_extent(a) for a in leaves])
-        if extent <= INT32_MAX:
-            batch.limit = min(batch.limit, (INT32_MAX - 2**20) // -(-extent // size))
+        if max([math.prod(d)] + [_extent(a) for a in leaves]) <= INT32_MAX:  # else offsets are 64-bit already
+            # what grows with the batch: the domain and the batched leaves (a GEMM's weight stays its size)
+            per = max([math.prod(d) // size] + [-(-_extent(a) // size) for a in leaves if scales(a)])
+            batch.limit = min(batch.limit, (INT32_MAX - 2**20) // per)
     return batch
 
 
@@ -274,6 +286,13 @@ def _batched_node(v: Node, args: list, batched: list, kernel: int) -> None:
         a = batched[0]
         if v.shape[:1] != a.shape[:1] or math.prod(v.shape[1:]) != math.prod(a.shape[1:]):
             why = "reshapes the batch dim"
+    elif v.op == "gemm":  # the batch may be M, the rows of A and of the output, of a plain matrix product
+        if v.attrs.get("split_k", 1) > 1:
+            why = "splits its GEMM's K over programs (SPLIT_K), which takes only static shapes"
+        elif v.fn != "mm" or len(v.shape) != 2:
+            why = f"is a {'convolution' if v.fn == 'conv' else 'batched GEMM (bmm)'}, which takes only static shapes"
+        elif any(b is v.args[1] for b in batched):
+            why = "is a GEMM whose batch is not its M (the rows of its output)"
     else:
         why = f"is a {v.op} ({v.fn}), which takes only static shapes"
     if why:
@@ -320,9 +339,10 @@ def _vendor_op(g) -> str:
     return "aten.bmm" if len(g.shape) == 3 else "aten.mm"
 
 
-def _vendor_call(g, bases: dict) -> str:
-    """The host call of a vendor GEMM or convolution (without bias: bias and the rest stay in Triton)."""
-    a, b = _host_view(g.args[0], bases), _host_view(g.args[1], bases)
+def _vendor_call(g, bases: dict, batched: bool = False) -> str:
+    """The host call of a vendor GEMM or convolution (without bias: bias and the rest stay in Triton); `batched`:
+    its A's rows are the call's batch (batch_of)."""
+    a, b = _host_view(g.args[0], bases, batched), _host_view(g.args[1], bases)
     if g.fn != "conv":
         return f"{'torch.bmm' if len(g.shape) == 3 else 'torch.mm'}({a}, {b})"
     t = g.attrs

@@ -207,17 +207,18 @@ def summarize_level(folder: Path, total: int = 0, dtype: str | None = None) -> L
 
 
 def candidates(path: Path) -> list[dict]:
-    """The evaluated candidates of a task's run store (agent/runstore.py): id, verdict, reason and the
-    EvalResult's JSON as `metrics`."""
+    """The evaluated candidates of a task's run store (agent/runstore.py): run, id, operator, params, verdict,
+    reason and the EvalResult's JSON as `metrics`."""
     if not path.is_file():
         return []
     db = sqlite3.connect(path)
     try:
-        rows = db.execute("SELECT id, verdict, reason, metrics FROM candidates WHERE status = 'evaluated' "
-                          "ORDER BY id").fetchall()
+        rows = db.execute("SELECT run_id, id, operator, params, verdict, reason, metrics FROM candidates "
+                          "WHERE status = 'evaluated' ORDER BY id").fetchall()
     finally:
         db.close()
-    return [{"id": i, "verdict": v, "reason": r or "", "metrics": json.loads(m) if m else {}} for i, v, r, m in rows]
+    return [{"run": run, "id": i, "operator": op, "params": json.loads(pa or "{}"), "verdict": v, "reason": r or "",
+             "metrics": json.loads(m) if m else {}} for run, i, op, pa, v, r, m in rows]
 
 
 def _audit(t: dict, evaluated: list[dict], u: float) -> Missing:
@@ -362,18 +363,10 @@ def _winner(store: Path) -> dict:
     bytes its timing counted."""
     report = json.loads((store / "report.json").read_text()) if (store / "report.json").is_file() else {}
     best = report.get("best") or {}
-    if (store / "run.sqlite").is_file():
-        db = sqlite3.connect(store / "run.sqlite")
-        try:
-            row = db.execute("SELECT operator, params, metrics FROM candidates WHERE run_id = ? AND id = ? AND "
-                             "status = 'evaluated'", (report.get("run"), best.get("id"))).fetchone()
-        finally:
-            db.close()
-        if row:
-            params = json.loads(row[1] or "{}")
-            what = row[0] + (": " + ", ".join(f"{k}={v}" for k, v in params.items()) if params else "")
-            timing = (json.loads(row[2]) if row[2] else {}).get("timing") or {}
-            return {"what": what, "bytes": timing.get("bytes") or 0.0}
+    for c in candidates(store / "run.sqlite"):
+        if c["run"] == report.get("run") and c["id"] == best.get("id"):
+            what = c["operator"] + (": " + ", ".join(f"{k}={v}" for k, v in c["params"].items()) if c["params"] else "")
+            return {"what": what, "bytes": (c["metrics"].get("timing") or {}).get("bytes") or 0.0}
     return {"what": best.get("operator", "?"), "bytes": 0.0}
 
 

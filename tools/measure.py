@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from tools.profile import count_work, device_ceilings, floor_ms, matmul_key, time_call
+from tools.profile import Measured, count_work, device_ceilings, floor_ms, matmul_key, time_call
 from tools.rules import RUNTIME_REASONS
 from tools.results import Baselines, EvalJob, Timing
 from tools.inputs import Draw, make_inputs
@@ -20,15 +20,10 @@ SUSPICIOUS_BELOW = 0.95  # a time under this fraction of the floor is re-verifie
 def measure(setup: Setup, job: EvalJob, checked: Checked) -> tuple[Timing, Baselines, bool]:
     on_gpu = setup.device.type == "cuda"
     device_name = torch.cuda.get_device_name() if on_gpu else "cpu"
-    inputs = make_inputs(setup, Draw(checked.seed * 1000 + 999, widen=checked.widen))
-    candidate = time_call(_no_grad(setup.candidate, inputs), setup.device)
-    check_not_stale(setup, inputs, checked)
-
+    inputs, candidate = _time_candidate(setup, checked)
     baselines = job.baselines if job.baselines and job.baselines.device == device_name else None
     if baselines is None:
-        eager = time_call(_no_grad(setup.reference, inputs), setup.device).median_ms
-        compiled, error = _compiled_ms(setup, inputs) if on_gpu else (None, "")
-        baselines = Baselines(eager, compiled, device_name, error)
+        baselines = Baselines(*_baseline_times(setup, inputs), device_name)
 
     flops, nbytes = count_work(setup.reference, inputs)
     del inputs  # a re-verification below makes its own
@@ -54,12 +49,25 @@ def measure_at(setup: Setup, checked: Checked, known: list | None) -> tuple[floa
     """On a GPU, at one more shape set (`--shapes`) where the kernel was just verified: its time and eager PyTorch's
     and torch.compile's there (`known`: [eager_ms, compile_ms] at this set from earlier in the run), on the set's
     own inputs, the time checked as at the task's own shapes (no results reused once a call count is reached)."""
+    inputs, candidate = _time_candidate(setup, checked)
+    eager, compiled = known or _baseline_times(setup, inputs)[:2]
+    return candidate.median_ms, eager, compiled
+
+
+def _time_candidate(setup: Setup, checked: Checked) -> tuple[list, Measured]:
+    """The timing inputs (the evaluation's seed) and the candidate's time on them, its results then checked
+    not stale."""
     inputs = make_inputs(setup, Draw(checked.seed * 1000 + 999, widen=checked.widen))
-    ms = time_call(_no_grad(setup.candidate, inputs), setup.device).median_ms
+    candidate = time_call(_no_grad(setup.candidate, inputs), setup.device)
     check_not_stale(setup, inputs, checked)
-    eager, compiled = known or (time_call(_no_grad(setup.reference, inputs), setup.device).median_ms,
-                                _compiled_ms(setup, inputs)[0])
-    return ms, eager, compiled
+    return inputs, candidate
+
+
+def _baseline_times(setup: Setup, inputs: list) -> tuple[float, float | None, str]:
+    """Eager PyTorch's time on `inputs`, torch.compile's (a GPU only) and why it has none, if it has none."""
+    eager = time_call(_no_grad(setup.reference, inputs), setup.device).median_ms
+    compiled, error = _compiled_ms(setup, inputs) if setup.device.type == "cuda" else (None, "")
+    return eager, compiled, error
 
 
 def check_not_stale(setup: Setup, inputs: list, checked: Checked) -> None:

@@ -114,13 +114,7 @@ def discriminating(setup: Setup, seed: int, checked: Checked | None = None, tria
     reference ran are recorded there."""
     for widen in WIDENINGS:
         first = reference_outputs(setup, make_inputs(setup, Draw(seed * 1000 + 900, widen=widen)), checked)
-        inputs = make_inputs(setup, Draw(seed * 1000 + 901, widen=widen))
-        second = reference_outputs(setup, inputs)
-        golden = golden_outputs(setup, inputs, second)
-        del inputs
-        try:
-            compare(first, second, setup.tolerance, Checked(), golden)
-        except Failed:
+        if _moved(setup, first, make_inputs(setup, Draw(seed * 1000 + 901, widen=widen)))[0]:
             return widen
     if checked is not None and trials_differ(setup, seed, trials, scales_inputs(setup, checked)):
         return ""
@@ -139,16 +133,26 @@ def trials_differ(setup: Setup, seed: int, trials: int, scaled: bool) -> bool:
     last = None
     for t in range(trials):
         inputs = trial_inputs(setup, trial_draw(seed, t, scaled, ""))
-        out = reference_outputs(setup, inputs)
-        golden = golden_outputs(setup, inputs, out)
-        del inputs
-        if last is not None:
-            try:
-                compare(last, out, setup.tolerance, Checked(), golden)
-            except Failed:
-                return True
-        last = out
+        if last is None:
+            last = reference_outputs(setup, inputs)
+            continue
+        moved, last = _moved(setup, last, inputs)
+        if moved:
+            return True
     return False
+
+
+def _moved(setup: Setup, first, inputs: list) -> tuple[bool, object]:
+    """(whether the reference's outputs on `inputs` differ from `first` by more than the tolerance, judged
+    against the wider run where there is one; those outputs). Takes `inputs` and lets them go."""
+    second = reference_outputs(setup, inputs)
+    golden = golden_outputs(setup, inputs, second)
+    del inputs[:]
+    try:
+        compare(first, second, setup.tolerance, Checked(), golden)
+    except Failed:
+        return True, second
+    return False, second
 
 
 def constant_function(setup: Setup, seed: int) -> bool:

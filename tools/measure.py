@@ -23,7 +23,8 @@ def measure(setup: Setup, job: EvalJob, checked: Checked) -> tuple[Timing, Basel
     inputs, candidate = _time_candidate(setup, checked)
     baselines = job.baselines if job.baselines and job.baselines.device == device_name else None
     if baselines is None:
-        baselines = Baselines(*_baseline_times(setup, inputs), device_name)
+        eager, compiled, error = _baseline_times(setup, inputs)
+        baselines = Baselines(eager, compiled, device_name, error)
 
     flops, nbytes = count_work(setup.reference, inputs)
     del inputs  # a re-verification below makes its own

@@ -45,9 +45,9 @@ from tools.task import TaskError, parse_shape_sets  # noqa: E402
 # Issue 16's ten tasks of the dev set, all with a `batch_size` global. The dev set holds no plain softmax or
 # log-softmax: the two GEMM + logsumexp tasks (log-softmax's normaliser) stand for them (66_Matmul_Dropout_Softmax
 # draws random numbers in training mode and cannot be verified). Plans of today: 35, 38 and 39 lower to row kernels
-# over the batch and the three GEMMs (their M the batch) to dynamic GEMMs, the shape-general kind; 34 reads x
-# across the batch, 37 reduces over it, 48 and 52 are column kernels: those four get no verified general kernel
-# until the plans grow.
+# over the batch, 48 and 52 to column kernels over it and the three GEMMs (their M the batch) to dynamic GEMMs, the
+# shape-general kinds; 34 (PyTorch's instance norm folds the batch into the channels) and 37 (a norm over the
+# whole tensor, batch included) get no verified general kernel until the plans grow.
 TASKS = (
     "level1/34_InstanceNorm.py",  # norms: per (sample, channel) over H x W
     "level1/35_GroupNorm_.py",  # per (sample, group of channels)

@@ -4,7 +4,8 @@
 
 With p["shapes"] == "dynamic" (set by program.py for the kernels over the batch, batch_of) a flat or row kernel
 takes the batch, its domain's leading dim, as the run-time argument n0: its masks and its grid follow it, every
-other size stays a constant. Offsets need no batch size (the leading dim is addressed by division alone). A
+other size stays a constant. A column kernel (a reduction over a middle dim) needs no mask for it: only its grid,
+one program per outer index and tile of the inner dims, follows the batch. Offsets need no batch size (the leading dim is addressed by division alone). A
 matrix-product kernel (mm, no SPLIT_K) takes its M, the rows of its output, as n0 the same way: N and K stay
 constants, the rows are always masked.
 """
@@ -109,8 +110,9 @@ def _dynamic(kernel: Kernel, p: dict) -> bool:
         if g.fn != "mm" or len(kernel.domain) != 2 or g.attrs.get("split_k", 1) > 1:
             raise ValueError("shapes='dynamic' covers GEMM kernels only as a plain mm whose M is the batch")
         return True
-    if kernel.layout not in ("flat", "row") or 0 in kernel.rdims or p.get("SPLIT", 1) > 1:
-        raise ValueError("shapes='dynamic' covers flat kernels and row kernels without SPLIT over the batch")
+    if kernel.layout not in ("flat", "row", "col") or 0 in kernel.rdims or p.get("SPLIT", 1) > 1:
+        raise ValueError("shapes='dynamic' covers flat kernels, and row and column kernels without SPLIT, over the "
+                         "batch")
     return True
 
 
@@ -271,7 +273,9 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
     meta_names = ["BLOCK_O", "BLOCK_R"] if gen.layout == "row" else ["BLOCK_R", "BLOCK_I"]
     dyn = _dynamic(kernel, p)
     src = kernel_header(name, gen, meta_names, [BATCH_ARG] if dyn else []) + _indent(gen.top.lines)
-    if dyn:
+    if dyn and gen.layout == "col":  # a program per (outer index, tile of the inner dims): no mask on the outer
+        grid = (_times(BATCH_HOST, gen.O // gen.D[0] * math.ceil(gen.I / meta["BLOCK_I"])),)
+    elif dyn:
         bo = meta["BLOCK_O"]
         grid = (f"({_times(BATCH_HOST, gen.O // gen.D[0])} + {bo - 1}) // {bo}" if bo > 1 else
                 _times(BATCH_HOST, gen.O // gen.D[0]),)

@@ -12,9 +12,9 @@ fallback's PyTorch compute if it ever ran there.
 
 With params["shapes"] = "dynamic" the batch (the leading dim of the tensor inputs, where every value that
 depends on it keeps it leading) is a run-time kernel argument: `batch_of` finds the buffers and kernels that
-scale with it (flat and row kernels, and matrix products whose M is the batch: a Linear, its epilogue fused or
-its product a vendor torch.mm; anything else that reads the batch is refused), the kernels mask by it and
-their grids and buffers follow the input's shape at call time, and the guards check only the rank and the
+scale with it (flat, row and column kernels, and matrix products whose M is the batch: a Linear, its epilogue
+fused or its product a vendor torch.mm; anything else that reads the batch is refused), the kernels mask by it
+and their grids and buffers follow the input's shape at call time, and the guards check only the rank and the
 inner sizes (a batch from 1 up to where 32-bit offsets still hold).
 """
 from __future__ import annotations
@@ -244,9 +244,9 @@ def batch_of(program: Program, kernels: list[Kernel], tensor_inputs: list[str]) 
         if gemm and not scales(k.nodes[0]):
             raise ValueError(f"shapes='dynamic': in kernel {i}, the epilogue of {k.nodes[0].name} reads the batch "
                              f"but its GEMM does not")
-        if not gemm and (k.kind != "tile" or k.layout not in ("flat", "row") or d[0] != size or 0 in k.rdims):
-            raise ValueError(f"shapes='dynamic' covers flat, row and GEMM kernels over the batch; kernel {i} is a "
-                             f"{k.layout} kernel over {list(d)}")
+        if not gemm and (k.kind != "tile" or k.layout not in ("flat", "row", "col") or d[0] != size or 0 in k.rdims):
+            raise ValueError(f"shapes='dynamic' covers flat, row, column and GEMM kernels over the batch; kernel {i} "
+                             f"is a {k.layout} kernel over {list(d)}")
         weight = k.nodes[0].args[1] if gemm else None  # B, (K, N): its rows are not the batch's
         for v in list(k.nodes) + leaves:
             if len(v.shape) == len(d) and v.shape[0] > 1 and not scales(v) and v is not weight and \

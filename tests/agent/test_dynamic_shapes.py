@@ -42,6 +42,30 @@ def get_init_inputs():
     return []
 """
 
+# a mean and an argmin over the middle dim: column kernels, the batch their leading outer dim
+COL = """
+import torch
+import torch.nn as nn
+
+batch_size = 12
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x.mean(dim=1), torch.argmin(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, 19, 45)]
+
+
+def get_init_inputs():
+    return []
+"""
+
 LINEAR = """
 import torch
 import torch.nn as nn
@@ -87,7 +111,7 @@ for i, path in enumerate(sys.argv[1:]):
             warnings.simplefilter("always")
             outs = [new(x), new(x)]  # a broken guard says so once
         for out in outs:
-            torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)  # an argmin's indices: exactly
         said = [str(w.message) for w in caught if str(w.message).startswith("kernelwright")]
         print(json.dumps({"candidate": i, "batch": batch, "warnings": said}))
 """
@@ -112,23 +136,26 @@ def test_dynamic_kernels_tuned_at_one_batch_are_right_at_others(tmp_path):
     row = _render(tmp_path, "row", ROW, "rowwise", {"shapes": "dynamic"})
     looped = _render(tmp_path, "looped", ROW, "rowwise", {"shapes": "dynamic", "mode": "looped", "BLOCK_R": 128,
                                                           "BLOCK_O": 1})
+    col = _render(tmp_path, "col", COL, "axis_reduce", {"shapes": "dynamic", "BLOCK_R": 8, "BLOCK_I": 16})
     static = _render(tmp_path, "static", FLAT, "elementwise", {})
     source = flat.read_text()
     assert "n0, BLOCK: tl.constexpr" in source and "mask = offs < n0 * 111" in source
     assert "x.dim() != 3 or tuple(x.shape[1:]) != (3, 37)" in source  # the guard: rank and inner sizes only
     assert "torch.empty((kw_batch, 3, 37)" in source and "(kw_batch * 111 + 1023) // 1024" in source
     assert "rmask = ro < n0" in row.read_text()
+    assert "[(kw_batch * 3,)](" in col.read_text()  # a program per batch entry and 16-wide tile of the 45 columns
     (tmp_path / "calls.py").write_text(CALLS)
-    done = subprocess.run([sys.executable, str(tmp_path / "calls.py"), str(flat), str(row), str(looped), str(static)],
+    done = subprocess.run([sys.executable, str(tmp_path / "calls.py"), str(flat), str(row), str(looped), str(col),
+                           str(static)],
                           capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "1"},
                           cwd=str(ROOT), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     calls = [json.loads(line) for line in done.stdout.splitlines()]
-    assert len(calls) == 12
-    for c in calls[:9]:  # the dynamic kernels ran at batches 1, 7 and 33: no fallback
+    assert len(calls) == 15
+    for c in calls[:12]:  # the dynamic kernels ran at batches 1, 7 and 33: no fallback
         assert c["warnings"] == [], c
     # the static candidate: the reference at another batch, with exactly one warning for the broken guard
-    said = [w for c in calls[9:] for w in c["warnings"]]
+    said = [w for c in calls[12:] for w in c["warnings"]]
     assert len(said) == 1 and "x of shape (12, 3, 37)" in said[0] and "reference" in said[0]
 
 

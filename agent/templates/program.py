@@ -118,11 +118,14 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
         if _from_self(b) and b in used:
             body.append(f"{_local(b)} = {b}.detach()")
     outputs = set(program.outputs)
+    # a vendor GEMM or convolution takes its operands in their own dtype, rounded there as PyTorch rounds them
+    vendor_reads = {leaf.base for k in kernels if k.kind == "torch_gemm" for leaf in k.nodes[0].args
+                    if isinstance(leaf, Leaf)}
     float_dt = f"{program.float_base}.dtype" if program.float_base else None
     for node, buf in buffers.items():
         if node.dtype.is_floating_point:
             dt = float_dt if node in outputs and float_dt and node.dtype == program.bases[program.float_base].dtype \
-                else _dtype(torch.float32 if node not in outputs else node.dtype)
+                else _dtype(torch.float32 if node not in outputs and buf not in vendor_reads else node.dtype)
         else:
             dt = _dtype(node.dtype)
         shape = tuple(node.shape)

@@ -36,7 +36,10 @@ FAMILIES = [  # (family, fixture, template that renders it)
 # (family, fixture, template, dtype, parameters over the default as pairs): tensor cores where the interpreter
 # computes them right
 TENSOR_CORES = [("gemm_epilogue", "tpl_gemm_epilogue", "gemm", "float16", (("operands", "input"),))]
-CASES = [(f, task, t, dt, ()) for f, task, t in FAMILIES for dt in DTYPES] + TENSOR_CORES
+# the vendor GEMM and convolution (their own 16-bit rounding, as PyTorch's) under a Triton epilogue in fp32
+VENDOR = [("gemm_epilogue", "tpl_gemm_epilogue", "gemm", "bfloat16", (("impl", "torch"),)),
+          ("conv", "conv_epilogue", "gemm", "bfloat16", (("impl", "torch"),))]
+CASES = [(f, task, t, dt, ()) for f, task, t in FAMILIES for dt in DTYPES] + TENSOR_CORES + VENDOR
 IDS = [f"{c[0]}-{c[3]}" + "".join(f"-{v}" for _, v in c[4]) for c in CASES]
 
 
@@ -94,7 +97,8 @@ def test_the_analysis_and_the_candidate_see_the_cast():
         a = analyze(path, small=True, arch=arch, dtype="bfloat16")
         assert a.dtype == "bfloat16" and {i.dtype for i in a.inputs + a.params + a.outputs} == {"bfloat16"}
         t = BY_NAME["gemm"]
-        assert t.space(a)["operands"] == ["input", "fp32"] and t.space(a)["impl"] == ["triton"]
+        assert t.space(a)["operands"] == ["input", "fp32"] and t.space(a)["impl"] == ["triton", "torch"]
+        assert t.default(a)["impl"] == "triton"  # under 2**30 FLOPs: the vendor GEMM is the second try
         sources[arch] = t.render(a, t.default(a))
     assert "'operands': 'input'" in sources["sm_90"] and "tl.load(a_ptrs" in sources["sm_90"]
     assert sources["sm_90"].count(".to(tl.bfloat16)") == 2 and ".to(tl.bfloat16)" not in sources["cpu"]

@@ -93,7 +93,7 @@ class Gen(Reductions):
         self.kinds: dict = {}
         self.count = 0
         extent = max([math.prod(self.D)] + [_extent(a) for a in _leaves(kernel.nodes, kernel.level)])
-        self.big = extent > INT32_MAX
+        self.big = extent > INT32_MAX or p.get("offsets64", False)
         kept = [d for d in range(len(self.D)) if d not in kernel.rdims]
         if self.layout == "flat":
             self.groups = [(list(range(len(self.D))), "offs")]

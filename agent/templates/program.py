@@ -86,6 +86,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
         p = {key: v for key, v in p.items() if key != "shapes"}
         if batch is not None and i in batch.kernels:
             p["shapes"] = "dynamic"
+            p["offsets64"] = i in batch.wide
         codes.append(render_kernel(k, f"_{k.layout}_kernel{i}", p))
     sources = "\n\n\n".join(_shared(codes, kernels))
     helpers = helpers_for(sources)
@@ -192,12 +193,14 @@ def shapes_of(params: dict) -> str:
 class Batch:
     """What varies with the batch under shapes="dynamic": the leading dim of `inputs` (size `size` when traced),
     the buffers allocated with it leading, the kernels that take it as their run-time argument n0, and the
-    largest batch whose offsets those kernels still compute in 32 bits."""
+    largest batch whose offsets those kernels still compute in 32 bits; a kernel where that would be under twice
+    the traced batch computes them in 64 bits instead (`wide`)."""
     size: int
     inputs: list[str]
     buffers: set[str] = field(default_factory=set)
     kernels: set[int] = field(default_factory=set)
     limit: int = INT32_MAX
+    wide: set[int] = field(default_factory=set)  # kernels given 64-bit offsets so the batch may double or more
 
 
 def batch_of(program: Program, kernels: list[Kernel], tensor_inputs: list[str]) -> Batch:
@@ -264,7 +267,11 @@ def batch_of(program: Program, kernels: list[Kernel], tensor_inputs: list[str]) 
         if max([math.prod(d)] + [_extent(a) for a in leaves]) <= INT32_MAX:  # else offsets are 64-bit already
             # what grows with the batch: the domain and the batched leaves (a GEMM's weight stays its size)
             per = max([math.prod(d) // size] + [-(-_extent(a) // size) for a in leaves if scales(a)])
-            batch.limit = min(batch.limit, (INT32_MAX - 2**20) // per)
+            limit = (INT32_MAX - 2**20) // per
+            if limit < 2 * size:  # near 2**31 elements already (a 32768 x 65535 input): 64-bit offsets, no limit
+                batch.wide.add(i)
+            else:
+                batch.limit = min(batch.limit, limit)
     return batch
 
 

@@ -66,6 +66,29 @@ def get_init_inputs():
     return []
 """
 
+# rows of an L2 norm whose traced input is just under 2**31 elements: a batch even slightly larger overflows
+# 32-bit offsets
+WIDE = """
+import torch
+import torch.nn as nn
+
+batch_size = 32768
+dim = 65535
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x / torch.norm(x, p=2, dim=1, keepdim=True)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+"""
+
 LINEAR = """
 import torch
 import torch.nn as nn
@@ -173,3 +196,31 @@ def test_dynamic_is_refused_where_a_kernel_needs_the_batch_fixed(tmp_path):
     split = {**rowwise.default(analysis), "mode": "looped", "BLOCK_O": 1, "BLOCK_R": 128, "SPLIT": 2}
     assert base.invalid(analysis, split) is None
     assert "SPLIT" in (base.invalid(analysis, {**split, "shapes": "dynamic"}) or "")
+
+
+def test_a_batch_near_two_to_the_31_gets_64_bit_offsets(tmp_path):
+    """Traced at 32768 x 65535, the 32-bit limit (2**31 elements) would fall under the traced batch itself, and the
+    candidate would take its fallback at the task's own shapes (seen on the H200: "it never launched a Triton
+    kernel"). The kernel computes its offsets in 64 bits instead, with no batch limit, and runs right at batch 3."""
+    (tmp_path / "wide_task.py").write_text(WIDE)
+    analysis = analyze(str(tmp_path / "wide_task.py"), small=False, arch="cpu")
+    t = BY_NAME["rowwise"]
+    source = t.render(analysis, {**t.default(analysis), "shapes": "dynamic"})
+    assert ".to(tl.int64)" in source and "not 1 <= kw_batch <= 2147483647" in source
+    static = t.render(analysis, t.default(analysis))
+    assert ".to(tl.int64)" not in static  # at its one shape the offsets fit 32 bits
+    (tmp_path / "wide.py").write_text(source)
+    check = """
+import importlib.util, warnings, torch
+spec = importlib.util.spec_from_file_location("wide", %r)
+cand = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cand)
+x = torch.randn(3, 65535)
+with warnings.catch_warnings():
+    warnings.simplefilter("error")  # the fallback's warning would raise
+    out = cand.ModelNew()(x)
+torch.testing.assert_close(out, cand.Model()(x), rtol=1e-4, atol=1e-6)
+""" % str(tmp_path / "wide.py")
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=str(ROOT),
+                          env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -54,8 +54,8 @@ class Reductions:
         else:
             cmp = ">" if r.fn == "argmax" else "<"
             vv = self.fresh("vv")
-            lines += [f"{vv} = {masked}", f"upd = {vv} {cmp} {acc}",
-                      f"{acc}_i = tl.where(upd, rr + tl.zeros({self.tile('full')}, tl.int32), {acc}_i)",
+            index = f"rr.to(tl.int32) + tl.zeros({self.tile('full')}, tl.int32)"  # an index into the reduced dims
+            lines += [f"{vv} = {masked}", f"upd = {vv} {cmp} {acc}", f"{acc}_i = tl.where(upd, {index}, {acc}_i)",
                       f"{acc} = tl.where(upd, {vv}, {acc})"]
 
     def online_start(self, total: Node, peak: Node) -> None:

@@ -224,3 +224,53 @@ torch.testing.assert_close(out, cand.Model()(x), rtol=1e-4, atol=1e-6)
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=str(ROOT),
                           env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+ARGMIN_WIDE = """
+import torch
+import torch.nn as nn
+
+batch_size = 128
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.argmin(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, 4096, 4095)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_an_argmin_with_64_bit_offsets_compiles_for_sm_90(tmp_path):
+    """With 64-bit offsets the index it keeps stays 32-bit (it counts along the reduced dim): on the H200 the
+    kernel failed to compile, its loop-carried index int32 before the loop and int64 in it. Triton compiles for
+    sm_90 without a GPU, as the evaluator does on a CPU (tools/compile_info.py)."""
+    import importlib.util
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    (tmp_path / "argmin_task.py").write_text(ARGMIN_WIDE)
+    analysis = analyze(str(tmp_path / "argmin_task.py"), small=False, arch="cpu")
+    t = BY_NAME["axis_reduce"]
+    params = {**t.default(analysis), "shapes": "dynamic"}
+    (tmp_path / "argmin.py").write_text(t.render(analysis, params))
+    assert ".to(tl.int64)" in (tmp_path / "argmin.py").read_text()
+    spec = importlib.util.spec_from_file_location("argmin_wide", tmp_path / "argmin.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    jit = module._col_kernel0
+    args = jit.arg_names
+    signature = {a: "constexpr" if a.startswith("BLOCK") else "i32" if a == "n0" else "*fp32" for a in args}
+    signature[[a for a in args if a.startswith("p")][-1]] = "*i64"  # the argmin's output
+    constexprs = {a: params[a] for a in args if a.startswith("BLOCK")}
+    kernel = triton.compile(ASTSource(jit, signature, constexprs), target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": params["num_warps"]})
+    assert "ld.global" in kernel.asm["ptx"]

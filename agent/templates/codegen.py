@@ -53,6 +53,9 @@ class KernelCode:
     host_args: dict = field(default_factory=dict)  # tensors the host lines read: base -> their {field} name
 
 
+SMS = 132  # streaming multiprocessors of the H100/H200 the parameters are sized for
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 

@@ -21,9 +21,9 @@ from agent.templates.implicit_gemm import gemm_dims
 from agent.templates.ir import Leaf
 from agent.templates.fold import fold_sums, foldable
 from agent.templates.kernels import reduction_stages, online_pairs, welford_pairs
+from agent.templates.codegen import SMS
 from agent.templates.schedule import Kernel
 
-SMS = 132
 SMEM_BYTES = 227 * 1024
 L2_BYTES = 50 * 2**20
 ONE_PASS_MAX = 32768  # widest row a program holds in registers

@@ -159,14 +159,18 @@ def test_dynamic_kernels_tuned_at_one_batch_are_right_at_others(tmp_path):
     row = _render(tmp_path, "row", ROW, "rowwise", {"shapes": "dynamic"})
     looped = _render(tmp_path, "looped", ROW, "rowwise", {"shapes": "dynamic", "mode": "looped", "BLOCK_R": 128,
                                                           "BLOCK_O": 1})
-    col = _render(tmp_path, "col", COL, "axis_reduce", {"shapes": "dynamic", "BLOCK_R": 8, "BLOCK_I": 16})
+    col = _render(tmp_path, "col", COL, "axis_reduce", {"shapes": "dynamic", "BLOCK_R": 8, "BLOCK_I": 64})
     static = _render(tmp_path, "static", FLAT, "elementwise", {})
     source = flat.read_text()
     assert "n0, BLOCK: tl.constexpr" in source and "mask = offs < n0 * 111" in source
     assert "x.dim() != 3 or tuple(x.shape[1:]) != (3, 37)" in source  # the guard: rank and inner sizes only
     assert "torch.empty((kw_batch, 3, 37)" in source and "(kw_batch * 111 + 1023) // 1024" in source
     assert "rmask = ro < n0" in row.read_text()
-    assert "[(kw_batch * 3,)](" in col.read_text()  # a program per batch entry and 16-wide tile of the 45 columns
+    # the tile by the batch at call time: the tuned 64 columns from 2 programs per SM, narrower below; a program
+    # per batch entry and tile of the 45 columns
+    assert "_col_kernel0_bi, _col_kernel0_br = (64, 8) if kw_batch >= 264 else (32, 16) if kw_batch >= 132 else " \
+           "(16, 32)" in col.read_text()
+    assert "[(kw_batch * ((45 + _col_kernel0_bi - 1) // _col_kernel0_bi),)](" in col.read_text()
     (tmp_path / "calls.py").write_text(CALLS)
     done = subprocess.run([sys.executable, str(tmp_path / "calls.py"), str(flat), str(row), str(looped), str(col),
                            str(static)],

@@ -126,8 +126,10 @@ def _cast(a, kw):
 
 def _gelu(a, kw):
     x = f(a[0])
-    if kw.get("approximate", "none") == "tanh":
-        return E(f"(0.5 * {x} * (1.0 + _tanh(0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x}))))", "f")
+    if kw.get("approximate", "none") == "tanh":  # 0.5 x (1 + tanh(y)) is x / (1 + exp(-2y)): one exp, and no
+        # cancellation where y is very negative. Through _tanh's polynomial, GeGLU at 4096 x 11008 in bf16 took
+        # 0.083 ms on an H200 (1.29x its floor; torch.compile 0.069 ms), 0.070 ms before _tanh
+        return E(f"({x} / (1.0 + tl.exp(-1.5957691216057308 * ({x} + 0.044715 * {x} * {x} * {x}))))", "f")
     return E(f"(0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476)))", "f")
 
 

@@ -67,11 +67,11 @@ def test_random_numbers_are_refused():
 
 
 def test_functions_keep_their_digits_near_zero(runner):
-    """tanh, expm1, log1p, ELU, atanh, xlog1py, softplus and mish at 1e-4, and softplus and mish where exp(x)
-    is under fp32's roundoff against 1: each output within 1e-6 of PyTorch's (the naive formulas were 1e-4 to
-    100% off; 52_Conv2d_Activation_BatchNorm's mish was refused for it on the GPU)."""
+    """tanh, expm1, log1p, ELU, atanh, xlog1py, softplus, mish and GELU's tanh form at 1e-4, and softplus and mish
+    where exp(x) is under fp32's roundoff against 1: each output within 1e-6 of PyTorch's (the naive formulas
+    were 1e-4 to 100% off; 52_Conv2d_Activation_BatchNorm's mish was refused for it on the GPU)."""
     a = analyze(str(FIXTURES / "low_small_args.py"), small=True)
     t = matching(a)[0]
     out = runner.run(FIXTURES / "low_small_args.py", t.render(a, t.default(a)))
     assert out["error"] is None, out["error"]
-    assert len(out["rel_errors"]) == 13 and max(out["rel_errors"]) < 1e-6, out["rel_errors"]
+    assert len(out["rel_errors"]) == 15 and max(out["rel_errors"]) < 1e-6, out["rel_errors"]

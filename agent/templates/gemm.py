@@ -33,7 +33,7 @@ def _gemm(analysis: TaskAnalysis):
     pl = base.plan(analysis)
     k = max((x for x in pl.kernels if x.kind == "gemm"), key=lambda x: work(x))
     batch, m, n, kk = gemm_dims(k.nodes[0])
-    epilogue = any(n.op not in ("gemm", "view") and not n.attrs.get("conv_bias") for n in pl.program.nodes)
+    epilogue = any(n.op not in ("gemm", "view") and not n.attrs.get("vendor_bias") for n in pl.program.nodes)
     return pl, k, m, kk, n, batch, epilogue
 
 

@@ -388,7 +388,9 @@ class _Builder:
                 out = self.add("pw", "mul", [out, alpha], v.shape, v.dtype)
             if beta != 0:
                 scaled = bias if beta == 1 else self.add("pw", "mul", [bias, beta], bias.shape, bias.dtype)
-                out = self.add("pw", "add", [out, scaled], v.shape, v.dtype)
+                # a Linear's own bias, like a convolution's (vendor_bias: a vendor addmm adds it, rounding once)
+                own = alpha == 1 and beta == 1 and isinstance(bias, Leaf) and len(bias.shape) == 1
+                out = self.add("pw", "add", [out, scaled], v.shape, v.dtype, **({"vendor_bias": True} if own else {}))
             return out
         if base == "convolution":
             return self.convolution(args, v)
@@ -610,8 +612,8 @@ class _Builder:
     def convolution(self, args, v) -> Value:
         """A depthwise 2-D convolution of a task input is a window op; every other convolution (1-, 2- or 3-D,
         grouped, strided, padded, dilated, transposed) is an implicit GEMM node (fn "conv") over its output
-        positions and channels. A bias becomes an epilogue add marked `conv_bias` (part of the reference's
-        convolution op, so it does not count as work beyond it)."""
+        positions and channels. A bias becomes an epilogue add marked `vendor_bias` (part of the reference's
+        convolution op, so it does not count as work beyond it, and a vendor convolution adds it)."""
         x, w, bias, stride, padding, dilation, transposed, output_padding, groups = args[:9]
         depthwise = not transposed and len(x.shape) == 4 and groups == x.shape[1] and w.shape[1] == 1
         if depthwise and isinstance(x, Leaf) and isinstance(w, Leaf):
@@ -628,7 +630,7 @@ class _Builder:
             rank = len(v.shape)
             b = Leaf(self.fresh(bias.name + "_"), (1, bias.shape[0]) + (1,) * (rank - 2), bias.dtype, base=bias.base,
                      strides=(0, bias.strides[0]) + (0,) * (rank - 2), offset=bias.offset)
-            out = self.add("pw", "add", [out, b], v.shape, v.dtype, conv_bias=True)
+            out = self.add("pw", "add", [out, b], v.shape, v.dtype, vendor_bias=True)
         return out
 
     def recurrent(self, mode: str, args, v) -> tuple:

@@ -115,6 +115,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     used = {a for c in codes if c for launch in c.launches for a in launch.args}
     used |= {base for c in codes if c for base in c.host_args}
     used |= {leaf.base for k in kernels if k.kind == "torch_gemm" for leaf in k.nodes[0].args}
+    used |= {k.nodes[0].attrs["bias"] for k in kernels if k.kind == "torch_gemm" and k.nodes[0].attrs.get("bias")}
     for b in program.bases:
         if _from_self(b) and b in used:
             body.append(f"{_local(b)} = {b}.detach()")
@@ -346,18 +347,22 @@ def _vendor_op(g) -> str:
     """The ATen op a vendor GEMM or convolution runs as (what KERNELWRIGHT_TORCH_OPS declares)."""
     if g.fn == "conv":
         return "aten.convolution"
-    return "aten.bmm" if len(g.shape) == 3 else "aten.mm"
+    return "aten.bmm" if len(g.shape) == 3 else "aten.addmm" if g.attrs.get("bias") else "aten.mm"
 
 
 def _vendor_call(g, bases: dict, batched: bool = False) -> str:
-    """The host call of a vendor GEMM or convolution (without bias: bias and the rest stay in Triton); `batched`:
-    its A's rows are the call's batch (batch_of)."""
+    """The host call of a vendor GEMM or convolution, with the Linear's or convolution's own bias where the
+    schedule folded it in (attrs["bias"]: its base); the rest stays in Triton. `batched`: its A's rows are the
+    call's batch (batch_of)."""
     a, b = _host_view(g.args[0], bases, batched), _host_view(g.args[1], bases)
+    bias = _local(g.attrs["bias"]) if g.attrs.get("bias") else None
     if g.fn != "conv":
+        if bias:
+            return f"torch.addmm({bias}, {a}, {b})"
         return f"{'torch.bmm' if len(g.shape) == 3 else 'torch.mm'}({a}, {b})"
     t = g.attrs
-    return (f"torch.convolution({a}, {b}, None, {list(t['stride'])}, {list(t['padding'])}, {list(t['dilation'])}, "
-            f"{t['transposed']}, {list(t['output_padding'])}, {t['groups']})")
+    return (f"torch.convolution({a}, {b}, {bias}, {list(t['stride'])}, {list(t['padding'])}, "
+            f"{list(t['dilation'])}, {t['transposed']}, {list(t['output_padding'])}, {t['groups']})")
 
 
 def buffers_of(kernel: Kernel) -> str:

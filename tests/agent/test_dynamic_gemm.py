@@ -1,6 +1,6 @@
 """Shape-general GEMM kernels (issue 16): under params["shapes"] = "dynamic" a matrix product whose M, the rows of its
 output, is the batch (a Linear) takes M as a run-time argument, its epilogue fused or its product a vendor
-torch.mm, and a row kernel after it follows the same batch. Each candidate, tuned at batch 12, goes through the
+torch.addmm (the Linear's bias with it), and a row kernel after it follows the same batch. Each candidate, tuned at batch 12, goes through the
 evaluator at batches 1, 7 and 33 (TaskSpec.shape_sets) in the Triton interpreter; a GEMM that needs the batch
 fixed (its K, a bmm, SPLIT_K) is refused in one sentence."""
 from pathlib import Path
@@ -61,11 +61,11 @@ def test_a_dynamic_gemm_takes_its_rows_at_call_time(candidates):
     assert f"[({GRID}, 1, 1,)]" in gelu and "torch.empty((kw_batch, 23)" in gelu
     assert "x.dim() != 2 or tuple(x.shape[1:]) != (19,)" in gelu  # the guard: rank and in_features only
     _, vendor = candidates["vendor"]
-    assert "= torch.mm(x, " in vendor and "n0 * 23" in vendor  # torch.mm follows x; the epilogue takes n0
+    assert "= torch.addmm(w_linear_bias, x, " in vendor and "n0 * 23" in vendor  # follows x; the epilogue: n0
     _, rows = candidates["rows"]
     assert rows.count(", n0, BLOCK_") == 2  # the GEMM and the softmax/logsumexp row kernel after it
-    _, chain = candidates["chain_vendor"]  # torch.mm reads the sigmoid's buffer through a view of the call's batch
-    assert "torch.mm(buf_v2.as_strided((kw_batch, 20,), (20, 1), 0), " in chain
+    _, chain = candidates["chain_vendor"]  # addmm reads the sigmoid's buffer through a view of the call's batch
+    assert "torch.addmm(w_first_bias, buf_v2.as_strided((kw_batch, 20,), (20, 1), 0), " in chain
     _, static = candidates["static"]
     assert "n0" not in static and "kw_batch" not in static
 

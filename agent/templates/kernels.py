@@ -5,7 +5,8 @@
 With p["shapes"] == "dynamic" (set by program.py for the kernels over the batch, batch_of) a flat or row kernel
 takes the batch, its domain's leading dim, as the run-time argument n0: its masks and its grid follow it, every
 other size stays a constant. A column kernel (a reduction over a middle dim) needs no mask for it: only its grid,
-one program per outer index and tile of the inner dims, follows the batch. Offsets need no batch size (the leading dim is addressed by division alone). A
+one program per outer index and tile of the inner dims, follows the batch, its tile picked by the batch at call
+time (_col_tiers). Offsets need no batch size (the leading dim is addressed by division alone). A
 matrix-product kernel (mm, no SPLIT_K) takes its M, the rows of its output, as n0 the same way: N and K stay
 constants, the rows are always masked.
 """

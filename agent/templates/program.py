@@ -13,9 +13,9 @@ fallback's PyTorch compute if it ever ran there.
 With params["shapes"] = "dynamic" the batch (the leading dim of the tensor inputs, where every value that
 depends on it keeps it leading) is a run-time kernel argument: `batch_of` finds the buffers and kernels that
 scale with it (flat, row and column kernels, and matrix products whose M is the batch: a Linear, its epilogue
-fused or its product a vendor torch.mm; anything else that reads the batch is refused), the kernels mask by it
-and their grids and buffers follow the input's shape at call time, and the guards check only the rank and the
-inner sizes (a batch from 1 up to where 32-bit offsets still hold).
+fused or its product a vendor torch.mm or addmm; anything else that reads the batch is refused), the kernels
+mask by it and their grids and buffers follow the input's shape at call time, and the guards check only the
+rank and the inner sizes (a batch from 1 up to where 32-bit offsets still hold).
 """
 from __future__ import annotations
 

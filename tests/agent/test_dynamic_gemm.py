@@ -1,8 +1,8 @@
 """Shape-general GEMM kernels (issue 16): under params["shapes"] = "dynamic" a matrix product whose M, the rows of its
 output, is the batch (a Linear) takes M as a run-time argument, its epilogue fused or its product a vendor
-torch.addmm (the Linear's bias with it), and a row kernel after it follows the same batch. Each candidate, tuned at batch 12, goes through the
-evaluator at batches 1, 7 and 33 (TaskSpec.shape_sets) in the Triton interpreter; a GEMM that needs the batch
-fixed (its K, a bmm, SPLIT_K) is refused in one sentence."""
+torch.addmm (the Linear's bias with it), and a row kernel after it follows the same batch. Each candidate, tuned
+at batch 12, goes through the evaluator at batches 1, 7 and 33 (TaskSpec.shape_sets) in the Triton interpreter;
+a GEMM that needs the batch fixed (its K, a bmm, SPLIT_K) is refused in one sentence."""
 from pathlib import Path
 
 import pytest

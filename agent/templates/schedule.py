@@ -225,9 +225,9 @@ class _Scheduler:
         if home is None or home[0].kind != "torch_gemm" or self.uses.get(g) != 1 or g in self.p.outputs or \
                 g in self.leaves or not isinstance(bias, Leaf) or bias.kind != "tensor" or bias.offset != 0:
             return False
-        base = self.p.bases.get(bias.base)
-        if base is None or len(base.shape) != 1 or sorted(set(bias.strides)) not in ([1], [0, 1]) or \
-                (g.fn != "conv" and len(g.shape) != 2):
+        base = self.p.bases.get(bias.base)  # the whole parameter, handed to the vendor op as it is
+        if base is None or base.shape != (math.prod(bias.shape),) or sorted(set(bias.strides)) not in ([1], [0, 1]) \
+                or (g.fn != "conv" and len(g.shape) != 2):
             return False
         home[1].attrs["bias"] = bias.base
         self.home[n] = self.home.pop(g)

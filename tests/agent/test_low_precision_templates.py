@@ -162,3 +162,16 @@ assert torch.equal(new(x), model(x)), (new(x).float() - model(x).float()).abs().
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
                           env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_bias_sliced_from_a_larger_parameter_stays_in_triton(tmp_path):
+    """addmm takes the bias as the whole parameter; a slice of a longer one is added by the Triton epilogue."""
+    sliced = LINEAR_RELU.replace("self.fc = nn.Linear(d_in, d_out)", "self.fc = nn.Linear(d_in, d_out)\n"
+                                 "        self.b = nn.Parameter(torch.randn(2 * d_out))")
+    sliced = sliced.replace("torch.relu(self.fc(x))",
+                            "torch.relu(nn.functional.linear(x, self.fc.weight, self.b[:d_out]))")
+    (tmp_path / "task.py").write_text(sliced)
+    a = analyze(str(tmp_path / "task.py"), small=True, arch="cpu", dtype="bfloat16")
+    t = BY_NAME["gemm"]
+    source = t.render(a, {**t.default(a), "impl": "torch"})
+    assert "KERNELWRIGHT_TORCH_OPS = ['aten.mm']" in source and "torch.addmm(" not in source

@@ -317,13 +317,16 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     """Long rows with a single reduction stage: SPLIT programs per row each reduce a chunk (the last one a
     remainder) and write partial results (sums, maxima, online-softmax or Welford states); a second kernel,
     again SPLIT programs per row, combines them into the row's statistics and writes its chunk of the
-    per-element output. With GROUP, both kernels take a row0 argument and cover GROUP rows from it."""
+    per-element output. With GROUP, both kernels take a row0 argument and cover GROUP rows from it. Under
+    shapes="dynamic" (small_batch only) both take the batch n0, and the rows, grids and partial buffers follow it."""
     gen = Gen(kernel, name, p)
     group = p.get("GROUP", 0)
+    dyn = p.get("shapes") == "dynamic"
     meta = _sizes(kernel, gen, {**p, "mode": "looped"})
     if group:
         meta["BLOCK_O"] = min(meta["BLOCK_O"], group)
     rows = min(group, gen.O) if group else gen.O
+    n_rows = _times(BATCH_HOST, gen.O // gen.D[0]) if dyn else rows  # host code: the rows of this call
     gen.block_r = meta["BLOCK_R"]
     split, sp = p["SPLIT"], next_pow2(p["SPLIT"])
     chunk = math.ceil(math.ceil(gen.R / split) / meta["BLOCK_R"]) * meta["BLOCK_R"]
@@ -354,10 +357,10 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
             part(count), part(avg), part(squares)
     for buf, value in parts:
         gen.top.lines.append(f"tl.store({gen.ptr(buf)} + ro * {split} + pid_s, {value}, mask=rmask)")
-    extra = ["row0"] if group else []
+    extra = ["row0"] if group else [BATCH_ARG] if dyn else []
     first_src = kernel_header(name, gen, ["BLOCK_O", "BLOCK_R"], extra) + _indent(gen.top.lines)
-    launch_a = Launch(name, (math.ceil(rows / meta["BLOCK_O"]), split), list(gen.ptrs), meta,
-                      p.get("num_warps", 4), p.get("num_stages", 1))
+    launch_a = Launch(name, (_blocks(n_rows, meta["BLOCK_O"]), split), list(gen.ptrs) + ([BATCH_HOST] if dyn else []),
+                      meta, p.get("num_warps", 4), p.get("num_stages", 1))
 
     # the combining kernel: row statistics from the partials, then this program's chunk of the output
     comb = Gen(kernel, name + "_final", p)
@@ -369,7 +372,7 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     big = ".to(tl.int64)" if comb.big else ""
     start = "row0 + " if group else ""
     lines += [f"ro = ({start}tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]){big}",
-              f"rmask = ro < {gen.O}", "pid_s = tl.program_id(1)", f"rs = tl.arange(0, {sp})[None, :]", f"pm = rmask & (rs < {split})"]
+              f"rmask = ro < {_times(BATCH_ARG, gen.O // gen.D[0]) if dyn else gen.O}", "pid_s = tl.program_id(1)", f"rs = tl.arange(0, {sp})[None, :]", f"pm = rmask & (rs < {split})"]
     it = iter(parts)
 
     def load(neutral: str) -> str:
@@ -404,11 +407,29 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     store_lines(comb, red, "first")
     meta_b = ["BLOCK_O", "BLOCK_R"] if full else ["BLOCK_O"]
     second_src = kernel_header(name + "_final", comb, meta_b, extra) + _indent(lines)
-    launch_b = Launch(name + "_final", (math.ceil(rows / block_o), split if full else 1), list(comb.ptrs),
+    launch_b = Launch(name + "_final", (_blocks(n_rows, block_o), split if full else 1),
+                      list(comb.ptrs) + ([BATCH_HOST] if dyn else []),
                       {"BLOCK_O": block_o, **({"BLOCK_R": meta["BLOCK_R"]} if full else {})},
                       p.get("num_warps", 4) if full else 4, 1)
-    temps = {buf: ((gen.O, split), torch.float32) for buf, _ in parts}
+    temps = {buf: (f"({n_rows}, {split})" if dyn else (gen.O, split), torch.float32) for buf, _ in parts}
     return KernelCode("\n".join(first_src) + "\n\n\n" + "\n".join(second_src), [launch_a, launch_b], temps)
+
+
+def _blocks(rows: int | str, block: int) -> int | str:
+    """The programs covering `rows` rows `block` at a time: a number, or host code where rows is an expression."""
+    if isinstance(rows, int):
+        return math.ceil(rows / block)
+    return rows if block == 1 else f"({rows} + {block - 1}) // {block}"
+
+
+def small_batch(kernel: Kernel, name: str, p: dict, split: int) -> KernelCode:
+    """A shape-general row kernel's form for a call with few rows: each row split over `split` programs and
+    combined by a second kernel (_split), the batch a run-time argument. program.py launches it instead of the
+    kernel tuned for the traced batch where a call has fewer rows than the GPU has SMs and than that batch."""
+    r = math.prod(kernel.domain[d] for d in kernel.rdims)
+    q = {**p, "mode": "looped", "BLOCK_O": 1, "BLOCK_R": min(4096, next_pow2(math.ceil(r / split))), "SPLIT": split,
+         "GROUP": 0, "num_warps": 8, "num_stages": 2, "shapes": "dynamic"}
+    return _split(fold_sums(kernel) if q.get("fold", 1) else kernel, name, q)
 
 
 def _row_groups(code: KernelCode, rows: int, group: int) -> KernelCode:

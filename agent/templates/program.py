@@ -28,8 +28,8 @@ import torch
 from agent.templates.codegen import KernelCode, _extent, _leaves
 from agent.templates.implicit_gemm import gemm_dims
 from agent.templates.ir import Leaf, Node, Program, Value, contiguous_strides
-from agent.templates.kernels import render_kernel
-from agent.templates.params import kernel_default
+from agent.templates.kernels import render_kernel, small_batch
+from agent.templates.params import SMS, kernel_default, sizes, splittable
 from agent.templates.pointwise_ops import helpers_for
 from agent.templates.reductions import INT32_MAX
 from agent.templates.schedule import Kernel
@@ -76,6 +76,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     tensor_inputs = [b for b in inputs if b in program.arg_names]
     batch = batch_of(program, kernels, tensor_inputs) if shapes_of(params) == "dynamic" else None
     codes: list[KernelCode | None] = []
+    smalls: dict[int, tuple[str, KernelCode]] = {}  # kernel index -> (when, its form for a call with few rows)
     torch_ops = []
     for i, k in enumerate(kernels):
         if k.kind == "torch_gemm":
@@ -87,8 +88,11 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
         if batch is not None and i in batch.kernels:
             p["shapes"] = "dynamic"
             p["offsets64"] = i in batch.wide
+            small = _small_rows(k, f"_{k.layout}_kernel{i}_small", p, batch.size)
+            if small:
+                smalls[i] = small
         codes.append(render_kernel(k, f"_{k.layout}_kernel{i}", p))
-    sources = "\n\n\n".join(_shared(codes, kernels))
+    sources = "\n\n\n".join(_shared(codes, kernels) + [c.source for _, c in smalls.values()])
     helpers = helpers_for(sources)
 
     device = tensor_inputs[0] if tensor_inputs else _local(next(iter(program.bases)))
@@ -144,11 +148,15 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
             continue
         fields = {name: _local(base) for base, name in c.host_args.items()}
         body += [line.format(**fields) for line in c.host]
-        for launch in c.launches:
-            args = ", ".join(_local(a) for a in launch.args)
-            meta = ", ".join(f"{key}={value}" for key, value in launch.meta.items())
-            body.append(f"{launch.kernel}[{_grid(launch.grid)}]({args}, {meta}, num_warps={launch.num_warps}, "
-                        f"num_stages={launch.num_stages})")
+        if i in smalls:
+            when, small = smalls[i]
+            body.append(f"if {when}:")
+            body += [f"    {name} = torch.empty({shape}, device={device}.device, dtype={_dtype(dtype)})"
+                     for name, (shape, dtype) in small.temps.items()]
+            body += ["    " + line for line in _launches(small)] + ["else:"]
+            body += ["    " + line for line in _launches(c)]
+        else:
+            body += _launches(c)
     names = [buffers[o] for o in program.outputs]
     body.append(f"return {_render_tree(torch.utils._pytree.tree_unflatten(names, program.out_tree))}")
     signature = ", ".join(["self"] + program.arg_names)
@@ -174,6 +182,36 @@ def _kw_fallback(guard):
         warnings.warn("kernelwright candidate: the Triton kernels need " + guard + "; this call breaks that, so it "
                       "runs the task's PyTorch reference instead (said once per guard).", stacklevel=3)
 '''
+
+
+def _launches(code: KernelCode) -> list[str]:
+    out = []
+    for launch in code.launches:
+        args = ", ".join(_local(a) for a in launch.args)
+        meta = ", ".join(f"{key}={value}" for key, value in launch.meta.items())
+        out.append(f"{launch.kernel}[{_grid(launch.grid)}]({args}, {meta}, num_warps={launch.num_warps}, "
+                   f"num_stages={launch.num_stages})")
+    return out
+
+
+SMALL_ROWS_MIN_R = 2048  # rows at least this long are worth splitting over programs when a call has few of them
+
+
+def _small_rows(kernel: Kernel, name: str, p: dict, traced: int) -> tuple[str, KernelCode] | None:
+    """A shape-general row kernel's split form and when to launch it: a call with fewer rows than the SMs and than
+    the traced batch had (where the tuned kernel runs, as the search measured it) and rows of SMALL_ROWS_MIN_R or
+    more, each then split over programs. On the H200, one program per row took 1.64x eager's time for an L1 norm
+    over one row of 65,535, and 21x torch.compile's for a group norm at batch 1. None where it does not apply."""
+    o, r, _ = sizes(kernel)
+    per = o // kernel.domain[0]
+    if kernel.layout != "row" or p.get("SPLIT", 1) > 1 or r < SMALL_ROWS_MIN_R or not splittable(kernel, p):
+        return None
+    limit = min(SMS, traced * per)
+    if limit <= 1:
+        return None
+    split = max(2, min(256, 1 << ((r // SMALL_ROWS_MIN_R).bit_length() - 1)))
+    rows = BATCH if per == 1 else f"{BATCH} * {per}"
+    return f"{rows} < {limit}", small_batch(kernel, name, p, split)
 
 
 def _grid(grid: tuple) -> str:

@@ -42,6 +42,29 @@ def get_init_inputs():
     return []
 """
 
+# an L1 norm and a softmax over rows of 3000: a call with fewer rows than the traced 12 splits each row over two
+# programs, combined by a second kernel
+LONG_ROWS = """
+import torch
+import torch.nn as nn
+
+batch_size = 12
+dim = 3000
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x / torch.mean(torch.abs(x), dim=1, keepdim=True), torch.softmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+"""
+
 # a mean and an argmin over the middle dim: column kernels, the batch their leading outer dim
 COL = """
 import torch
@@ -160,6 +183,7 @@ def test_dynamic_kernels_tuned_at_one_batch_are_right_at_others(tmp_path):
     looped = _render(tmp_path, "looped", ROW, "rowwise", {"shapes": "dynamic", "mode": "looped", "BLOCK_R": 128,
                                                           "BLOCK_O": 1})
     col = _render(tmp_path, "col", COL, "axis_reduce", {"shapes": "dynamic", "BLOCK_R": 8, "BLOCK_I": 64})
+    long = _render(tmp_path, "long", LONG_ROWS, "rowwise", {"shapes": "dynamic"})
     static = _render(tmp_path, "static", FLAT, "elementwise", {})
     source = flat.read_text()
     assert "n0, BLOCK: tl.constexpr" in source and "mask = offs < n0 * 111" in source
@@ -171,18 +195,20 @@ def test_dynamic_kernels_tuned_at_one_batch_are_right_at_others(tmp_path):
     assert "_col_kernel0_bi, _col_kernel0_br = (64, 8) if kw_batch >= 264 else (32, 16) if kw_batch >= 132 else " \
            "(16, 32)" in col.read_text()
     assert "[(kw_batch * ((45 + _col_kernel0_bi - 1) // _col_kernel0_bi),)](" in col.read_text()
+    # batches 1 and 7 take the split form (fewer rows than the traced 12), 33 the tuned kernel
+    assert "if kw_batch < 12:" in long.read_text() and "_row_kernel0_small_final[(kw_batch, 2,)](" in long.read_text()
     (tmp_path / "calls.py").write_text(CALLS)
     done = subprocess.run([sys.executable, str(tmp_path / "calls.py"), str(flat), str(row), str(looped), str(col),
-                           str(static)],
+                           str(long), str(static)],
                           capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "1"},
                           cwd=str(ROOT), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     calls = [json.loads(line) for line in done.stdout.splitlines()]
-    assert len(calls) == 15
-    for c in calls[:12]:  # the dynamic kernels ran at batches 1, 7 and 33: no fallback
+    assert len(calls) == 18
+    for c in calls[:15]:  # the dynamic kernels ran at batches 1, 7 and 33: no fallback
         assert c["warnings"] == [], c
     # the static candidate: the reference at another batch, with exactly one warning for the broken guard
-    said = [w for c in calls[12:] for w in c["warnings"]]
+    said = [w for c in calls[15:] for w in c["warnings"]]
     assert len(said) == 1 and "x of shape (12, 3, 37)" in said[0] and "reference" in said[0]
 
 

@@ -318,7 +318,7 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     remainder) and write partial results (sums, maxima, online-softmax or Welford states); a second kernel,
     again SPLIT programs per row, combines them into the row's statistics and writes its chunk of the
     per-element output. With GROUP, both kernels take a row0 argument and cover GROUP rows from it. Under
-    shapes="dynamic" (small_batch only) both take the batch n0, and the rows, grids and partial buffers follow it."""
+    shapes="dynamic" (small_batch only) both take the batch n0; the rows, grids and partial buffers follow it."""
     gen = Gen(kernel, name, p)
     group = p.get("GROUP", 0)
     dyn = p.get("shapes") == "dynamic"
@@ -372,7 +372,8 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     big = ".to(tl.int64)" if comb.big else ""
     start = "row0 + " if group else ""
     lines += [f"ro = ({start}tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]){big}",
-              f"rmask = ro < {_times(BATCH_ARG, gen.O // gen.D[0]) if dyn else gen.O}", "pid_s = tl.program_id(1)", f"rs = tl.arange(0, {sp})[None, :]", f"pm = rmask & (rs < {split})"]
+              f"rmask = ro < {_times(BATCH_ARG, gen.O // gen.D[0]) if dyn else gen.O}", "pid_s = tl.program_id(1)",
+              f"rs = tl.arange(0, {sp})[None, :]", f"pm = rmask & (rs < {split})"]
     it = iter(parts)
 
     def load(neutral: str) -> str:

@@ -176,11 +176,20 @@ def load_specs(suite: str, small: bool | None = None, dtype: str | None = None,
         specs = [replace(s, path=str(Path(s.path).resolve()), small=True if small else s.small,
                          dtype=dtype or s.dtype, shape_sets=s.shape_sets or list(shape_sets or []))
                  for s in load_suite(suite)]
+    except TaskError as e:
+        raise UsageError(str(e)) from None
+    check_specs(specs)
+    return specs
+
+
+def check_specs(specs: list[TaskSpec]) -> None:
+    """Each task with the run's options (a --shapes global it lacks): bad input, a UsageError, before anything
+    runs."""
+    try:
         for s in specs:
             check_spec(s)
     except TaskError as e:
         raise UsageError(str(e)) from None
-    return specs
 
 
 def default_workers() -> int:

@@ -34,7 +34,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.batch import EXIT_INTERRUPTED, Settings, add_run_options, new_batch, run_batch, shape_sets_of
+from agent.batch import EXIT_INTERRUPTED, Settings, add_run_options, check_specs, new_batch, run_batch, shape_sets_of
 from agent.optimize import UsageError
 from agent.report_html import TaskRow, kept_text
 from tools.results import MAX_DEEP_SETS, TaskSpec
@@ -111,16 +111,6 @@ def changed_tasks(repo: Path, tasks: Path, base: str) -> tuple[list[Path], list[
             continue
         picked.append(path)
     return picked, skipped
-
-
-def check_specs(specs: list[TaskSpec]) -> None:
-    """Each selected task with the run's options (a --shapes global it lacks): bad input before anything runs."""
-    from tools.task import TaskError, check_spec
-    try:
-        for s in specs:
-            check_spec(s)
-    except TaskError as e:
-        raise UsageError(str(e)) from None
 
 
 def deep_sets(asked: int | None) -> int:

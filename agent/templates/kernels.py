@@ -280,9 +280,7 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
         host, meta = _col_tiers(gen, name, meta)
         grid = (f"{_times(BATCH_HOST, gen.O // gen.D[0])} * (({gen.I} + {meta['BLOCK_I']} - 1) // {meta['BLOCK_I']})",)
     elif dyn:
-        bo = meta["BLOCK_O"]
-        grid = (f"({_times(BATCH_HOST, gen.O // gen.D[0])} + {bo - 1}) // {bo}" if bo > 1 else
-                _times(BATCH_HOST, gen.O // gen.D[0]),)
+        grid = (_blocks(_times(BATCH_HOST, gen.O // gen.D[0]), meta["BLOCK_O"]),)
     elif gen.layout == "row":
         grid = (math.ceil(gen.O / meta["BLOCK_O"]),)
     else:

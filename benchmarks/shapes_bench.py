@@ -226,6 +226,7 @@ def measure(task: Task, index: int, kernels: dict[str, Path | None], dev: torch.
     """One row: the task at its index-th shape set, every implementation built under the same seed from that set's
     init inputs, called on the same inputs, checked against eager's output and timed (on a GPU with L2 flushed
     before each call; the tests run it on a CPU, in the Triton interpreter)."""
+    from tools.measure import no_grad_call
     from tools.profile import time_call
     from tools.results import TaskSpec
     from tools.task import import_file, load_task_module
@@ -266,7 +267,7 @@ def measure(task: Task, index: int, kernels: dict[str, Path | None], dev: torch.
             if name != "eager":
                 row.err[name] = rel_err(out, ref)
             del out
-            row.ms[name] = time_call(_no_grad(fn, inputs), dev).median_ms
+            row.ms[name] = time_call(no_grad_call(fn, inputs), dev).median_ms
         except Exception as e:
             row.notes.append(f"{name}: {_describe(e)}")
     del impls, model, inputs, ref
@@ -274,13 +275,6 @@ def measure(task: Task, index: int, kernels: dict[str, Path | None], dev: torch.
     if cuda:
         torch.cuda.empty_cache()
     return row
-
-
-def _no_grad(fn, inputs):
-    def call():
-        with torch.no_grad():
-            return fn(*inputs)
-    return call
 
 
 def _describe(e: Exception) -> str:

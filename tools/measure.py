@@ -59,14 +59,14 @@ def _time_candidate(setup: Setup, checked: Checked) -> tuple[list, Measured]:
     """The timing inputs (the evaluation's seed) and the candidate's time on them, its results then checked
     not stale."""
     inputs = make_inputs(setup, Draw(checked.seed * 1000 + 999, widen=checked.widen))
-    candidate = time_call(_no_grad(setup.candidate, inputs), setup.device)
+    candidate = time_call(no_grad_call(setup.candidate, inputs), setup.device)
     check_not_stale(setup, inputs, checked)
     return inputs, candidate
 
 
 def _baseline_times(setup: Setup, inputs: list) -> tuple[float, float | None, str]:
     """Eager PyTorch's time on `inputs`, torch.compile's (a GPU only) and why it has none, if it has none."""
-    eager = time_call(_no_grad(setup.reference, inputs), setup.device).median_ms
+    eager = time_call(no_grad_call(setup.reference, inputs), setup.device).median_ms
     compiled, error = _compiled_ms(setup, inputs) if setup.device.type == "cuda" else (None, "")
     return eager, compiled, error
 
@@ -96,7 +96,7 @@ def _compiled_ms(setup: Setup, inputs: list) -> tuple[float | None, str]:
         compiled = torch.compile(setup.reference)
         with torch.no_grad():
             compiled(*inputs)
-        return time_call(_no_grad(compiled, inputs), setup.device).median_ms, ""
+        return time_call(no_grad_call(compiled, inputs), setup.device).median_ms, ""
     except Exception as e:
         lines = str(e).strip().splitlines() or [""]
         return None, f"{type(e).__name__}: {lines[0][:300]}"
@@ -104,7 +104,8 @@ def _compiled_ms(setup: Setup, inputs: list) -> tuple[float | None, str]:
         torch._dynamo.reset()
 
 
-def _no_grad(model, inputs):
+def no_grad_call(model, inputs):
+    """model(*inputs) under torch.no_grad, as a call of no arguments for time_call."""
     def call():
         with torch.no_grad():
             return model(*inputs)

@@ -32,7 +32,7 @@ from agent.templates import base
 from agent.templates.codegen import next_pow2
 from agent.templates.fold import fold_sums
 from agent.templates.implicit_gemm import gemm_dims
-from agent.templates.kernels import online_pairs, reduction_stages, welford_pairs
+from agent.templates.kernels import online_pairs, point_sums, reduction_stages, welford_pairs
 from agent.templates.params import SMS, kernel_default, kernel_invalid, kernel_space, l2_groups, sizes
 from agent.templates.schedule import Kernel
 from tools.results import EvalResult
@@ -110,7 +110,8 @@ def row_reads(kernel: Kernel, p: dict) -> int:
         return 1
     k = fold_sums(kernel) if p.get("fold", 1) else kernel
     pairs = {**(online_pairs(k) if p.get("online", 1) else {}), **(welford_pairs(k) if p.get("welford", 1) else {})}
-    return len(set(reduction_stages(k, pairs).values())) + full
+    points = point_sums(k, p)  # a load per row, no pass of their own
+    return len({s for r, s in reduction_stages(k, pairs).items() if r not in points}) + full
 
 
 # --- the rules: each gives (changes, why) for the hot kernel ---------------------------------------------

@@ -311,8 +311,7 @@ class Gen(Reductions):
             e = self.gather(m, level)
             code = e.code
         elif m.op == "pw":
-            args = [self.arg(a, m, level) for a in m.args]
-            e = POINTWISE[m.fn](args, m.attrs)
+            e = self.pointwise(m, [self.arg(a, m, level) for a in m.args], level)
             code = e.code
         elif m.op == "window":
             e = E(self.window(m), "f")
@@ -331,6 +330,19 @@ class Gen(Reductions):
         scope.cache[m] = name
         return name
 
+    def pointwise(self, m: Node, args: list, level: str) -> E:
+        """m's expression over its emitted args. Per element, a true division by a row's value (softmax's sum)
+        multiplies by its reciprocal, taken once per row."""
+        d = m.args[1] if m.fn == "div" and len(m.args) == 2 else None
+        if level == "full" and not m.attrs.get("rounding_mode") and isinstance(d, Node) and \
+                self.k.level.get(d) == "red" and args[1].kind == "f":
+            key = ("reciprocal", d)
+            if key not in self.top.cache:
+                self.top.cache[key] = self.fresh("inv")
+                self.top.lines.append(f"{self.top.cache[key]} = 1.0 / {args[1].code}")
+            return E(f"({f(args[0])} * {self.top.cache[key]})", "f")
+        return POINTWISE[m.fn](args, m.attrs)
+
     def inline(self, p: Node, shape: tuple, level: str) -> E:
         """A pointwise node of leaves, recomputed here at the consumer's positions (its leaves attached to the
         consumer's shape), instead of being read back from a buffer."""
@@ -339,7 +351,7 @@ class Gen(Reductions):
         scope = self.body if level == "full" else self.top
         key = ("inline", p, tuple(shape), level)
         if key not in scope.cache:
-            e = POINTWISE[p.fn]([self.arg(a, p, level, shape) for a in p.args], p.attrs)
+            e = self.pointwise(p, [self.arg(a, p, level, shape) for a in p.args], level)
             name = self.fresh("v")
             scope.lines.append(f"{name} = {e.code}")
             scope.cache[key] = E(name, e.kind)

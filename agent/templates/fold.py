@@ -57,10 +57,10 @@ def _fold(kernel: Kernel, r) -> tuple[Value, list[tuple[Value, Value]]] | None:
     if not (isinstance(r, Node) and r.op == "reduce" and r.fn == "sum" and kernel.level.get(r) == "red"):
         return None
     w = r.args[0]
-    if not (isinstance(w, Node) and w.op == "pw" and w.fn == "where" and _zero(w.args[2])):
+    if not (isinstance(w, Node) and w.op == "pw" and w.fn == "where" and is_zero(w.args[2])):
         return None
     cond, e = w.args[0], w.args[1]
-    if _reads_reduction(kernel, cond) or not _reads_reduction(kernel, e):
+    if reads_reduction(kernel, cond) or not reads_reduction(kernel, e):
         return None
     parts = _affine(kernel, e)
     if parts is None:
@@ -80,7 +80,7 @@ def _fold(kernel: Kernel, r) -> tuple[Value, list[tuple[Value, Value]]] | None:
 def _affine(kernel: Kernel, v):
     """v as (P, [(c, q), ...]) meaning P + c1 * q1 + ...: each c a red-level member (or a sum of them), P and
     each q (a Value or a float) free of the kernel's reductions; None where v is not of that form."""
-    if not _reads_reduction(kernel, v):
+    if not reads_reduction(kernel, v):
         return v, []
     if kernel.level.get(v) == "red":
         return 0.0, [(v, 1.0)]
@@ -98,7 +98,7 @@ def _affine(kernel: Kernel, v):
         a = _affine(kernel, args[0])
         return None if a is None else (_scale(a[0], -1.0, v), [(c, _scale(q, -1.0, v)) for c, q in a[1]])
     if v.fn == "mul" and len(args) == 2:
-        free = [x for x in args if not _reads_reduction(kernel, x)]
+        free = [x for x in args if not reads_reduction(kernel, x)]
         if len(free) != 1:
             return None
         a = _affine(kernel, args[1] if free[0] is args[0] else args[0])
@@ -114,16 +114,16 @@ def _made(kernel: Kernel, c) -> list[Node]:
     return [x for a in c.args for x in _made(kernel, a)] + [c]
 
 
-def _reads_reduction(kernel: Kernel, v, seen: dict | None = None) -> bool:
+def reads_reduction(kernel: Kernel, v, seen: dict | None = None) -> bool:
     seen = {} if seen is None else seen
     if not isinstance(v, Node):
         return False
     if id(v) not in seen:
-        seen[id(v)] = v.op == "reduce" and v in kernel.level or any(_reads_reduction(kernel, a, seen) for a in v.args)
+        seen[id(v)] = v.op == "reduce" and v in kernel.level or any(reads_reduction(kernel, a, seen) for a in v.args)
     return seen[id(v)]
 
 
-def _zero(v) -> bool:
+def is_zero(v) -> bool:
     return v == 0 if isinstance(v, (int, float)) and not isinstance(v, bool) else \
         isinstance(v, Leaf) and v.kind == "const" and v.value == 0
 

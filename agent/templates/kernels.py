@@ -13,15 +13,16 @@ constants, the rows are always masked.
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
 from agent.templates.attention_kernel import render_attention
 from agent.templates.codegen import (NEUTRAL, SMS, Gen, KernelCode, Launch, Scope, dot_cast, kernel_header,
                                      next_pow2, store_lines)
-from agent.templates.fold import fold_sums
+from agent.templates.fold import fold_sums, is_zero, reads_reduction
 from agent.templates.implicit_gemm import render_conv
-from agent.templates.ir import Node
+from agent.templates.ir import Leaf, Node
 from agent.templates.rnn_kernel import render_rnn
 from agent.templates.reductions import chan_merge
 from agent.templates.schedule import Kernel
@@ -182,9 +183,11 @@ def _prologue(gen: Gen, p: dict) -> list[str]:
     big = ".to(tl.int64)" if gen.big else ""
     if gen.layout == "row":
         start = "row0 + " if p.get("GROUP") else ""  # a group of rows launched on its own (_row_groups)
-        rows = _times(BATCH_ARG, gen.O // gen.D[0]) if p.get("shapes") == "dynamic" else gen.O
+        dyn = p.get("shapes") == "dynamic"
+        rows = _times(BATCH_ARG, gen.O // gen.D[0]) if dyn else gen.O
+        exact = not (dyn or start) and gen.O % p["BLOCK_O"] == 0  # every program's rows exist: a constant mask
         return [f"ro = ({start}tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]){big}",
-                f"rmask = ro < {rows}"]
+                "rmask = tl.full([BLOCK_O, 1], 1, tl.int1)" if exact else f"rmask = ro < {rows}"]
     # a dynamic column kernel picks its tile at call time (_col_tiers): its count of column tiles follows it
     n_i = f"tl.cdiv({gen.I}, BLOCK_I)" if p.get("shapes") == "dynamic" else math.ceil(gen.I / p["BLOCK_I"])
     return [f"ro = (tl.program_id(0) // {n_i}){big}",
@@ -200,12 +203,52 @@ def _chunk(gen: Gen, start: str) -> list[str]:
 
 
 def _loop(gen: Gen, body: list[str], reverse: bool = False) -> list[str]:
-    if reverse:
-        n = math.ceil(gen.R / gen.block_r)
-        head = [f"for it in range(0, {n}):", f"    r0 = ({n - 1} - it) * BLOCK_R"]
-    else:
-        head = [f"for r0 in range(0, {gen.R}, BLOCK_R):"]
-    return head + _indent(_chunk(gen, "r0") + body)
+    """The chunk loop over a row, or from its end with `reverse`. In a row layout the whole chunks need no bound
+    on the reduced index: they run unmasked (but for rmask), and the remainder chunk, if any, with the bound,
+    after them (before them in reverse)."""
+    if gen.layout != "row":
+        return [f"for r0 in range(0, {gen.R}, BLOCK_R):"] + _indent(_chunk(gen, "r0") + body)
+    n = gen.R // gen.block_r
+    head = [f"for it in range(0, {n}):", f"    r0 = ({n - 1} - it) * BLOCK_R"] if reverse else \
+        [f"for r0 in range(0, {n * gen.block_r}, BLOCK_R):"]
+    whole = head + _indent([_chunk(gen, "r0")[0], "mask = tl.broadcast_to(rmask, [BLOCK_O, BLOCK_R])"] + body)
+    rest = [f"r0 = {n * gen.block_r}"] + _chunk(gen, "r0") + body if n * gen.block_r < gen.R else []
+    return rest + whole if reverse else whole + rest
+
+
+def _point_sum(gen: Gen, r: Node, emit: bool = True) -> bool:
+    """A row's sum of where(i == t, e, 0), i its reduced index and t one value per row (cross-entropy's target),
+    is e at i = t, or 0 where t is outside the row: emitted as one masked load per row, ahead of any chunk loop,
+    instead of a compare and select per element. False (nothing emitted) for any other reduction; with `emit`
+    false, only whether r is one."""
+    w = r.args[0] if r.fn == "sum" and len(gen.k.rdims) == 1 else None
+    if not (isinstance(w, Node) and w.op == "pw" and w.fn == "where" and is_zero(w.args[2])
+            and isinstance(w.args[0], Node) and w.args[0].fn == "eq"):
+        return False
+    index, target = w.args[0].args
+    if isinstance(target, Leaf) and target.kind == "iota":
+        index, target = target, index
+    if not (isinstance(index, Leaf) and index.kind == "iota" and (index.value, index.step) == (0, 1)
+            and gen.leaf_offset(index, w.args[0].shape, "full") == "rr") or reads_reduction(gen.k, target):
+        return False
+    outer, gen.body = gen.body, Scope()
+    t = gen.arg(target, w.args[0], "full")
+    ok = t.kind == "i" and not gen.per_element(t.code)
+    if not (ok and emit):
+        gen.body = outer
+        return ok
+    gen.body.lines += [f"rr = tl.broadcast_to({t.code}, [BLOCK_O, 1])", f"mask = rmask & (rr >= 0) & (rr < {gen.R})"]
+    gen.reduce_now(r)
+    # its own names for the index and mask: a chunk loop's rr and mask must not be assigned before the loop
+    gen.top.lines += [re.sub(r"\b(rr|mask)\b(?!=)", r"\1_t", line) for line in gen.body.lines]
+    gen.body = outer
+    return True
+
+
+def point_sums(kernel: Kernel, p: dict) -> set[Node]:
+    """The reductions of `kernel` that a row kernel under `p` emits as one load per row (_point_sum)."""
+    probe = Gen(kernel, "probe", p)
+    return {r for r in kernel.nodes if r.op == "reduce" and _point_sum(probe, r, emit=False)}
 
 
 def _accumulate(gen: Gen, plain: list, fused: list) -> list[str]:
@@ -259,7 +302,9 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
             todo = [r for r, st in stages.items() if st == s]
             fused = [(kind, r, pairs[r]) for kind, pairs in (("online", online), ("welford", welford))
                      for r in todo if r in pairs and pairs[r] in todo]
-            plain = [r for r in todo if r not in {x for _, a, b in fused for x in (a, b)}]
+            plain = [r for r in todo if r not in {x for _, a, b in fused for x in (a, b)} and not _point_sum(gen, r)]
+            if not plain and not fused:
+                continue
             gen.top.lines += _loop(gen, _accumulate(gen, plain, fused))
             for r in plain:
                 gen.reduce_end(r)

@@ -69,9 +69,12 @@ class Reductions:
     def online_step(self, total: Node, peak: Node) -> None:
         v = self.reduce_input(peak)
         m, s = self.top.cache[("acc", peak)], self.top.cache[("acc", total)]
-        vv, new = self.fresh("vv"), self.fresh("mn")
-        self.body.lines += [f"{vv} = tl.where(mask, {f(v)}, -float(\"inf\"))", f"{new} = tl.maximum({m}, {vv})",
-                            f"{s} = {s} * tl.exp({m} - {new}) + tl.exp({vv} - {new})", f"{m} = {new}"]
+        vv, e = self.fresh("vv"), self.fresh("oe")
+        # one exp per element: of exp(m - new) and exp(vv - new), one is exp(0) = 1, the other exp(-|vv - m|)
+        self.body.lines += [f"{vv} = tl.where(mask, {f(v)}, -float(\"inf\"))",
+                            f"{e} = tl.exp(-tl.abs({vv} - {m}))",
+                            f"{s} = tl.where({vv} > {m}, {s} * {e} + 1.0, {s} + {e})",
+                            f"{m} = tl.maximum({m}, {vv})"]
 
     def online_end(self, total: Node, peak: Node) -> None:
         m, s = self.top.cache[("acc", peak)], self.top.cache[("acc", total)]

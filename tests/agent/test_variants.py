@@ -43,12 +43,27 @@ def _row_loops(source: str, kernel: str) -> int:
 
 @pytest.mark.parametrize("params, loops", [
     ({"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "fold": 1}, 1),  # max, sum of exp and the target: one read
-    ({"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "fold": 0}, 2),  # the target's pick re-reads the row
+    ({"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "fold": 0}, 1),  # unfolded, the pick follows the pass
     ({"mode": "looped", "BLOCK_R": 128, "online": 0, "fold": 1}, 2),  # the max first, then the rest
 ])
 def test_cross_entropy_reads_its_logits_once(params, loops, runner):
+    """Rows of 1000 in chunks of 128: 7 whole chunks unmasked, then the remainder. The target's logit is one
+    masked load per row (rr_t), never a compare with the target per element."""
     source = check("var_cross_entropy", "rowwise", params, runner)
     assert _row_loops(source, "_row_kernel0") == loops
+    assert "+ rr_t, mask=mask_t" in source and "(rr) ==" not in source
+
+
+@pytest.mark.parametrize("params", [
+    {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "online": 1},  # 5 whole chunks, then a remainder of 60
+    {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "online": 1, "tail_first": 1},  # a partial block of rows
+    {"mode": "looped", "BLOCK_R": 64, "BLOCK_O": 1, "SPLIT": 3, "online": 1},
+])
+def test_the_online_softmax_takes_rising_falling_masked_and_offset_rows(params, runner):
+    """The online step's one exp per element (exp(-|x - m|), the other factor being 1) across chunks, and the
+    division by the row's sum a product with its reciprocal."""
+    source = check("var_softmax_masked", "rowwise", params, runner)
+    assert "tl.exp(-tl.abs(" in source and re.search(r"inv\d+ = 1\.0 / r\d+", source)
 
 
 def test_the_fold_is_offered_where_a_selected_sum_follows_the_row_statistics():

@@ -141,7 +141,7 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
             space["SPLIT"] = [1, 8, 32, 128, 512, 2048]
             space["GROUP"] = [0] + l2_groups(kernel)
         if "looped" in space["mode"] and online_pairs(kernel):  # pass-fusion choices matter only when looping
-            space["online"] = [1, 0]
+            space["online"] = [1, 2, 0]  # a max per lane, one per chunk (online_start), off (a separate max pass)
         if "looped" in space["mode"] and welford_pairs(kernel):
             space["welford"] = [1, 2, 0]  # pivoted sums, per-lane Welford, off (a separate variance pass)
         if "looped" in space["mode"] and _rewrites_row(kernel):

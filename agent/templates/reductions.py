@@ -59,10 +59,13 @@ class Reductions:
                       f"{acc} = tl.where(upd, {vv}, {acc})"]
 
     def online_start(self, total: Node, peak: Node) -> None:
-        """Running per-lane max and rescaled sum of exp(x - max), so one pass gives both (online softmax).
-        The max starts finite so a lane that only sees masked (-inf) values rescales by exp(0), not NaN."""
+        """Running max and rescaled sum of exp(x - max), so one pass gives both (online softmax): per lane, or
+        with online=2 one max per row, taken over each chunk (a cross-lane max per chunk, then two instructions
+        fewer per element). The max starts finite so a lane or row that only sees masked (-inf) values rescales
+        by exp(0), not NaN."""
         m, s = self.fresh("om"), self.fresh("os")
-        self.top.lines += [f"{m} = tl.full({self.tile('full')}, -3.0e38, tl.float32)",
+        m_tile = self.tile("red") if self.p.get("online") == 2 else self.tile("full")
+        self.top.lines += [f"{m} = tl.full({m_tile}, -3.0e38, tl.float32)",
                            f"{s} = tl.zeros({self.tile('full')}, tl.float32)"]
         self.top.cache[("acc", peak)], self.top.cache[("acc", total)] = m, s
 
@@ -70,17 +73,27 @@ class Reductions:
         v = self.reduce_input(peak)
         m, s = self.top.cache[("acc", peak)], self.top.cache[("acc", total)]
         vv, e = self.fresh("vv"), self.fresh("oe")
-        # one exp per element: of exp(m - new) and exp(vv - new), one is exp(0) = 1, the other exp(-|vv - m|)
-        self.body.lines += [f"{vv} = tl.where(mask, {f(v)}, -float(\"inf\"))",
-                            f"{e} = tl.exp(-tl.abs({vv} - {m}))",
+        self.body.lines.append(f"{vv} = tl.where(mask, {f(v)}, -float(\"inf\"))")
+        if self.p.get("online") == 2:
+            new = self.fresh("mn")
+            self.body.lines += [f"{new} = tl.maximum({m}, tl.max({vv}, axis={self.axis}, keep_dims=True))",
+                                f"{s} = {s} * tl.exp({m} - {new}) + tl.exp({vv} - {new})", f"{m} = {new}"]
+            return
+        # per lane, one exp per element: of exp(m - new) and exp(vv - new), one is exp(0) = 1, the other
+        # exp(-|vv - m|)
+        self.body.lines += [f"{e} = tl.exp(-tl.abs({vv} - {m}))",
                             f"{s} = tl.where({vv} > {m}, {s} * {e} + 1.0, {s} + {e})",
                             f"{m} = tl.maximum({m}, {vv})"]
 
     def online_end(self, total: Node, peak: Node) -> None:
         m, s = self.top.cache[("acc", peak)], self.top.cache[("acc", total)]
         rm, rs = self.fresh("r"), self.fresh("r")
-        self.top.lines += [f"{rm} = tl.max({m}, axis={self.axis}, keep_dims=True)",
-                           f"{rs} = tl.sum({s} * tl.exp({m} - {rm}), axis={self.axis}, keep_dims=True)"]
+        if self.p.get("online") == 2:
+            self.top.lines.append(f"{rs} = tl.sum({s}, axis={self.axis}, keep_dims=True)")
+            rm = m
+        else:
+            self.top.lines += [f"{rm} = tl.max({m}, axis={self.axis}, keep_dims=True)",
+                               f"{rs} = tl.sum({s} * tl.exp({m} - {rm}), axis={self.axis}, keep_dims=True)"]
         self.top.cache[peak], self.top.cache[total] = rm, rs
         self.kinds[peak] = self.kinds[total] = "f"
 

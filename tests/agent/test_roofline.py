@@ -206,13 +206,16 @@ def test_a_read_mostly_task_stops_only_past_the_copy_floor(tmp_path):
     assert rowwise_moves(a, {"mode": "one_pass", "BLOCK_O": 4}, measured(1 / 0.95))
 
 
-def test_rows_read_once_far_from_the_floor_try_longer_chunks():
+def test_rows_read_once_far_from_the_floor_try_fewer_instructions_then_longer_chunks():
     """Cross-entropy over 128k logits, its rows read once (the online log-sum-exp with the target folded in), at
-    3.1x its floor: too few bytes in flight, so longer chunks and more warps; none for a row held in registers."""
+    3.1x its floor: the max once per chunk, then longer chunks and more warps (more bytes in flight); none of
+    these for a row held in registers."""
     a = analysis_of("var_cross_entropy", {"rows": 2048, "vocab": 128256})
     start = {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "online": 1, "fold": 1}
     out = rowwise_moves(a, start, measured(3.1))
-    assert [(m.params["BLOCK_R"], m.params["num_warps"]) for m in out[:2]] == [(16384, 32), (8192, 16)]
-    assert out[0].reason == ("memory-bound at 3.10x the floor, rows read once, 4096-wide chunks: try more bytes in "
+    assert out[0].params["online"] == 2 and out[0].reason.endswith("(online 1->2), fewer instructions per element")
+    assert [(m.params["BLOCK_R"], m.params["num_warps"]) for m in out[1:3]] == [(16384, 32), (8192, 16)]
+    assert out[1].reason == ("memory-bound at 3.10x the floor, rows read once, 4096-wide chunks: try more bytes in "
                              "flight (BLOCK_R 4096->16384, num_warps 8->32)")
+    assert rowwise_moves(a, {**start, "online": 2}, measured(3.1))[0].params["BLOCK_R"] == 16384
     assert not any("in flight" in m.reason for m in rowwise_moves(a, {**start, "mode": "one_pass"}, measured(3.1)))

@@ -58,12 +58,16 @@ def test_cross_entropy_reads_its_logits_once(params, loops, runner):
     {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "online": 1},  # 5 whole chunks, then a remainder of 60
     {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "online": 1, "tail_first": 1},  # a partial block of rows
     {"mode": "looped", "BLOCK_R": 64, "BLOCK_O": 1, "SPLIT": 3, "online": 1},
+    {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "online": 2},  # a max per row and chunk
+    {"mode": "looped", "BLOCK_R": 64, "BLOCK_O": 2, "SPLIT": 3, "online": 2},
 ])
 def test_the_online_softmax_takes_rising_falling_masked_and_offset_rows(params, runner):
-    """The online step's one exp per element (exp(-|x - m|), the other factor being 1) across chunks, and the
-    division by the row's sum a product with its reciprocal."""
+    """The online step across chunks: per lane one exp per element (exp(-|x - m|), the other factor being 1), or
+    one max per chunk; the division by the row's sum a product with its reciprocal."""
     source = check("var_softmax_masked", "rowwise", params, runner)
-    assert "tl.exp(-tl.abs(" in source and re.search(r"inv\d+ = 1\.0 / r\d+", source)
+    per_chunk = re.search(r"mn\d+ = tl.maximum\(om\d+, tl.max\(vv\d+, axis=1", source)
+    assert bool(per_chunk) == (params["online"] == 2) and ("tl.exp(-tl.abs(" in source) == (params["online"] == 1)
+    assert re.search(r"inv\d+ = 1\.0 / r\d+", source)
 
 
 def test_the_fold_is_offered_where_a_selected_sum_follows_the_row_statistics():

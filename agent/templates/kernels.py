@@ -319,6 +319,12 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
         store_lines(gen, red_stores)
     meta_names = ["BLOCK_O", "BLOCK_R"] if gen.layout == "row" else ["BLOCK_R", "BLOCK_I"]
     dyn = _dynamic(kernel, p)
+    blocks = math.ceil(gen.O / meta["BLOCK_O"]) if gen.layout == "row" else 0
+    persist = min(blocks, p["PERSIST"] * SMS) if p.get("PERSIST") and not dyn else 0
+    if persist:  # each program takes blocks of rows in turn: persist blocks in flight at a time
+        assert gen.top.lines[0].startswith("ro = (tl.program_id(0) * BLOCK_O")
+        gen.top.lines[0] = gen.top.lines[0].replace("tl.program_id(0)", "ob", 1)
+        gen.top.lines = [f"for ob in range(tl.program_id(0), {blocks}, {persist}):"] + _indent(gen.top.lines)
     src = kernel_header(name, gen, meta_names, [BATCH_ARG] if dyn else []) + _indent(gen.top.lines)
     host = []
     if dyn and gen.layout == "col":  # a program per (outer index, tile of the inner dims): no mask on the outer
@@ -327,7 +333,7 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
     elif dyn:
         grid = (_blocks(_times(BATCH_HOST, gen.O // gen.D[0]), meta["BLOCK_O"]),)
     elif gen.layout == "row":
-        grid = (math.ceil(gen.O / meta["BLOCK_O"]),)
+        grid = (persist or blocks,)
     else:
         grid = (gen.O * math.ceil(gen.I / meta["BLOCK_I"]),)
     launch = Launch(name, grid, list(gen.ptrs) + ([BATCH_HOST] if dyn else []), {k: meta[k] for k in meta_names},

@@ -4,7 +4,8 @@ how many programs run.
 
   flat  BLOCK, num_warps
   row   mode (one_pass | looped), BLOCK_O rows per program, BLOCK_R, num_warps, num_stages, SPLIT programs per
-        row and GROUP rows per launch of a split (0: all), pass fusions online, welford, fold, and tail_first
+        row and GROUP rows per launch of a split (0: all), pass fusions online, welford, fold, and tail_first,
+        PERSIST (0: a program per block of rows; k: k programs per SM, each taking blocks of rows in turn)
   col   BLOCK_I, BLOCK_R, num_warps, num_stages
   gemm  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages (+ SPLIT_K, impl, precision at plan level, and
         operands, input or fp32, where bf16/fp16 operands meet tl.dot: base.default_operands)
@@ -140,6 +141,8 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
         if splittable(kernel) and r >= 16384:
             space["SPLIT"] = [1, 8, 32, 128, 512, 2048]
             space["GROUP"] = [0] + l2_groups(kernel)
+        if "looped" in space["mode"] and o > SMS:
+            space["PERSIST"] = [0, 1, 2]  # SMS x PERSIST programs, each taking blocks of rows in turn
         if "looped" in space["mode"] and online_pairs(kernel):  # pass-fusion choices matter only when looping
             space["online"] = [1, 2, 0]  # a max per lane, one per chunk (online_start), off (a separate max pass)
         if "looped" in space["mode"] and welford_pairs(kernel):
@@ -202,6 +205,8 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             return "SPLIT needs row reductions that can share one pass"
         if p.get("SPLIT", 1) > 1 and 2 * math.ceil(r / p["SPLIT"]) < min(p.get("BLOCK_R", 1024), rp):
             return "each split would hold less than half a block"
+        if p.get("PERSIST") and p.get("SPLIT", 1) > 1:
+            return "PERSIST takes whole rows in turn; it cannot split them"
         if p.get("GROUP") and p.get("SPLIT", 1) == 1:
             return "GROUP launches the rows of a split in groups; it needs SPLIT > 1"
         if p.get("GROUP") and p["GROUP"] % min(p.get("BLOCK_O", 1), next_pow2(o)):

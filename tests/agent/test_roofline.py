@@ -219,3 +219,16 @@ def test_rows_read_once_far_from_the_floor_try_fewer_instructions_then_longer_ch
                              "flight (BLOCK_R 4096->16384, num_warps 8->32)")
     assert rowwise_moves(a, {**start, "online": 2}, measured(3.1))[0].params["BLOCK_R"] == 16384
     assert not any("in flight" in m.reason for m in rowwise_moves(a, {**start, "mode": "one_pass"}, measured(3.1)))
+
+
+def test_rows_read_twice_that_outgrow_l2_try_persistent_programs_first():
+    """L1 normalization over rows of 65535 (38_L1Norm_'s shape): one program per row kept some 500 rows of 256 KB
+    in flight, far beyond L2, so the second pass re-read HBM (1.87x its floor on an H200). 132 persistent
+    programs hold 34 MB in flight; a split grouped to fit L2 relaunched 512 times and took 3.4x longer."""
+    a = analysis_of("var_rows_many", {"rows": 32768, "dim": 65535})
+    start = {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "tail_first": 1}
+    out = rowwise_moves(a, start, measured(1.87))
+    assert out[0].params["PERSIST"] == 1 and out[0].params["num_warps"] == 32 and out[0].params["BLOCK_R"] == 16384
+    assert "132 persistent programs" in out[0].reason and base.invalid(a, out[0].params) is None
+    assert not any(m.params.get("PERSIST") for m in rowwise_moves(a, out[0].params, measured(1.5)))
+

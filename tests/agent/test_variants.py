@@ -70,6 +70,16 @@ def test_the_online_softmax_takes_rising_falling_masked_and_offset_rows(params, 
     assert re.search(r"inv\d+ = 1\.0 / r\d+", source)
 
 
+@pytest.mark.parametrize("params, programs", [
+    ({"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "PERSIST": 1}, 132),  # 300 rows: 36 programs take 3
+    ({"mode": "looped", "BLOCK_R": 64, "BLOCK_O": 2, "PERSIST": 2, "online": 2}, 150),  # one block each
+])
+def test_persistent_programs_take_blocks_of_rows_in_turn(params, programs, runner):
+    source = check("var_rows_many", "rowwise", params, runner)
+    assert f"for ob in range(tl.program_id(0), {300 // params['BLOCK_O']}, {programs}):" in source
+    assert f"_row_kernel0[({programs},)]" in source
+
+
 def test_the_fold_is_offered_where_a_selected_sum_follows_the_row_statistics():
     ce = analyze(str(FIXTURES / "var_cross_entropy.py"), small=True)
     assert BY_NAME["rowwise"].space(ce)["fold"] == [1, 0] and BY_NAME["rowwise"].default(ce)["fold"] == 1

@@ -15,9 +15,9 @@ template's main kernel), in this order:
   gemm      the main GEMM: the vendor GEMM under the Triton epilogue (impl), split-K where the output tiles do not
             fill the GPU, tile shapes nearer the output's (more tiles where they do not fill it, larger ones
             where they do)
-  chunks    memory-bound, a looped row kernel that already reads its rows once: the online softmax's max per
-            chunk instead of per lane (fewer instructions per element), longer chunks per iteration and more warps,
-            more bytes in flight (cross-entropy over 128k logits read once sat at 3.1x its floor with 4096-wide
+  chunks    memory-bound, a looped row kernel that already reads its rows once: its chunk loop software-
+            pipelined, the online softmax's max per chunk instead of per lane (fewer instructions per element),
+            longer chunks per iteration and more warps, more bytes in flight (cross-entropy over 128k logits read once sat at 3.1x its floor with 4096-wide
             chunks on an H200)
   programs  memory-bound, fewer programs than SMs: smaller row or column blocks, rows split over programs
 """
@@ -196,6 +196,10 @@ def _chunks(kernel: Kernel, p: dict) -> list[tuple[dict, str]]:
         return []
     space, br, warps = kernel_space(kernel), p.get("BLOCK_R", 1024), p.get("num_warps", 4)
     out = []
+    if not p.get("pipeline") and 1 in space.get("pipeline", []):
+        out.append(({"pipeline": 1, "num_stages": max(3, p.get("num_stages", 1))},
+                    f"rows read once, {br}-wide chunks: try the chunk loop software-pipelined, the next chunks' "
+                    f"loads in flight while one computes (pipeline 0->1)"))
     if p.get("online", 1) == 1 and 2 in space.get("online", []) and online_pairs(kernel):
         out.append(({"online": 2}, "rows read once: try the online softmax's max taken once per chunk, not per "
                                    "lane (online 1->2), fewer instructions per element"))

@@ -206,14 +206,24 @@ def _loop(gen: Gen, body: list[str], reverse: bool = False) -> list[str]:
     """The chunk loop over a row, or from its end with `reverse`. In a row layout the whole chunks need no bound
     on the reduced index: they run unmasked (but for rmask), and the remainder chunk, if any, with the bound,
     after them (before them in reverse)."""
+    rng, stages = _range(gen.p)
     if gen.layout != "row":
-        return [f"for r0 in range(0, {gen.R}, BLOCK_R):"] + _indent(_chunk(gen, "r0") + body)
+        return [f"for r0 in {rng}(0, {gen.R}, BLOCK_R{stages}):"] + _indent(_chunk(gen, "r0") + body)
     n = gen.R // gen.block_r
-    head = [f"for it in range(0, {n}):", f"    r0 = ({n - 1} - it) * BLOCK_R"] if reverse else \
-        [f"for r0 in range(0, {n * gen.block_r}, BLOCK_R):"]
+    head = [f"for it in {rng}(0, {n}{stages}):", f"    r0 = ({n - 1} - it) * BLOCK_R"] if reverse else \
+        [f"for r0 in {rng}(0, {n * gen.block_r}, BLOCK_R{stages}):"]
     whole = head + _indent([_chunk(gen, "r0")[0], "mask = tl.broadcast_to(rmask, [BLOCK_O, BLOCK_R])"] + body)
     rest = [f"r0 = {n * gen.block_r}"] + _chunk(gen, "r0") + body if n * gen.block_r < gen.R else []
     return rest + whole if reverse else whole + rest
+
+
+def _range(p: dict) -> tuple[str, str]:
+    """A chunk loop's range and its extra arguments: Python's, or with p["pipeline"] Triton's tl.range,
+    software-pipelined over num_stages (the next chunks' loads issued, through shared memory, while this one
+    computes)."""
+    if not p.get("pipeline") or p.get("num_stages", 1) < 2:
+        return "range", ""
+    return "tl.range", f", num_stages={p['num_stages']}"
 
 
 def _point_sum(gen: Gen, r: Node, emit: bool = True) -> bool:
@@ -385,7 +395,8 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     fused = [(kind, r, pairs[r]) for kind, pairs in (("online", online), ("welford", welford)) for r in pairs]
     done = {x for _, a, b in fused for x in (a, b)}
     plain = [r for r in kernel.nodes if r.op == "reduce" and r not in done]
-    loop = f"for r0 in range(pid_s * {chunk}, pid_s * {chunk} + {chunk}, BLOCK_R):"
+    rng, stages = _range(p)
+    loop = f"for r0 in {rng}(pid_s * {chunk}, pid_s * {chunk} + {chunk}, BLOCK_R{stages}):"
     gen.top.lines += _prologue(gen, {**p, **meta}) + ["pid_s = tl.program_id(1)"]
     gen.top.lines += [loop] + _indent(_chunk(gen, "r0") + _accumulate(gen, plain, fused))
     parts: list[tuple[str, str]] = []  # (buffer, value) per partial result

@@ -5,7 +5,8 @@ how many programs run.
   flat  BLOCK, num_warps
   row   mode (one_pass | looped), BLOCK_O rows per program, BLOCK_R, num_warps, num_stages, SPLIT programs per
         row and GROUP rows per launch of a split (0: all), pass fusions online, welford, fold, and tail_first,
-        PERSIST (0: a program per block of rows; k: k programs per SM, each taking blocks of rows in turn)
+        PERSIST (0: a program per block of rows; k: k programs per SM, each taking blocks of rows in turn),
+        pipeline (1: chunk loops pipelined over num_stages)
   col   BLOCK_I, BLOCK_R, num_warps, num_stages
   gemm  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages (+ SPLIT_K, impl, precision at plan level, and
         operands, input or fp32, where bf16/fp16 operands meet tl.dot: base.default_operands)
@@ -141,6 +142,8 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
         if splittable(kernel) and r >= 16384:
             space["SPLIT"] = [1, 8, 32, 128, 512, 2048]
             space["GROUP"] = [0] + l2_groups(kernel)
+        if "looped" in space["mode"]:
+            space["pipeline"] = [0, 1]  # the chunk loops software-pipelined over num_stages (tl.range)
         if "looped" in space["mode"] and o > SMS:
             space["PERSIST"] = [0, 1, 2]  # SMS x PERSIST programs, each taking blocks of rows in turn
         if "looped" in space["mode"] and online_pairs(kernel):  # pass-fusion choices matter only when looping
@@ -205,6 +208,8 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             return "SPLIT needs row reductions that can share one pass"
         if p.get("SPLIT", 1) > 1 and 2 * math.ceil(r / p["SPLIT"]) < min(p.get("BLOCK_R", 1024), rp):
             return "each split would hold less than half a block"
+        if p.get("pipeline") and p.get("num_stages", 1) * p.get("BLOCK_O", 1) * width * 4 > SMEM_BYTES:
+            return "the pipelined chunks need more shared memory than a block has"
         if p.get("PERSIST") and p.get("SPLIT", 1) > 1:
             return "PERSIST takes whole rows in turn; it cannot split them"
         if p.get("GROUP") and p.get("SPLIT", 1) == 1:

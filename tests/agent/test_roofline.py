@@ -1,6 +1,7 @@
 """The roofline-guided proposer (issue 19) on fabricated GPU results: each rule picks the structural move it
 should for the kernel that takes the time, its note says why, a candidate at its floor or without a GPU timing
 gets none, and the floor stop waits longer for a read-mostly task, whose own floor is faster than copy's."""
+import re
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,7 @@ def rowwise_moves(a, params: dict, result: EvalResult) -> list:
 
 def loops(source: str, kernel: str = "_row_kernel0") -> int:
     body = source.split(f"def {kernel}(", 1)[1].split("@triton.jit", 1)[0].split("class ModelNew", 1)[0]
-    return body.count("for r0 in range(") + body.count("for it in range(")
+    return len(re.findall(r"for (r0|it) in (tl\.)?range\(", body))
 
 
 @pytest.mark.parametrize("task, params", [
@@ -206,18 +207,20 @@ def test_a_read_mostly_task_stops_only_past_the_copy_floor(tmp_path):
     assert rowwise_moves(a, {"mode": "one_pass", "BLOCK_O": 4}, measured(1 / 0.95))
 
 
-def test_rows_read_once_far_from_the_floor_try_fewer_instructions_then_longer_chunks():
+def test_rows_read_once_far_from_the_floor_try_a_pipeline_fewer_instructions_then_longer_chunks():
     """Cross-entropy over 128k logits, its rows read once (the online log-sum-exp with the target folded in), at
-    3.1x its floor: the max once per chunk, then longer chunks and more warps (more bytes in flight); none of
-    these for a row held in registers."""
+    3.1x its floor: the chunk loop pipelined, the max once per chunk, then longer chunks and more warps (more
+    bytes in flight); none of these for a row held in registers."""
     a = analysis_of("var_cross_entropy", {"rows": 2048, "vocab": 128256})
     start = {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "online": 1, "fold": 1}
     out = rowwise_moves(a, start, measured(3.1))
-    assert out[0].params["online"] == 2 and out[0].reason.endswith("(online 1->2), fewer instructions per element")
-    assert [(m.params["BLOCK_R"], m.params["num_warps"]) for m in out[1:3]] == [(16384, 32), (8192, 16)]
-    assert out[1].reason == ("memory-bound at 3.10x the floor, rows read once, 4096-wide chunks: try more bytes in "
+    assert out[0].params["pipeline"] == 1 and out[0].params["num_stages"] == 3
+    assert out[1].params["online"] == 2 and out[1].reason.endswith("(online 1->2), fewer instructions per element")
+    assert [(m.params["BLOCK_R"], m.params["num_warps"]) for m in out[2:4]] == [(16384, 32), (8192, 16)]
+    assert out[2].reason == ("memory-bound at 3.10x the floor, rows read once, 4096-wide chunks: try more bytes in "
                              "flight (BLOCK_R 4096->16384, num_warps 8->32)")
-    assert rowwise_moves(a, {**start, "online": 2}, measured(3.1))[0].params["BLOCK_R"] == 16384
+    assert rowwise_moves(a, {**start, "online": 2, "pipeline": 1}, measured(3.1))[0].params["BLOCK_R"] == 16384
+    assert all(base.invalid(a, m.params) is None for m in out)
     assert not any("in flight" in m.reason for m in rowwise_moves(a, {**start, "mode": "one_pass"}, measured(3.1)))
 
 

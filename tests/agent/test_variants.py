@@ -38,19 +38,21 @@ def check(task: str, template: str, params: dict, runner) -> str:
 def _row_loops(source: str, kernel: str) -> int:
     """How many chunk loops the @triton.jit function `kernel` runs over its row."""
     body = source.split(f"def {kernel}(", 1)[1].split("@triton.jit", 1)[0].split("class ModelNew", 1)[0]
-    return body.count("for r0 in range(") + body.count("for it in range(")
+    return len(re.findall(r"for (r0|it) in (tl\.)?range\(", body))
 
 
 @pytest.mark.parametrize("params, loops", [
     ({"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "fold": 1}, 1),  # max, sum of exp and the target: one read
     ({"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "fold": 0}, 1),  # unfolded, the pick follows the pass
     ({"mode": "looped", "BLOCK_R": 128, "online": 0, "fold": 1}, 2),  # the max first, then the rest
+    ({"mode": "looped", "BLOCK_R": 128, "online": 2, "pipeline": 1, "num_stages": 3}, 1),  # tl.range loops
 ])
 def test_cross_entropy_reads_its_logits_once(params, loops, runner):
     """Rows of 1000 in chunks of 128: 7 whole chunks unmasked, then the remainder. The target's logit is one
     masked load per row (rr_t), never a compare with the target per element."""
     source = check("var_cross_entropy", "rowwise", params, runner)
     assert _row_loops(source, "_row_kernel0") == loops
+    assert ("tl.range(0, 896, BLOCK_R, num_stages=3)" in source) == bool(params.get("pipeline"))
     assert "+ rr_t, mask=mask_t" in source and "(rr) ==" not in source
 
 
@@ -59,7 +61,7 @@ def test_cross_entropy_reads_its_logits_once(params, loops, runner):
     {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "online": 1, "tail_first": 1},  # a partial block of rows
     {"mode": "looped", "BLOCK_R": 64, "BLOCK_O": 1, "SPLIT": 3, "online": 1},
     {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "online": 2},  # a max per row and chunk
-    {"mode": "looped", "BLOCK_R": 64, "BLOCK_O": 2, "SPLIT": 3, "online": 2},
+    {"mode": "looped", "BLOCK_R": 64, "BLOCK_O": 2, "SPLIT": 3, "online": 2, "pipeline": 1, "num_stages": 2},
 ])
 def test_the_online_softmax_takes_rising_falling_masked_and_offset_rows(params, runner):
     """The online step across chunks: per lane one exp per element (exp(-|x - m|), the other factor being 1), or

@@ -14,6 +14,7 @@ from torch.utils._pytree import tree_flatten
 
 L2_FLUSH_BYTES = 128 << 20  # twice the L2 where the device does not say (H100: 50 MB, H200: 60 MB)
 TARGET_MS = 400.0  # time spent on the repetitions of one measurement
+RETIME_SPREAD = 15.0  # a GPU measurement spread wider than this (percent) is taken once more
 
 
 @dataclass
@@ -27,8 +28,18 @@ def time_call(fn, device: torch.device, target_ms: float = TARGET_MS, max_reps: 
     """Median time of fn(). On a GPU: CUDA events around each call, L2 flushed before each, all streams
     synchronized; on a CPU: wall time (the Triton interpreter's, never a GPU figure)."""
     if device.type == "cuda":
-        return _time_cuda(fn, target_ms, max_reps)
+        return steadier(lambda: _time_cuda(fn, target_ms, max_reps))
     return _time_cpu(fn, target_ms)
+
+
+def steadier(run) -> Measured:
+    """run()'s measurement, or where its spread is over RETIME_SPREAD, the steadier of it and a second run: on an
+    H200 a 40 us softmax once measured 0.071 ms at a 32% spread, where its other runs gave 0.039 ms at 3%.
+    Every GPU time (candidate, eager, compile, ceilings) goes through this rule alike."""
+    first = run()
+    if first.spread_pct <= RETIME_SPREAD:
+        return first
+    return min(first, run(), key=lambda m: m.spread_pct)
 
 
 def l2_flush_bytes() -> int:

@@ -35,7 +35,8 @@ from agent.templates.codegen import next_pow2
 from agent.templates.fold import fold_sums
 from agent.templates.implicit_gemm import gemm_dims
 from agent.templates.kernels import online_pairs, point_sums, reduction_stages, welford_pairs
-from agent.templates.params import L2_BYTES, SMS, kernel_default, kernel_invalid, kernel_space, l2_groups, sizes
+from agent.templates.params import (SMS, kernel_default, kernel_invalid, kernel_space, l2_groups, persistent,
+                                    sizes)
 from agent.templates.schedule import Kernel
 from tools.results import EvalResult
 
@@ -159,7 +160,7 @@ def _reads(kernel: Kernel, p: dict) -> list[tuple[dict, str]]:
                       and kernel_invalid(kernel, {**p, **row, "num_warps": w}) is None), None)
         if warps:
             out.append(({**row, "num_warps": warps}, f"{fact}: try the row held in registers, read once (one_pass)"))
-    persist = _persist(kernel, p, space)
+    persist = persistent(kernel, p, space)
     if persist:
         out.append((persist, f"{fact}: try {persist['PERSIST'] * SMS} persistent programs taking rows in turn, "
                              f"the rows in flight within L2 (its later reads from L2)"))
@@ -177,18 +178,6 @@ def _reads(kernel: Kernel, p: dict) -> list[tuple[dict, str]]:
         out.append(({"tail_first": 1}, f"{fact}: try the last pass from the row's end, first re-reading what L2 "
                                        f"still holds (tail_first 0->1)"))
     return out
-
-
-def _persist(kernel: Kernel, p: dict, space: dict) -> dict:
-    """Persistent programs (k per SM, the most whose rows in flight, at 4 bytes an element, fit L2) with warps
-    and chunks enough to keep bytes in flight; {} where rows that many do not fit or it is already persistent."""
-    row_bytes = 4 * sizes(kernel)[1] * p.get("BLOCK_O", 1)
-    k = max((k for k in space.get("PERSIST", []) if k and k * SMS * row_bytes <= L2_BYTES), default=0)
-    if not k or p.get("PERSIST") or p.get("SPLIT", 1) > 1:
-        return {}
-    warps = max(space["num_warps"]) // k
-    block_r = min(max(space["BLOCK_R"]), 512 * warps)
-    return {"mode": "looped", "PERSIST": k, "num_warps": warps, "BLOCK_R": block_r}
 
 
 def _chunks(kernel: Kernel, p: dict) -> list[tuple[dict, str]]:

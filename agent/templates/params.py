@@ -102,6 +102,8 @@ def kernel_default(kernel: Kernel) -> dict:
             p["fold"] = 1
         if r > 256 and _rewrites_row(kernel):
             p["tail_first"] = 1
+        if p["mode"] == "looped" and _rewrites_row(kernel) and o >= 4 * SMS:  # rows read twice, many in flight
+            p.update(persistent(kernel, p, kernel_space(kernel)))
         if splittable(kernel) and o < 4 * SMS and r >= 65536:  # too few rows to fill the GPU
             p.update(mode="looped", BLOCK_O=1, BLOCK_R=4096, num_warps=8,
                      SPLIT=min(2048, next_pow2(math.ceil(8 * SMS / o)), next_pow2(r // 8192)))
@@ -166,6 +168,19 @@ def l2_groups(kernel: Kernel) -> list[int]:
     item = max([a.dtype.itemsize for m in kernel.nodes for a in m.args
                 if isinstance(a, Leaf) and a.kind == "tensor" and a.dtype.is_floating_point] or [4])
     return [g for g in POW2 if g < o and L2_BYTES // 4 <= g * r * item <= L2_BYTES // 2]
+
+
+def persistent(kernel: Kernel, p: dict, space: dict) -> dict:
+    """Persistent programs (k per SM, the most whose rows in flight, at 4 bytes an element, fit L2) with warps
+    and chunks enough to keep bytes in flight; {} where rows that many do not fit or `p` is already persistent.
+    On an H200, L1 and L2 normalization over 32768 rows of 65535 went from 7.6 to 6.3 ms this way (k = 1, 32
+    warps, 16384-wide chunks): one program per row had kept some 500 rows in flight, far beyond L2."""
+    row_bytes = 4 * sizes(kernel)[1] * p.get("BLOCK_O", 1)
+    k = max((k for k in space.get("PERSIST", []) if k and k * SMS * row_bytes <= L2_BYTES), default=0)
+    if not k or p.get("PERSIST") or p.get("SPLIT", 1) > 1:
+        return {}
+    warps = max(space["num_warps"]) // k
+    return {"mode": "looped", "PERSIST": k, "num_warps": warps, "BLOCK_R": min(max(space["BLOCK_R"]), 512 * warps)}
 
 
 def _rewrites_row(kernel: Kernel) -> bool:

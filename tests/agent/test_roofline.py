@@ -229,7 +229,9 @@ def test_rows_read_twice_that_outgrow_l2_try_persistent_programs_first():
     in flight, far beyond L2, so the second pass re-read HBM (1.87x its floor on an H200). 132 persistent
     programs hold 34 MB in flight; a split grouped to fit L2 relaunched 512 times and took 3.4x longer."""
     a = analysis_of("var_rows_many", {"rows": 32768, "dim": 65535})
-    start = {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "tail_first": 1}
+    default = BY_NAME["rowwise"].default(a)  # measured there (6.3 ms against 7.6), so the default too
+    assert (default["PERSIST"], default["num_warps"], default["BLOCK_R"]) == (1, 32, 16384)
+    start = {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "tail_first": 1, "PERSIST": 0}
     out = rowwise_moves(a, start, measured(1.87))
     assert out[0].params["PERSIST"] == 1 and out[0].params["num_warps"] == 32 and out[0].params["BLOCK_R"] == 16384
     assert "132 persistent programs" in out[0].reason and base.invalid(a, out[0].params) is None

@@ -5,6 +5,7 @@ cheat may be refused by the static rules first (a Tensor subclass, a grad-mode q
 every cheat past them, so each runtime check is shown to catch its cheat on its own."""
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -88,7 +89,8 @@ def test_a_mean_that_only_the_trials_patterns_move_is_judged():
     with LocalExecutor(ExecutorConfig(workers_per_device=2)) as ex:
         good, cheat = ex.map(jobs)
     assert good.verdict == "correct", good.reason
-    assert cheat.verdict == "incorrect" and "shifted inputs" in cheat.reason, cheat.reason
+    # which trial catches it depends on the trial seed drawn: the shifted one, or a plain one widened x100
+    assert cheat.verdict == "incorrect" and re.search(r"shifted inputs|widened", cheat.reason), cheat.reason
 
 
 def test_a_lazy_subclass_is_refused_by_the_runtime_check_itself():

@@ -72,7 +72,7 @@ class Reductions:
     def online_step(self, total: Node, peak: Node) -> None:
         v = self.reduce_input(peak)
         m, s = self.top.cache[("acc", peak)], self.top.cache[("acc", total)]
-        vv, e = self.fresh("vv"), self.fresh("oe")
+        vv = self.fresh("vv")
         self.body.lines.append(f"{vv} = tl.where(mask, {f(v)}, -float(\"inf\"))")
         if self.p.get("online") == 2:
             new = self.fresh("mn")
@@ -81,6 +81,7 @@ class Reductions:
             return
         # per lane, one exp per element: of exp(m - new) and exp(vv - new), one is exp(0) = 1, the other
         # exp(-|vv - m|)
+        e = self.fresh("oe")
         self.body.lines += [f"{e} = tl.exp(-tl.abs({vv} - {m}))",
                             f"{s} = tl.where({vv} > {m}, {s} * {e} + 1.0, {s} + {e})",
                             f"{m} = tl.maximum({m}, {vv})"]

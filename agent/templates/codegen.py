@@ -557,12 +557,20 @@ def kernel_header(name: str, gen: Gen, meta: list[str], scalars: list[str] = ())
 
 
 def store_lines(gen: Gen, stores: list, red_mask: str = "rmask") -> None:
-    """Stores each (member, buffer) at its level's positions: the full tile, or one per kept position."""
+    """Stores each (member, buffer) at its level's positions: the full tile, or one per kept position. A Leaf
+    for the buffer is the member's place in another buffer (a piece of a cat), and a member with a condition
+    (Kernel.store_when) is stored only where it holds."""
     for m, buf in stores:
         level = gen.k.level[m]
         value = gen.value(m)  # first: it names the temporaries the address may reuse
         mask = "mask" if level == "full" else red_mask
-        gen.body.lines.append(f"tl.store({gen.ptr(buf)} + {gen.linear(level)}, {value}, mask={mask})")
+        if m in gen.k.store_when:
+            mask = f"{mask} & {gen.arg(gen.k.store_when[m], m, level).code}"
+        if isinstance(buf, Leaf):
+            address = f"{gen.ptr(buf.base)} + {gen.leaf_offset(buf, m.shape, level)}"
+        else:
+            address = f"{gen.ptr(buf)} + {gen.linear(level)}"
+        gen.body.lines.append(f"tl.store({address}, {value}, mask={mask})")
 
 
 def _leaves(nodes: list, members: dict) -> list[Leaf]:

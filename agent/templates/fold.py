@@ -49,7 +49,8 @@ def fold_sums(kernel: Kernel) -> Kernel:
             stores[new] = kernel.stores[m]
     if not swap:
         return kernel
-    return Kernel(kernel.kind, kernel.domain, kernel.rdims, nodes, level, stores, kernel.scan_reverse)
+    return Kernel(kernel.kind, kernel.domain, kernel.rdims, nodes, level, stores, kernel.scan_reverse,
+                  {swap.get(m, m): c for m, c in kernel.store_when.items()})
 
 
 def _fold(kernel: Kernel, r) -> tuple[Value, list[tuple[Value, Value]]] | None:

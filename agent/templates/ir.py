@@ -519,6 +519,7 @@ class _Builder:
                 continue
             before = self.add("pw", "lt", [index, ends[i]], shape, torch.bool)
             out = self.add("pw", "where", [before, part, out], shape, v.dtype)
+        out.attrs["cat"] = True  # the chain's top: its pieces may be written into their place (schedule.py)
         return out
 
     def pad(self, args, v) -> Value:

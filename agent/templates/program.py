@@ -247,7 +247,8 @@ def batch_of(program: Program, kernels: list[Kernel], tensor_inputs: list[str]) 
     when it reads a batched input or buffer along its leading dim, through pointwise ops (every full-rank operand
     batched or broadcast), reductions over other dims, views that keep the leading dim and a matrix product's A
     (the batch its M). ValueError, in one sentence, where a kernel reads the batch otherwise (a reduction over
-    it, a GEMM's K or N, a bmm, a convolution, SPLIT_K, a window, a transpose)."""
+    it, a GEMM's K or N, a bmm, a convolution, SPLIT_K, a window, a transpose) or writes a piece of a cat into
+    its place."""
     ranked = [b for b in tensor_inputs if program.bases[b].shape]
     if not ranked:
         raise ValueError("shapes='dynamic' needs a tensor input with a leading (batch) dim")
@@ -260,6 +261,9 @@ def batch_of(program: Program, kernels: list[Kernel], tensor_inputs: list[str]) 
     stride = {b: math.prod(program.bases[b].shape[1:]) for b in inputs}  # elements per batch entry
     for i, k in enumerate(kernels):
         memo: dict[int, bool] = {}
+        if k.store_when or any(isinstance(b, Leaf) for b in k.stores.values()):
+            raise ValueError(f"shapes='dynamic' does not cover kernel {i}, which writes a piece of a cat into its "
+                             f"place")
 
         def scales(v) -> bool:
             if isinstance(v, Leaf):

@@ -7,7 +7,9 @@ a new kernel, and values crossing kernels are stored to a buffer and read back a
 view or broadcast of them is just strides). Pointwise nodes of leaves alone are never scheduled: every
 kernel that reads one recomputes it at its own positions (broadcasting included), so a chain of broadcast
 operands costs no buffer. A GEMM kernel takes a pointwise epilogue over its output; a "torch_gemm" kernel
-is a vendor GEMM run on the host, its epilogue a Triton kernel reading its buffer.
+is a vendor GEMM run on the host, its epilogue a Triton kernel reading its buffer. A piece of a cat that a
+kernel of its own computes, read by nothing else, is stored straight into its place in the cat's buffer
+(cat_in_place): the cat's kernel then stores only its other positions.
 
     kernels, buffers = schedule(program, split_k=1)
 """
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+import torch
 
 from agent.templates.ir import Leaf, Node, Program, Unsupported, Value, contiguous_strides, restride, shift
 
@@ -26,8 +30,9 @@ class Kernel:
     rdims: tuple = ()
     nodes: list = field(default_factory=list)  # copies of the program's nodes, args resolved to leaves/members
     level: dict = field(default_factory=dict)  # member node -> "full" | "red"
-    stores: dict = field(default_factory=dict)  # member node -> buffer name
+    stores: dict = field(default_factory=dict)  # member node -> buffer name, or a Leaf: its place in another buffer
     scan_reverse: bool | None = None
+    store_when: dict = field(default_factory=dict)  # member node -> a bool value: stored only where it holds
 
     @property
     def layout(self) -> str:
@@ -125,7 +130,54 @@ class _Scheduler:
                             attrs={"dtype": out.dtype})
                 self.join(k, copy, out, "full", new=True)
                 self.store(out)
+        for n in list(self.buffers):
+            if isinstance(n, Node) and n.attrs.get("cat"):
+                self.cat_in_place(n)
         return self.kernels, self.buffers
+
+    def cat_in_place(self, cat: Node) -> None:
+        """The pieces of a cat that a kernel of their own computes, read by the cat alone, are stored by that
+        kernel straight into their place in the cat's buffer; the cat's kernel stores only the rest. On an H200
+        the exclusive cumsum (the cat of a zero column and a scan) took 4.2 ms as a scan then a copy."""
+        kc, top = self.home[cat]
+        if kc.kind != "tile" or kc.rdims or kc.stores.get(top) != self.buffers[cat]:
+            return
+        chain, stack = [], [cat]  # the where chain (its members in the cat's kernel) and its pieces
+        while stack:
+            w = stack.pop()
+            chain.append(w)
+            stack += [a for a in w.args[1:] if isinstance(a, Node) and a.op == "pw" and a.fn == "where"]
+        members = {id(self.home[w][1]) for w in chain if w in self.home and self.home[w][0] is kc}
+        if len(members) != len(chain):
+            return
+        outside = None
+        for w in chain:
+            for sv in w.args[1:]:
+                if not (isinstance(sv, Node) and sv.op == "view" and sv.fn == "shift" and sv in self.leaves):
+                    continue
+                v = sv.args[0]
+                home = self.home.get(v)
+                if home is None or home[0] is kc or home[0].kind != "tile" or home[0].level[home[1]] != "full" or \
+                        tuple(v.shape) != home[0].domain or home[0].stores.get(home[1]) != self.buffers.get(v) or \
+                        self.uses.get(v) != 1 or self.uses.get(sv) != 1 or v in self.p.outputs:
+                    continue
+                lo = sv.attrs["lo"]
+                cs = contiguous_strides(cat.shape)
+                home[0].stores[home[1]] = Leaf(v.name + "_in", v.shape, v.dtype, base=self.buffers[cat], strides=cs,
+                                               offset=sum(a * b for a, b in zip(lo, cs)))
+                del self.buffers[v]
+                member = self.home[w][1]  # reads the piece no more: 0 there, never stored
+                member.args = [Leaf(sv.name + "_0", sv.shape, sv.dtype, kind="const", value=0)
+                               if a is self.leaves[sv] else a for a in member.args]
+                for d, (start, n) in enumerate(zip(lo, v.shape)):
+                    if n == cat.shape[d]:
+                        continue
+                    index = Leaf(f"{sv.name}_i{d}", cat.shape, torch.int64, kind="iota", value=0, step=1,
+                                 strides=tuple(1 if j == d else 0 for j in range(len(cat.shape))))
+                    out = _pw("logical_or", _pw("lt", index, start), _pw("ge", index, start + n))
+                    outside = out if outside is None else _pw("logical_and", outside, out)
+        if outside is not None:
+            kc.store_when[top] = outside
 
     # --- values across kernels ---------------------------------------------------------------------
     def store(self, node: Node) -> str:
@@ -387,3 +439,9 @@ def schedule(program: Program, split_k: int = 1, torch_gemm: bool = False) -> tu
     if not program.nodes:
         raise Unsupported("The forward computes nothing.")
     return _Scheduler(program, split_k, torch_gemm).run()
+
+
+def _pw(fn: str, a, b) -> Node:
+    """A boolean pointwise node over a, b (an index leaf and a bound, or two such nodes)."""
+    return Node(f"{fn}_{getattr(a, 'name', a)}", a.shape, torch.bool, op="pw", fn=fn, args=[a, b])
+

@@ -228,6 +228,13 @@ def test_dynamic_is_refused_where_a_kernel_needs_the_batch_fixed(tmp_path):
     assert "SPLIT" in (base.invalid(analysis, {**split, "shapes": "dynamic"}) or "")
 
 
+def test_dynamic_is_refused_where_a_piece_of_a_cat_is_written_into_its_place():
+    analysis = analyze(str(Path(__file__).parent / "fixtures" / "low_cat_exclusive.py"), small=True, arch="cpu")
+    scan = BY_NAME["scan"]
+    assert base.invalid(analysis, scan.default(analysis)) is None
+    assert "into its place" in (base.invalid(analysis, {**scan.default(analysis), "shapes": "dynamic"}) or "")
+
+
 def test_a_batch_near_two_to_the_31_gets_64_bit_offsets(tmp_path):
     """Traced at 32768 x 65535, the 32-bit limit (2**31 elements) would fall under the traced batch itself, and the
     candidate would take its fallback at the task's own shapes (seen on the H200: "it never launched a Triton

@@ -225,9 +225,9 @@ def test_rows_read_once_far_from_the_floor_try_a_pipeline_fewer_instructions_the
 
 
 def test_rows_read_twice_that_outgrow_l2_try_persistent_programs_first():
-    """L1 normalization over rows of 65535 (38_L1Norm_'s shape): one program per row kept some 500 rows of 256 KB
-    in flight, far beyond L2, so the second pass re-read HBM (1.87x its floor on an H200). 132 persistent
-    programs hold 34 MB in flight; a split grouped to fit L2 relaunched 512 times and took 3.4x longer."""
+    """L1 normalization over rows of 65535 (38_L1Norm_'s shape): one program per row kept several 256 KB rows per SM
+    in flight, beyond L2 (1.87x its floor on an H200); 132 persistent programs hold 34 MB (1.54x), where a split
+    grouped to fit L2 relaunched 512 times and took 3.4x longer."""
     a = analysis_of("var_rows_many", {"rows": 32768, "dim": 65535})
     default = BY_NAME["rowwise"].default(a)  # measured there (6.3 ms against 7.6), so the default too
     assert (default["PERSIST"], default["num_warps"], default["BLOCK_R"]) == (1, 32, 16384)

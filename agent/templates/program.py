@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from agent.templates.codegen import KernelCode, _extent, _leaves
+from agent.templates.codegen import KernelCode, Launch, _extent, _leaves
 from agent.templates.implicit_gemm import gemm_dims
 from agent.templates.ir import Leaf, Node, Program, Value, contiguous_strides
 from agent.templates.kernels import render_kernel, small_batch
@@ -92,6 +92,8 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
             if small:
                 smalls[i] = small
         codes.append(render_kernel(k, f"_{k.layout}_kernel{i}", p))
+    if batch is None:
+        _one_launch(codes, kernels)
     sources = "\n\n\n".join(_shared(codes, kernels) + [c.source for _, c in smalls.values()])
     helpers = helpers_for(sources)
 
@@ -365,14 +367,71 @@ def guards(program: Program, tensor_inputs: list[str]) -> list[tuple[str, tuple,
     return [(base, shape, "; ".join(why)) for base, (shape, why) in out.items()]
 
 
+def _one_launch(codes: list[KernelCode | None], kernels: list[Kernel]) -> None:
+    """Runs of consecutive flat kernels, none reading or writing what another of the run writes, launch as one:
+    each becomes a function of its program id, and one kernel calls the right one for each program (rotary
+    embedding of queries and keys, two outputs of different sizes, took two launches). The run's first code
+    takes the merged kernel, the others become empty."""
+    def alone(i: int) -> bool:
+        c = codes[i]
+        return c is not None and kernels[i].layout == "flat" and len(c.launches) == 1 and not c.host and \
+            not c.temps and isinstance(c.launches[0].grid[0], int)
+
+    def writes(i: int) -> set[str]:
+        return {b.base if isinstance(b, Leaf) else b for b in kernels[i].stores.values()}
+
+    i = 0
+    while i < len(codes):
+        run = [i] if alone(i) else []
+        while run and run[-1] + 1 < len(codes) and alone(run[-1] + 1):
+            j, first = run[-1] + 1, codes[run[0]].launches[0]
+            same = (codes[j].launches[0].num_warps, codes[j].launches[0].num_stages) == \
+                (first.num_warps, first.num_stages)
+            touched = writes(j) | set(codes[j].launches[0].args)
+            if not same or any(writes(r) & touched or writes(j) & set(codes[r].launches[0].args) for r in run):
+                break
+            run.append(j)
+        if len(run) > 1:
+            codes[run[0]] = _merged([codes[r] for r in run], f"_flat_kernel{run[0]}_run")
+            for r in run[1:]:
+                codes[r] = KernelCode("", [])
+        i = run[-1] + 1 if run else i + 1
+
+
+def _merged(parts: list[KernelCode], name: str) -> KernelCode:
+    """One kernel over the programs of `parts` (single-launch flat kernels) in turn: each part's function takes
+    its program id as an argument, and `name` calls the part whose programs this one falls in."""
+    sources, params, calls, args, meta, start = [], [], [], [], {}, 0
+    for n, c in enumerate(parts):
+        launch = c.launches[0]
+        _, head, body = c.source.split("\n", 2)
+        pointers = head[head.index("(") + 1:head.index("BLOCK")].rstrip(", ").split(", ")
+        sources.append("@triton.jit\n" + head.replace("BLOCK: tl.constexpr", "pid, BLOCK: tl.constexpr") + "\n" +
+                       body.replace("tl.program_id(0)", "pid"))
+        mine = [f"q{n}_{x}" for x in pointers]
+        params += mine
+        args += launch.args
+        meta[f"BLOCK_{n}"] = launch.meta["BLOCK"]
+        end = start + launch.grid[0]
+        test = "if" if n == 0 else "elif" if n < len(parts) - 1 else "else"
+        calls += [f"    {test} pid < {end}:" if test != "else" else "    else:",
+                  f"        {launch.kernel}({', '.join(mine)}, pid - {start}, BLOCK_{n})"]
+        start = end
+    signature = ", ".join(params + [f"{m}: tl.constexpr" for m in meta])
+    dispatch = "\n".join(["@triton.jit", f"def {name}({signature}):", "    pid = tl.program_id(0)"] + calls)
+    first = parts[0].launches[0]
+    return KernelCode("\n\n\n".join(sources + [dispatch]),
+                      [Launch(name, (start,), args, meta, first.num_warps, first.num_stages)])
+
+
 def _shared(codes: list[KernelCode | None], kernels: list[Kernel]) -> list[str]:
     """The kernel sources to write, each once: a kernel identical to an earlier one but for its name (the
     repeated blocks of a network) launches the earlier one instead, so Triton compiles it once."""
     first: dict[str, str] = {}  # source with its name blanked -> the name it was first written under
     out = []
     for i, (k, c) in enumerate(zip(kernels, codes)):
-        if c is None or c.host:
-            out += [c.source] if c is not None else []
+        if c is None or c.host or not c.source:
+            out += [c.source] if c is not None and c.source else []
             continue
         name = f"_{k.layout}_kernel{i}"
         key = c.source.replace(name, "_kernel")

@@ -94,3 +94,25 @@ def test_an_exclusive_running_sum_is_scanned_into_its_place(runner):
     source = check("low_cat_exclusive", runner)
     assert re.search(r"tl\.store\(p\d+ \+ ro \* 400 \+ rr \+ 1, s\d+, mask=mask\)", source)
     assert source.split("class ModelNew", 1)[1].count("torch.empty(") == 1
+
+
+def test_independent_flat_kernels_launch_as_one(runner):
+    """Two outputs of different sizes (rotary embedding's queries and keys took two launches): one kernel whose
+    programs call the first part's function, then the second's."""
+    source = check("low_two_launches", runner)
+    forward = source.split("class ModelNew", 1)[1]
+    assert forward.count("[(") == 1 and "_flat_kernel0_run[(" in forward
+    assert re.search(r"if pid < \d+:\n +_flat_kernel0\(.*, pid - 0, BLOCK_0\)\n +else:\n +_flat_kernel1\(", source)
+
+
+def test_a_flat_kernel_that_reads_another_s_output_keeps_its_own_launch():
+    from agent.templates import base
+    from agent.templates.kernels import render_kernel
+    from agent.templates.program import _one_launch
+    a = analyze(str(FIXTURES / "low_two_launches.py"), small=True)
+    kernels = base.plan(a).kernels
+    codes = [render_kernel(k, f"_flat_kernel{i}", {"BLOCK": 1024}) for i, k in enumerate(kernels)]
+    written = next(iter(kernels[0].stores.values()))
+    codes[1].launches[0].args.append(written)  # as if the second read the first's output
+    _one_launch(codes, kernels)
+    assert [c.launches[0].kernel for c in codes] == ["_flat_kernel0", "_flat_kernel1"]

@@ -179,14 +179,15 @@ def _plane(kernel: Kernel, name: str, p: dict) -> KernelCode:
     return KernelCode("\n".join(src), [launch])
 
 
-def _prologue(gen: Gen, p: dict) -> list[str]:
+def _prologue(gen: Gen, p: dict, block: str = "tl.program_id(0)") -> list[str]:
+    """The indices and mask of a program's rows (or columns); `block` is its block of rows in a row layout."""
     big = ".to(tl.int64)" if gen.big else ""
     if gen.layout == "row":
         start = "row0 + " if p.get("GROUP") else ""  # a group of rows launched on its own (_row_groups)
         dyn = p.get("shapes") == "dynamic"
         rows = _times(BATCH_ARG, gen.O // gen.D[0]) if dyn else gen.O
         exact = not (dyn or start) and gen.O % p["BLOCK_O"] == 0  # every program's rows exist: a constant mask
-        return [f"ro = ({start}tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]){big}",
+        return [f"ro = ({start}{block} * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]){big}",
                 "rmask = tl.full([BLOCK_O, 1], 1, tl.int1)" if exact else f"rmask = ro < {rows}"]
     # a dynamic column kernel picks its tile at call time (_col_tiers): its count of column tiles follows it
     n_i = f"tl.cdiv({gen.I}, BLOCK_I)" if p.get("shapes") == "dynamic" else math.ceil(gen.I / p["BLOCK_I"])
@@ -295,7 +296,10 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
     p = {**p, **meta}
     one_pass = meta["BLOCK_R"] >= gen.R
     stages = reduction_stages(kernel)
-    gen.top.lines += _prologue(gen, p)
+    dyn = _dynamic(kernel, p)
+    blocks = math.ceil(gen.O / meta["BLOCK_O"]) if gen.layout == "row" else 0
+    persist = min(blocks, p["PERSIST"] * SMS) if p.get("PERSIST") and not dyn else 0
+    gen.top.lines += _prologue(gen, p, "ob" if persist else "tl.program_id(0)")
     full_stores = [(m, b) for m, b in kernel.stores.items() if kernel.level[m] == "full"]
     red_stores = [(m, b) for m, b in kernel.stores.items() if kernel.level[m] == "red"]
     if one_pass:
@@ -328,12 +332,7 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
             gen.body = gen.top
         store_lines(gen, red_stores)
     meta_names = ["BLOCK_O", "BLOCK_R"] if gen.layout == "row" else ["BLOCK_R", "BLOCK_I"]
-    dyn = _dynamic(kernel, p)
-    blocks = math.ceil(gen.O / meta["BLOCK_O"]) if gen.layout == "row" else 0
-    persist = min(blocks, p["PERSIST"] * SMS) if p.get("PERSIST") and not dyn else 0
-    if persist:  # each program takes blocks of rows in turn: persist blocks in flight at a time
-        assert gen.top.lines[0].startswith("ro = (tl.program_id(0) * BLOCK_O")
-        gen.top.lines[0] = gen.top.lines[0].replace("tl.program_id(0)", "ob", 1)
+    if persist:  # each program takes blocks of rows (ob) in turn: persist blocks in flight at a time
         gen.top.lines = [f"for ob in range(tl.program_id(0), {blocks}, {persist}):"] + _indent(gen.top.lines)
     src = kernel_header(name, gen, meta_names, [BATCH_ARG] if dyn else []) + _indent(gen.top.lines)
     host = []

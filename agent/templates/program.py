@@ -413,9 +413,8 @@ def _merged(parts: list[KernelCode], name: str) -> KernelCode:
         args += launch.args
         meta[f"BLOCK_{n}"] = launch.meta["BLOCK"]
         end = start + launch.grid[0]
-        test = "if" if n == 0 else "elif" if n < len(parts) - 1 else "else"
-        calls += [f"    {test} pid < {end}:" if test != "else" else "    else:",
-                  f"        {launch.kernel}({', '.join(mine)}, pid - {start}, BLOCK_{n})"]
+        branch = "else" if n == len(parts) - 1 else f"{'elif' if n else 'if'} pid < {end}"
+        calls += [f"    {branch}:", f"        {launch.kernel}({', '.join(mine)}, pid - {start}, BLOCK_{n})"]
         start = end
     signature = ", ".join(params + [f"{m}: tl.constexpr" for m in meta])
     dispatch = "\n".join(["@triton.jit", f"def {name}({signature}):", "    pid = tl.program_id(0)"] + calls)

@@ -6,10 +6,10 @@ one process, each with its relative error against an fp32 run of the same task o
 The tasks are written by this script into a temporary folder and built as a user builds them:
 `kernelwright batch FOLDER --dtype bfloat16 --budget N` (the optimize search of every task, no LLM, no
 knowledge store), into OUT/runs; a second call resumes that build. Then each task's OUT/runs/TASK/best.py is
-timed here with tools/profile.time_call (L2 flushed before each call) and the floor is the task's bytes over
-the device's measured copy bandwidth. Prints one table and writes OUT/llm_ops.md and OUT/llm_ops.json.
-About 10 minutes on one H100/H200 with the defaults (the build runs one task per GPU here). GPU only: on a
-machine without CUDA it says so and exits 2.
+timed here with tools/profile.time_call (GPU time, L2 flushed before each call), the host's time per call
+beside it (tools/profile.host_us), and the floor is the task's bytes over the device's measured copy bandwidth.
+Prints one table and writes OUT/llm_ops.md and OUT/llm_ops.json. About 10 minutes on one H100/H200 with the
+defaults (the build runs one task per GPU here). GPU only: on a machine without CUDA it says so and exits 2.
 
     python benchmarks/llm_ops_bench.py --out benchmarks/results/llm_ops [--ops rmsnorm,cross_entropy]
         [--budget 3] [--build-seconds 330]
@@ -196,6 +196,7 @@ class Row:
     ms: dict = field(default_factory=dict)  # "eager", "compile", "liger", "kernelwright" -> median ms
     err: dict = field(default_factory=dict)  # the same keys -> relative error against the fp32 run
     notes: list = field(default_factory=list)  # why a column is empty
+    host_us: dict = field(default_factory=dict)  # the same keys -> the host's time per call (tools/profile.host_us)
 
     def best_over_floor(self) -> float | None:
         kw, floor = self.ms.get("kernelwright"), self.floor_ms
@@ -214,7 +215,7 @@ def rel_err(out, ref) -> float:
 
 def measure(op: str, shape: tuple[int, int], module, best: Path | None, ceilings: dict) -> Row:
     """One task's row: every implementation timed on the same bf16 inputs and checked against fp32."""
-    from tools.profile import count_work, time_call
+    from tools.profile import count_work, host_us, time_call
     from tools.task import import_file
     row = Row(op, f"{shape[0]}x{shape[1]}")
     dev = torch.device("cuda")
@@ -242,6 +243,7 @@ def measure(op: str, shape: tuple[int, int], module, best: Path | None, ceilings
         with torch.no_grad():
             row.err[name] = rel_err(fn(*[x.clone() for x in inputs]), ref)  # clones: Liger may write its inputs
             row.ms[name] = time_call(lambda: fn(*inputs), dev).median_ms
+            row.host_us[name] = host_us(lambda: fn(*inputs))
     return row
 
 
@@ -259,14 +261,16 @@ def table(rows: list[Row]) -> list[str]:
         return f"{a / b:.2f}" if a and b else "-"
 
     head = ["op", "tokens x hidden", "floor ms"] + [f"{c} ms" for c in COLUMNS] + \
-        ["kw/floor", "liger/floor", "liger/kw", "compile/kw", "errors vs fp32 (eager, compile, liger, kw)"]
+        ["kw/floor", "liger/floor", "liger/kw", "compile/kw", "errors vs fp32 (eager, compile, liger, kw)",
+         "host us per call (eager, compile, liger, kw)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         errs = ", ".join(f"{r.err[c]:.1e}" if c in r.err else "-" for c in COLUMNS)
+        hosts = ", ".join(f"{r.host_us[c]:.0f}" if c in r.host_us else "-" for c in COLUMNS)
         lines.append(f"| {r.op} | {r.shape} | {ms(r.floor_ms)} | " + " | ".join(ms(r.ms.get(c)) for c in COLUMNS) +
                      f" | {ratio(r.ms.get('kernelwright'), r.floor_ms)} | {ratio(r.ms.get('liger'), r.floor_ms)}"
                      f" | {ratio(r.ms.get('liger'), r.ms.get('kernelwright'))}"
-                     f" | {ratio(r.ms.get('compile'), r.ms.get('kernelwright'))} | {errs} |")
+                     f" | {ratio(r.ms.get('compile'), r.ms.get('kernelwright'))} | {errs} | {hosts} |")
 
     def gm(key_a, key_b):
         return geomean(r.ms[key_a] / r.ms[key_b] for r in rows if r.ms.get(key_a) and r.ms.get(key_b))

@@ -46,7 +46,8 @@ def test_the_table_on_made_up_rows():
     b = bench()
     rows = [b.Row("rmsnorm", "4096x4096", 0.010, {"eager": 0.040, "compile": 0.012, "liger": 0.011,
                                                   "kernelwright": 0.0105},
-                  {"eager": 3e-3, "compile": 2e-3, "liger": 2e-3, "kernelwright": 1e-3}),
+                  {"eager": 3e-3, "compile": 2e-3, "liger": 2e-3, "kernelwright": 1e-3}, [],
+                  {"eager": 20.4, "compile": 31.0, "liger": 17.2, "kernelwright": 9.6}),
             b.Row("cross_entropy", "2048x128256", 0.20, {"eager": 1.0, "compile": 0.5, "liger": 0.4,
                                                          "kernelwright": 0.25},
                   {"eager": 1e-3, "compile": 1e-3, "liger": 1e-3, "kernelwright": 5e-4}),
@@ -58,6 +59,7 @@ def test_the_table_on_made_up_rows():
     assert ("| rmsnorm | 4096x4096 | 0.0100 | 0.0400 | 0.0120 | 0.0110 | 0.0105 | 1.05 | 1.10 | 1.05 | 1.14 |"
             in lines[2])
     assert "| cross_entropy | 2048x128256 | 0.2000 |" in lines[3] and "| 1.25 | 2.00 | 1.60 | 2.00 |" in lines[3]
+    assert "| 3.0e-03, 2.0e-03, 2.0e-03, 1.0e-03 | 20, 31, 17, 10 |" in lines[2]  # errors, then host us per call
     assert "| 0.2000 | 0.1000 | - | - | - | - | - | - |" in lines[4] and "1.0e-03, 1.0e-03, -, -" in lines[4]
     text = "\n".join(lines)
     assert "geomean kernelwright best/floor: 1.146" in text  # sqrt(1.05 * 1.25)

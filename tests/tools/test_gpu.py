@@ -31,3 +31,19 @@ def test_gpu_timing_has_baselines_floor_and_speedups():
     assert r.correct and not t.interpreted and not r.interpreted
     assert t.ms > 0 and t.eager_ms > 0 and t.floor_ms > 0 and t.speedup_vs_eager == pytest.approx(t.eager_ms / t.ms)
     assert r.compile.kernels[0].registers > 0
+
+
+def test_host_time_before_a_launch_does_not_show_in_its_gpu_time():
+    import time
+
+    import torch
+
+    from tools.profile import time_call
+    x = torch.zeros(1024, device="cuda")
+
+    def slow_host_call():
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 3e-4:  # 0.3 ms of host work, then one small kernel
+            pass
+        x.add_(1.0)
+    assert time_call(slow_host_call, torch.device("cuda")).median_ms < 0.1

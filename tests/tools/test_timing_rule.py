@@ -1,6 +1,7 @@
 """The timing rule every GPU time follows (tools/profile.steadier): a measurement spread wider than
-RETIME_SPREAD is taken once more and the steadier of the two kept; a steady one is kept as it is."""
-from tools.profile import RETIME_SPREAD, Measured, steadier
+RETIME_SPREAD is taken once more and the steadier of the two kept; a steady one is kept as it is. The GPU is kept
+busy ahead of each timed call for as long as the host takes to launch it (tools/profile.head_start_ms)."""
+from tools.profile import HEAD_START_MAX_MS, RETIME_SPREAD, Measured, head_start_ms, steadier
 
 
 def runs(*measured: Measured):
@@ -29,3 +30,9 @@ def test_a_steady_measurement_is_not_retaken():
     steady = Measured(0.0400, RETIME_SPREAD, 40)
     run, given = runs(steady, Measured(0.0100, 0.0, 40))
     assert steadier(run) is steady and len(given) == 1
+
+
+def test_the_head_start_covers_the_hosts_launch_time_up_to_its_cap():
+    assert 0.05 < head_start_ms(0.03) < 0.1
+    assert head_start_ms(0.5) > 0.5
+    assert head_start_ms(50.0) == HEAD_START_MAX_MS

@@ -1,10 +1,16 @@
 """Implicit-GEMM convolution: any convolution (1-, 2- or 3-D; grouped, strided, padded, dilated; transposed)
 as a GEMM whose rows are output positions (M = batch x output spatial size), whose columns are the output
 channels of one group (N), and whose reduction runs over the group's input channels times the kernel window
-(K). Each K step gathers its tile of the input straight from memory, with the taps that fall in the padding
-(or, when transposed, between the strided inputs) masked to zero, so no im2col buffer is ever written.
+(K). Each K step gathers its tile of the input straight from memory, with the taps that fall outside the input
+(in the padding) masked to zero, so no im2col buffer is ever written.
 Programs: M x N tiles in GROUP_M order along axis 0, one group per program along axis 1. The epilogue (bias,
 activations, residual adds) runs on the fp32 accumulator, as in the matrix-product kernel.
+
+A transposed convolution with a stride s > 1 reaches each output from only the taps t with t * dilation = output
++ padding (mod s): of the whole window, 1 / s of it per strided dim. Its outputs are taken in phases (one per
+residue of output + padding mod s, per dim), each phase's rows reading only its own taps, so the K loop runs over
+the input channels times those taps and no step is masked away whole. A tile's phases are consecutive programs:
+they write the interleaved outputs of one region together, so its partial sectors meet in L2.
 
     batch, m, n, k = gemm_dims(node)   # a matrix-product node or a convolution node
     code = render_conv(kernel, "_gemm_kernel0", {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 32, ...})
@@ -49,15 +55,72 @@ def _input_taps(attrs: dict, in_sizes: tuple) -> tuple[list[str], list[str]]:
             if pad:  # without padding every tap of a valid output lies inside the input
                 conds += [f"(i{i} >= 0)", f"(i{i} < {size})"]
             continue
-        # transposed: output = input * stride - pad + tap * dilation, so input = (output + pad - tap * d) / s
-        lines.append(f"t{i} = o{i}[:, None] + {pad} - {tap}" if pad else f"t{i} = o{i}[:, None] - {tap}")
-        if s == 1:
-            lines.append(f"i{i} = t{i}")
-            conds += [f"(t{i} >= 0)", f"(t{i} < {size})"]
-        else:
-            lines += [f"c{i} = tl.maximum(t{i}, 0)", f"i{i} = c{i} // {s}"]
-            conds += [f"(t{i} >= 0)", f"(c{i} % {s} == 0)", f"(i{i} < {size})"]
+        # transposed at stride 1 (a strided one is phased): output = input - pad + tap * dilation
+        lines.append(f"i{i} = o{i}[:, None] + {pad} - {tap}" if pad else f"i{i} = o{i}[:, None] - {tap}")
+        conds += [f"(i{i} >= 0)", f"(i{i} < {size})"]
     return lines, conds
+
+
+def _phases(attrs: dict, window: tuple, in_sizes: tuple, out_sizes: tuple) -> list[dict]:
+    """Per spatial dim of a transposed convolution, what its phase lines need: stride s, padding, dilation d,
+    window k, input and output size, tap step (the taps of one phase are step apart), rows per phase
+    (ceil(out / s)) and the most taps any one phase reads."""
+    dims = []
+    for s, pad, d, k, size, out in zip(attrs["stride"], attrs["padding"], attrs["dilation"], window, in_sizes,
+                                       out_sizes):
+        step = s // math.gcd(d, s)
+        counts = [len(range(t, k, step)) for t in range(min(step, k))]
+        dims.append({"s": s, "pad": pad, "d": d, "k": k, "in": size, "out": out, "step": step,
+                     "rows": -(-out // s), "most": max(counts)})
+    return dims
+
+
+def _phase_lines(dims: list[dict], batch: int, cin_g: int, big: str) -> tuple[list[str], list[str], list[str]]:
+    """A phased transposed convolution's lines before its K loop (its K extent among them, `ktaps`: cin_g
+    times the phase's taps), the loop body's lines up to the taps kw{i} and input coordinates i{i}, and their
+    validity conditions. Dim i's phase r{i} is a residue of output + padding mod s; its outputs are f{i} + s * j,
+    its taps t0{i} + step * m for m below n{i}. The input coordinate (output + padding - tap * d) / s splits
+    into a row's part and a tap's part, each an exact division of a vector, none of the 2-D tile."""
+    lines = [f"pid_g = tl.program_id(1){big}"]
+    taps = []
+    for i, dim in enumerate(dims):
+        s, pad, d, k, step = dim["s"], dim["pad"], dim["d"], dim["k"], dim["step"]
+        if s == 1:
+            taps.append(str(k))
+            continue
+        inner = math.prod(x["s"] for x in dims[i + 1:])
+        first = k  # the phase's first tap: the t below step with t * d = r (mod s), or k where there is none
+        for t in reversed(range(min(step, k))):
+            first = f"tl.where(r{i} == {t * d % s}, {t}, {first})"
+        lines += [f"r{i} = (ph // {inner}) % {s}" if inner > 1 else f"r{i} = ph % {s}",
+                  f"f{i} = (r{i} + {s - pad % s}) % {s}", f"t0{i} = {first}",
+                  f"n{i} = ({k + step - 1} - t0{i}) // {step}"]
+        taps.append(f"n{i}")
+    lines.append(f"ktaps = {cin_g} * {' * '.join(taps)}")
+    lines.append(f"rm1 = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){big}")
+    lines += _split_index("rm1", (batch,) + tuple(d["rows"] for d in dims), "q")
+    ok = [f"(rm1 < {batch * math.prod(d['rows'] for d in dims)})"]
+    for i, dim in enumerate(dims):
+        lines.append(f"o{i} = q{i + 1}" if dim["s"] == 1 else f"o{i} = f{i} + q{i + 1} * {dim['s']}")
+        if dim["s"] > 1:
+            ok.append(f"(o{i} < {dim['out']})")
+            lines.append(f"jo{i} = (o{i} + {dim['pad']} - r{i}) // {dim['s']}")
+    lines.append(f"row_ok = {' & '.join(ok)}")
+    body = ["m = kk" if cin_g == 1 else f"m = kk // {cin_g}", "ci = kk * 0" if cin_g == 1 else f"ci = kk % {cin_g}"]
+    conds = []
+    for i, dim in enumerate(dims):
+        s, pad, d = dim["s"], dim["pad"], dim["d"]
+        after = " * ".join(taps[i + 1:])
+        index = f"(m // ({after}))" if after else "m"
+        body.append(f"kw{i} = {index} % {taps[i]}" if dim["s"] == 1 else f"kw{i} = t0{i} + ({index} % n{i}) * "
+                    f"{dim['step']}")
+        if s == 1:
+            tap = f"kw{i}[None, :]" if d == 1 else f"kw{i}[None, :] * {d}"
+            body.append(f"i{i} = o{i}[:, None] + {pad} - {tap}" if pad else f"i{i} = o{i}[:, None] - {tap}")
+        else:  # both exact: o + pad and a phase's tap * d are r mod s, and neither part is negative
+            body += [f"jk{i} = (kw{i} * {d} - r{i}) // {s}", f"i{i} = jo{i}[:, None] - jk{i}[None, :]"]
+        conds += [f"(i{i} >= 0)", f"(i{i} < {dim['in']})"]
+    return lines, body, conds
 
 
 def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
@@ -68,19 +131,39 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     groups, M, N, K = gemm_dims(g)
     spatial, window = kernel.domain[2:], tuple(w.shape[2:])
     taps, cin_g = math.prod(window), x.shape[1] // groups
+    phased = attrs["transposed"] and any(s > 1 for s in attrs["stride"])
+    dims = _phases(attrs, window, tuple(x.shape[2:]), tuple(spatial)) if phased else []
+    rows = kernel.domain[0] * math.prod(d["rows"] for d in dims) if phased else M
+    k_most = cin_g * math.prod(d["most"] for d in dims) if phased else K
     bm, bn, bk = (min(p.get(key, 64), max(16, next_pow2(dim))) for key, dim in
-                  (("BLOCK_M", M), ("BLOCK_N", N), ("BLOCK_K", K)))
+                  (("BLOCK_M", rows), ("BLOCK_N", N), ("BLOCK_K", k_most)))
     sx, sw = x.strides, w.strides
     big = ".to(tl.int64)" if gen.big else ""
     xp, wp = gen.ptr(x.base), gen.ptr(w.base)
-    lines = ["pid = tl.program_id(0)", f"num_m = tl.cdiv({M}, BLOCK_M)", f"num_n = tl.cdiv({N}, BLOCK_N)",
+    phases = math.prod(d["s"] for d in dims)  # 1 unless phased: then a tile's phases are consecutive programs
+    pid = "tl.program_id(0)" if phases == 1 else f"tl.program_id(0) // {phases}"
+    lines = ([f"ph = tl.program_id(0) % {phases}"] if phases > 1 else []) + [f"pid = {pid}", f"num_m = tl.cdiv({rows}, BLOCK_M)", f"num_n = tl.cdiv({N}, BLOCK_N)",
              "width = GROUP_M * num_n", "first_m = (pid // width) * GROUP_M",
              "gsize = tl.minimum(num_m - first_m, GROUP_M)", "pid_m = first_m + (pid % width) % gsize",
-             "pid_n = (pid % width) // gsize", f"pid_g = tl.program_id(1){big}",
-             f"rm1 = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){big}",
+             "pid_n = (pid % width) // gsize",
              f"rn1 = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){big}", f"rk = tl.arange(0, BLOCK_K){big}"]
-    lines += _split_index("rm1", (kernel.domain[0],) + tuple(spatial), "q")  # q0: batch, q1..: output position
-    lines += [f"o{i} = q{i + 1}" for i in range(len(spatial))]
+    if phased:
+        head, body, conds = _phase_lines(dims, kernel.domain[0], cin_g, big)
+        lines += head
+        body.insert(0, "kk = k0 + rk")
+        k_extent, row_ok = "ktaps", "row_ok[:, None]"
+    else:
+        lines += [f"pid_g = tl.program_id(1){big}", f"rm1 = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){big}"]
+        lines += _split_index("rm1", (kernel.domain[0],) + tuple(spatial), "q")  # q0: batch, q1..: output position
+        lines += [f"o{i} = q{i + 1}" for i in range(len(spatial))]
+        body = ["kk = k0 + rk", f"ci = kk // {taps}" if taps > 1 else "ci = kk"]
+        if taps > 1:
+            body += _split_index(f"(kk % {taps})", window, "kw")
+        else:
+            body += [f"kw{i} = kk * 0" for i in range(len(window))]
+        tap_lines, conds = _input_taps(attrs, tuple(x.shape[2:]))
+        body += tap_lines
+        k_extent, row_ok = str(K), f"(rm1[:, None] < {M})"
     lines.append(f"x_row = {xp} + {x.offset} + q0 * {sx[0]} + pid_g * {cin_g * sx[1]}")
     if attrs["transposed"]:  # weight (C_in, C_out / groups, *window)
         lines.append(f"w_col = {wp} + {w.offset} + pid_g * {cin_g * sw[0]} + rn1 * {sw[1]}")
@@ -88,24 +171,24 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     else:  # weight (C_out, C_in / groups, *window)
         lines.append(f"w_col = {wp} + {w.offset} + (pid_g * {N} + rn1) * {sw[0]}")
         ci_stride = sw[1]
-    tap_lines, conds = _input_taps(attrs, tuple(x.shape[2:]))
-    body = ["kk = k0 + rk", f"ci = kk // {taps}" if taps > 1 else "ci = kk"]
-    if taps > 1:
-        body += _split_index(f"(kk % {taps})", window, "kw")
-    else:
-        body += [f"kw{i} = kk * 0" for i in range(len(window))]
-    body += tap_lines
     a_off = " + ".join([f"ci[None, :] * {sx[1]}"] + [f"i{i} * {sx[2 + i]}" for i in range(len(spatial))])
     b_off = " + ".join([f"ci[:, None] * {ci_stride}"] + [f"kw{i}[:, None] * {sw[2 + i]}" for i in range(len(window))])
-    a_mask = " & ".join([f"(rm1[:, None] < {M})", f"(kk[None, :] < {K})"] + conds)
+    a_mask = " & ".join([row_ok, f"(kk[None, :] < {k_extent})"] + conds)
     precision, cast = p.get("precision", "ieee"), dot_cast(x, w, p.get("operands", "input"))
     body += [f"ta = tl.load(x_row[:, None] + {a_off}, mask={a_mask}, other=0.0){cast}",
-             f"tb = tl.load(w_col[None, :] + {b_off}, mask=(kk[:, None] < {K}) & (rn1[None, :] < {N}), "
+             f"tb = tl.load(w_col[None, :] + {b_off}, mask=(kk[:, None] < {k_extent}) & (rn1[None, :] < {N}), "
              f"other=0.0){cast}",
              f'acc += tl.dot(ta, tb, input_precision="{precision}")']
-    lines += ["acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", f"for k0 in range(0, {K}, BLOCK_K):"]
+    lines += ["acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", f"for k0 in range(0, {k_extent}, BLOCK_K):"]
     lines += ["    " + line for line in body]
-    lines += ["rm = rm1[:, None]", f"rn = pid_g * {N} + rn1[None, :]", f"mask = (rm < {M}) & (rn1[None, :] < {N})"]
+    if phased:  # the output's flat (batch, position) index, and the phase's rows that are outputs
+        flat = "q0"
+        for i, size in enumerate(spatial):
+            flat = f"({flat}) * {size} + o{i}"
+        lines += [f"rm = ({flat})[:, None]", f"mask = {row_ok} & (rn1[None, :] < {N})"]
+    else:
+        lines += ["rm = rm1[:, None]", f"mask = (rm < {M}) & (rn1[None, :] < {N})"]
+    lines.append(f"rn = pid_g * {N} + rn1[None, :]")
     rank = len(kernel.domain)
     gen.groups = [([0] + list(range(2, rank)), "rm"), ([1], "rn")]
     gen.top.lines += lines
@@ -114,7 +197,7 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     store_lines(gen, list(kernel.stores.items()))
     meta = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"]
     src = kernel_header(name, gen, meta) + ["    " + line for line in gen.top.lines]
-    grid = (math.ceil(M / bm) * math.ceil(N / bn), groups)
+    grid = (math.ceil(rows / bm) * math.ceil(N / bn) * phases, groups)
     launch = Launch(name, grid, list(gen.ptrs), {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk,
                                                  "GROUP_M": p.get("GROUP_M", 8)}, p.get("num_warps", 4),
                     p.get("num_stages", 3))

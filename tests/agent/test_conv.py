@@ -12,7 +12,7 @@ from tools.rules import check_source
 FIXTURES = Path(__file__).parent / "fixtures"
 
 KINDS = ["conv1d", "conv2d", "conv2d_grouped", "conv3d", "pointwise", "transposed1d", "transposed2d",
-         "transposed2d_grouped", "transposed3d"]
+         "transposed2d_grouped", "transposed3d", "transposed2d_sparse", "transposed3d_mixed"]
 
 
 def task_of(kind: str, folder: Path) -> Path:
@@ -48,6 +48,18 @@ def test_odd_tiles_and_a_k_loop_of_several_steps(runner, tmp_path):
     t = BY_NAME["gemm"]
     source = t.render(a, {**t.default(a), "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2})
     assert "for k0 in range(0, 54, BLOCK_K)" in source  # K = 3 input channels x 18 taps
+    run_ok(runner, task, source)
+
+
+def test_a_strided_transposed_convolution_reads_only_its_phases_taps(runner, tmp_path):
+    """Stride 5, dilation 2, a 3-wide window: each output takes at most one tap per dim, and 16 of the 25
+    phases none (their outputs are the bias alone)."""
+    task = task_of("transposed2d_sparse", tmp_path)
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    source = t.render(a, {**t.default(a), "BLOCK_M": 16, "BLOCK_K": 16})
+    assert "ktaps = 3 * n0 * n1" in source and "for k0 in range(0, ktaps, BLOCK_K)" in source
+    assert "[(75, 1)]" in source  # an 18 x 28 output: 2 x 4 x 6 rows a phase, 16 a program, 25 phases each
     run_ok(runner, task, source)
 
 

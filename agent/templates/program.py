@@ -130,7 +130,10 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     vendor_reads = {leaf.base for k in kernels if k.kind == "torch_gemm" for leaf in k.nodes[0].args
                     if isinstance(leaf, Leaf)}
     float_dt = f"{program.float_base}.dtype" if program.float_base else None
+    vendor_outs = {buffers_of(k) for k in kernels if k.kind == "torch_gemm"}  # the vendor op returns its own
     for node, buf in buffers.items():
+        if buf in vendor_outs:
+            continue
         if node.dtype.is_floating_point:
             dt = float_dt if node in outputs and float_dt and node.dtype == program.bases[program.float_base].dtype \
                 else _dtype(torch.float32 if node not in outputs and buf not in vendor_reads else node.dtype)

@@ -97,6 +97,10 @@ class Gen(Reductions):
         self.count = 0
         extent = max([math.prod(self.D)] + [_extent(a) for a in _leaves(kernel.nodes, kernel.level)])
         self.big = extent > INT32_MAX or p.get("offsets64", False)
+        # a convolution's output positions, its tile's rows, lie apart in memory as its columns (channels) do:
+        # its full tiles are loaded and stored transposed, rows the last axis, so that a warp walks positions
+        # (Triton walks the last axis where neither is provably contiguous: it had walked the channels)
+        self.positions_last = False
         kept = [d for d in range(len(self.D)) if d not in kernel.rdims]
         if self.layout == "flat":
             self.groups = [(list(range(len(self.D))), "offs")]
@@ -253,7 +257,12 @@ class Gen(Reductions):
             mask = f", mask={mask}, other=0" if self.is_block(off) or inside else ""
             # floats compute in fp32 whatever the run-time dtype (a suite may cast inputs to bf16)
             cast = ".to(tl.float32)" if leaf.dtype.is_floating_point else ""
-            scope.lines.append(f"{name} = tl.load({self.ptr(leaf.base)} + {off}{mask}){cast}")
+            address = f"{self.ptr(leaf.base)} + {off}"
+            if self.positions_last and level == "full" and re.search(r"\brm\b", off):  # as stores, below
+                mask = re.sub(r"mask=(.*), other", r"mask=tl.trans(\1), other", mask)
+                scope.lines.append(f"{name} = tl.trans(tl.load(tl.trans({address}){mask})){cast}")
+            else:
+                scope.lines.append(f"{name} = tl.load({address}{mask}){cast}")
             scope.cache[key] = E(name, kind_of(leaf.dtype))
         return scope.cache[key]
 
@@ -570,7 +579,10 @@ def store_lines(gen: Gen, stores: list, red_mask: str = "rmask") -> None:
             address = f"{gen.ptr(buf.base)} + {gen.leaf_offset(buf, m.shape, level)}"
         else:
             address = f"{gen.ptr(buf)} + {gen.linear(level)}"
-        gen.body.lines.append(f"tl.store({address}, {value}, mask={mask})")
+        if gen.positions_last and level == "full":
+            gen.body.lines.append(f"tl.store(tl.trans({address}), tl.trans({value}), mask=tl.trans({mask}))")
+        else:
+            gen.body.lines.append(f"tl.store({address}, {value}, mask={mask})")
 
 
 def _leaves(nodes: list, members: dict) -> list[Leaf]:

@@ -78,6 +78,42 @@ def test_a_convolution_of_a_computed_value_under_an_epilogue(runner):
         run_ok(runner, task, source)
 
 
+RESIDUAL = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1)
+
+    def forward(self, x, r):
+        return torch.relu(self.conv(x) + r)
+
+
+def get_inputs():
+    return [torch.randn(2, 4, 5, 6), torch.randn(2, 6, 9, 11)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_convolutions_tiles_walk_output_positions(runner, tmp_path):
+    """Its input tile, a residual read in its epilogue and its output are each loaded or stored with the output
+    positions as the last axis (Triton walks that axis where it cannot prove either contiguous)."""
+    task = tmp_path / "conv_residual.py"
+    task.write_text(RESIDUAL)
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    source = t.render(a, {**t.default(a), "impl": "triton"})
+    assert "ta = tl.trans(tl.load(x_row[None, :] + ci[:, None] * " in source
+    assert re.search(r"= tl\.trans\(tl\.load\(tl\.trans\(p\d \+ ", source)  # the residual
+    assert re.search(r"tl\.store\(tl\.trans\(p\d \+ \w+\), tl\.trans\(", source)
+    run_ok(runner, task, source)
+
+
 @pytest.mark.slow
 def test_the_declared_cudnn_variant_passes_the_evaluator():
     from tools.evaluate import evaluate

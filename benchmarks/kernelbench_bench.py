@@ -62,12 +62,16 @@ def main() -> int:
     p.add_argument("--dtype", choices=("bfloat16", "float16"),
                    help="cast every task to this dtype (batch --dtype; default: the tasks' own, float32)")
     p.add_argument("--table", action="store_true", help="print the tables of OUT and run nothing")
+    p.add_argument("--newer", metavar="DIR", help="with --table: the output folder of a later run of some of the "
+                                                   "tasks, whose rows replace OUT's in the compile-bound table")
     args = p.parse_args()
     out = Path(args.out)
     levels = [f"level{n.strip()}" for n in args.levels.split(",")]
     unknown = [lv for lv in levels if lv not in LEVELS]
     if unknown:
         p.error(f"unknown level(s) {', '.join(unknown)}; KernelBench has 1, 2 and 3")
+    if args.newer and not args.table:
+        p.error("--newer goes with --table: it merges the tables of two runs and runs nothing")
     for level in levels:
         other = batch_dtype(out / level)
         if not args.table and other is not False and other != args.dtype:
@@ -83,7 +87,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.md").write_text(text)
     (out / "tasks.md").write_text("".join(task_table(out / level) for level in chosen))
-    beyond = compile_bound_table([out / level for level in chosen if level != "level3"])
+    newer = [Path(args.newer) / level for level in chosen if level != "level3"] if args.newer else []
+    beyond = compile_bound_table([out / level for level in chosen if level != "level3"] + newer)
     (out / "compile_bound.md").write_text(beyond)
     print(text + f"\n{beyond}\nEvery finished task, one row each: {out / 'tasks.md'}")
     return 0
@@ -323,8 +328,9 @@ def compile_bound_table(folders: list[Path]) -> str:
     """The verified tasks of levels 1 and 2 where torch.compile runs above COMPILE_SLACK x the floor: eager,
     compile and best kernel times, the floor, best/floor, the winning candidate's operator and parameters, and
     the geomeans (the shipped time is the better of kernel and eager, as in the level tables). A task is
-    memory-bound when its floor is its bytes at the copy bandwidth, the largest bytes/floor of the runs."""
-    rows = []
+    memory-bound when its floor is its bytes at the copy bandwidth, the largest bytes/floor of the runs. A task
+    in several folders takes its row from the last (a later run of it)."""
+    by_task = {}
     for folder in folders:
         results = folder / "results.json"
         if not results.is_file():
@@ -334,7 +340,8 @@ def compile_bound_table(folders: list[Path]) -> str:
             if t["status"] != "done" or t["verdict"] != "correct" or not t.get("floor_ms") or not t.get("compile_ms"):
                 continue
             if t["compile_ms"] > COMPILE_SLACK * t["floor_ms"] and not t.get("interpreted"):
-                rows.append((t, _winner(folder / dirs.get(t["task"], {}).get("dir", t["task"]))))
+                by_task[t["task"]] = (t, _winner(folder / dirs.get(t["task"], {}).get("dir", t["task"])))
+    rows = list(by_task.values())
     if not rows:
         return "No verified level-1/2 task has torch.compile above 1.15x the floor.\n"
     bandwidth = max((w["bytes"] / t["floor_ms"] for t, w in rows), default=0.0)

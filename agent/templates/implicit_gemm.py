@@ -142,11 +142,12 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     xp, wp = gen.ptr(x.base), gen.ptr(w.base)
     phases = math.prod(d["s"] for d in dims)  # 1 unless phased: then a tile's phases are consecutive programs
     pid = "tl.program_id(0)" if phases == 1 else f"tl.program_id(0) // {phases}"
-    lines = ([f"ph = tl.program_id(0) % {phases}"] if phases > 1 else []) + [f"pid = {pid}", f"num_m = tl.cdiv({rows}, BLOCK_M)", f"num_n = tl.cdiv({N}, BLOCK_N)",
-             "width = GROUP_M * num_n", "first_m = (pid // width) * GROUP_M",
-             "gsize = tl.minimum(num_m - first_m, GROUP_M)", "pid_m = first_m + (pid % width) % gsize",
-             "pid_n = (pid % width) // gsize",
-             f"rn1 = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){big}", f"rk = tl.arange(0, BLOCK_K){big}"]
+    lines = [f"ph = tl.program_id(0) % {phases}"] if phases > 1 else []
+    lines += [f"pid = {pid}", f"num_m = tl.cdiv({rows}, BLOCK_M)", f"num_n = tl.cdiv({N}, BLOCK_N)",
+              "width = GROUP_M * num_n", "first_m = (pid // width) * GROUP_M",
+              "gsize = tl.minimum(num_m - first_m, GROUP_M)", "pid_m = first_m + (pid % width) % gsize",
+              "pid_n = (pid % width) // gsize",
+              f"rn1 = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){big}", f"rk = tl.arange(0, BLOCK_K){big}"]
     if phased:
         head, body, conds = _phase_lines(dims, kernel.domain[0], cin_g, big)
         lines += head

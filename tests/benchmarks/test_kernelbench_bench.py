@@ -199,23 +199,30 @@ def test_a_task_without_a_compile_time_is_named_with_the_reason(tmp_path):
             "(BackendCompilerFailed: backend='inductor' raised: out of resource)") in b.markdown([s])
 
 
-def test_the_tasks_where_compile_is_above_the_floor(tmp_path):
-    """Issue 19's first table: the verified tasks whose torch.compile time is above 1.15x the floor, each with
-    its winner and whether it is memory-bound (its floor is its bytes at the largest bytes/floor seen)."""
-    folder = tmp_path / "out" / "level2"
-    gpu = dict(status="done", device="NVIDIA H200", verdict="correct", kept=True, evaluations=1, correct=1)
-    rows = [TaskRow("1_Softmax", "1.py", best_ms=1.1, eager_ms=2.0, compile_ms=1.6, floor_ms=1.0, **gpu),
-            TaskRow("2_Gemm_Gelu", "2.py", best_ms=3.0, eager_ms=2.5, compile_ms=2.5, floor_ms=2.0, **gpu),
-            TaskRow("3_Relu", "3.py", best_ms=1.0, eager_ms=1.1, compile_ms=1.1, floor_ms=1.0, **gpu)]
+GPU_ROW = dict(status="done", device="NVIDIA H200", verdict="correct", kept=True, evaluations=1, correct=1)
+
+
+def _compile_bound_folder(folder: Path, rows: list, runs: list) -> None:
+    """A level folder of a finished batch: its results and, per task, the winner's parameters and timed bytes."""
     write_results(folder, "level2.toml", rows)
     (folder / "batch.json").write_text(json.dumps({"tasks": {r.task: {"dir": r.task, "status": "done"}
                                                              for r in rows}}))
-    for r, nbytes, params in [(rows[0], 4e9, {"block": 1024}), (rows[1], 1e9, {"variant": "torch"}),
-                              (rows[2], 4e9, {})]:
+    for r, (nbytes, params) in zip(rows, runs):
         (folder / r.task).mkdir()
         timing = Timing(r.best_ms, r.eager_ms, r.compile_ms, r.floor_ms, None, None, None, 1.0, False, bytes=nbytes)
         run_id = _store(folder / r.task, [EvalResult("correct", "Correct.", timing=timing)], params)
         (folder / r.task / "report.json").write_text(json.dumps({"run": run_id, "best": {"id": 1}}))
+
+
+def test_the_tasks_where_compile_is_above_the_floor(tmp_path):
+    """Issue 19's first table: the verified tasks whose torch.compile time is above 1.15x the floor, each with
+    its winner and whether it is memory-bound (its floor is its bytes at the largest bytes/floor seen)."""
+    folder = tmp_path / "out" / "level2"
+    gpu = GPU_ROW
+    rows = [TaskRow("1_Softmax", "1.py", best_ms=1.1, eager_ms=2.0, compile_ms=1.6, floor_ms=1.0, **gpu),
+            TaskRow("2_Gemm_Gelu", "2.py", best_ms=3.0, eager_ms=2.5, compile_ms=2.5, floor_ms=2.0, **gpu),
+            TaskRow("3_Relu", "3.py", best_ms=1.0, eager_ms=1.1, compile_ms=1.1, floor_ms=1.0, **gpu)]
+    _compile_bound_folder(folder, rows, [(4e9, {"block": 1024}), (1e9, {"variant": "torch"}), (4e9, {})])
     text = bench().compile_bound_table([folder])
     assert "the 2 verified tasks where torch.compile is above 1.15x the floor" in text and "3_Relu" not in text
     assert ("| 1_Softmax | memory | 2.000 | 1.600 | 1.100 | 1.000 | 1.60x | 1.10x | 1.45x | template: block=1024 |"
@@ -223,3 +230,17 @@ def test_the_tasks_where_compile_is_above_the_floor(tmp_path):
     assert ("| 2_Gemm_Gelu | compute | 2.500 | 2.500 | 3.000 | 2.000 | 1.25x | 1.50x | 1.00x | template: "
             "variant=torch |") in text
     assert "1.21x over 2 tasks; best/floor on the 1 memory-bound ones: geomean 1.10x, worst 1.10x" in text
+
+
+def test_a_later_run_of_a_task_replaces_its_row(tmp_path):
+    older, newer = tmp_path / "a" / "level2", tmp_path / "b" / "level2"
+    _compile_bound_folder(older, [TaskRow("1_Softmax", "1.py", best_ms=1.1, eager_ms=2.0, compile_ms=1.6, floor_ms=1.0,
+                                          **GPU_ROW),
+                                  TaskRow("2_Conv", "2.py", best_ms=3.0, eager_ms=2.5, compile_ms=2.5, floor_ms=2.0,
+                                          **GPU_ROW)], [(4e9, {}), (1e9, {"impl": "torch"})])
+    _compile_bound_folder(newer, [TaskRow("2_Conv", "2.py", best_ms=2.0, eager_ms=2.5, compile_ms=2.5, floor_ms=2.0,
+                                          **GPU_ROW)], [(1e9, {"impl": "triton"})])
+    text = bench().compile_bound_table([older, newer])
+    assert "the 2 verified tasks" in text and text.count("2_Conv") == 1
+    assert ("| 2_Conv | compute | 2.500 | 2.500 | 2.000 | 2.000 | 1.25x | 1.00x | 1.25x | template: impl=triton |"
+            in text)

@@ -43,20 +43,27 @@ def _split_index(var: str, sizes: tuple, prefix: str) -> list[str]:
     return lines
 
 
-def _input_taps(attrs: dict, in_sizes: tuple) -> tuple[list[str], list[str]]:
+def _axes(last: bool) -> tuple[str, str]:
+    """How a row (output position) vector and a K (channel, tap) vector broadcast into the input tile: [M, K],
+    or [K, M] with positions the last axis."""
+    return ("[None, :]", "[:, None]") if last else ("[:, None]", "[None, :]")
+
+
+def _input_taps(attrs: dict, in_sizes: tuple, last: bool) -> tuple[list[str], list[str]]:
     """Per spatial dim, the input coordinate each (output position, tap) reads, and when it is valid."""
     lines, conds = [], []
+    row, col = _axes(last)
     for i, size in enumerate(in_sizes):
         s, pad, d = attrs["stride"][i], attrs["padding"][i], attrs["dilation"][i]
-        tap = f"kw{i}[None, :]" if d == 1 else f"kw{i}[None, :] * {d}"
+        tap = f"kw{i}{col}" if d == 1 else f"kw{i}{col} * {d}"
         if not attrs["transposed"]:  # input = output * stride - pad + tap * dilation
-            pos = f"o{i}[:, None]" if s == 1 else f"o{i}[:, None] * {s}"
+            pos = f"o{i}{row}" if s == 1 else f"o{i}{row} * {s}"
             lines.append(f"i{i} = {pos} + {tap}" + (f" - {pad}" if pad else ""))
             if pad:  # without padding every tap of a valid output lies inside the input
                 conds += [f"(i{i} >= 0)", f"(i{i} < {size})"]
             continue
         # transposed at stride 1 (a strided one is phased): output = input - pad + tap * dilation
-        lines.append(f"i{i} = o{i}[:, None] + {pad} - {tap}" if pad else f"i{i} = o{i}[:, None] - {tap}")
+        lines.append(f"i{i} = o{i}{row} + {pad} - {tap}" if pad else f"i{i} = o{i}{row} - {tap}")
         conds += [f"(i{i} >= 0)", f"(i{i} < {size})"]
     return lines, conds
 
@@ -75,7 +82,8 @@ def _phases(attrs: dict, window: tuple, in_sizes: tuple, out_sizes: tuple) -> li
     return dims
 
 
-def _phase_lines(dims: list[dict], batch: int, cin_g: int, big: str) -> tuple[list[str], list[str], list[str]]:
+def _phase_lines(dims: list[dict], batch: int, cin_g: int, big: str, last: bool) -> tuple[list[str], list[str],
+                                                                                        list[str]]:
     """A phased transposed convolution's lines before its K loop (its K extent among them, `ktaps`: cin_g
     times the phase's taps), the loop body's lines up to the taps kw{i} and input coordinates i{i}, and their
     validity conditions. Dim i's phase r{i} is a residue of output + padding mod s; its outputs are f{i} + s * j,
@@ -108,6 +116,7 @@ def _phase_lines(dims: list[dict], batch: int, cin_g: int, big: str) -> tuple[li
     lines.append(f"row_ok = {' & '.join(ok)}")
     body = ["m = kk" if cin_g == 1 else f"m = kk // {cin_g}", "ci = kk * 0" if cin_g == 1 else f"ci = kk % {cin_g}"]
     conds = []
+    row, col = _axes(last)
     for i, dim in enumerate(dims):
         s, pad, d = dim["s"], dim["pad"], dim["d"]
         after = " * ".join(taps[i + 1:])
@@ -115,10 +124,10 @@ def _phase_lines(dims: list[dict], batch: int, cin_g: int, big: str) -> tuple[li
         body.append(f"kw{i} = {index} % {taps[i]}" if dim["s"] == 1 else f"kw{i} = t0{i} + ({index} % n{i}) * "
                     f"{dim['step']}")
         if s == 1:
-            tap = f"kw{i}[None, :]" if d == 1 else f"kw{i}[None, :] * {d}"
-            body.append(f"i{i} = o{i}[:, None] + {pad} - {tap}" if pad else f"i{i} = o{i}[:, None] - {tap}")
+            tap = f"kw{i}{col}" if d == 1 else f"kw{i}{col} * {d}"
+            body.append(f"i{i} = o{i}{row} + {pad} - {tap}" if pad else f"i{i} = o{i}{row} - {tap}")
         else:  # both exact: o + pad and a phase's tap * d are r mod s, and neither part is negative
-            body += [f"jk{i} = (kw{i} * {d} - r{i}) // {s}", f"i{i} = jo{i}[:, None] - jk{i}[None, :]"]
+            body += [f"jk{i} = (kw{i} * {d} - r{i}) // {s}", f"i{i} = jo{i}{row} - jk{i}{col}"]
         conds += [f"(i{i} >= 0)", f"(i{i} < {dim['in']})"]
     return lines, body, conds
 
@@ -137,6 +146,15 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     k_most = cin_g * math.prod(d["most"] for d in dims) if phased else K
     bm, bn, bk = (min(p.get(key, 64), max(16, next_pow2(dim))) for key, dim in
                   (("BLOCK_M", rows), ("BLOCK_N", N), ("BLOCK_K", k_most)))
+    # A phased convolution of one K step over a few input channels (3, and up to 8 taps a phase) has its input
+    # and output tiles walk output positions, the last axis (Triton walks the last axis where it cannot prove
+    # either contiguous, and had walked (channel, tap) columns and channels). Measured on 4 H200s, Triton's
+    # times: level 2's 3-input-channel transposed convolutions went from about 20 to 6 ms (72_ConvTranspose3d_
+    # BatchNorm_AvgPool_AvgPool 21.0 -> 6.6), where the same form ran the others slower: 1.2-1.5x over 16-64
+    # input channels, 2.3x for 81_conv_transposed_2D (32 channels, one tap a phase: 1.35 -> 3.16 ms), 1.2x for
+    # 59_conv_standard_3D (3 channels, unphased); with only the output transposed, 81 still took 3.13 ms.
+    last = phased and k_most <= bk and cin_g <= 8
+    row, col = _axes(last)
     sx, sw = x.strides, w.strides
     big = ".to(tl.int64)" if gen.big else ""
     xp, wp = gen.ptr(x.base), gen.ptr(w.base)
@@ -149,22 +167,27 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
               "pid_n = (pid % width) // gsize",
               f"rn1 = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){big}", f"rk = tl.arange(0, BLOCK_K){big}"]
     if phased:
-        head, body, conds = _phase_lines(dims, kernel.domain[0], cin_g, big)
+        head, body, conds = _phase_lines(dims, kernel.domain[0], cin_g, big, last)
         lines += head
         body.insert(0, "kk = k0 + rk")
-        k_extent, row_ok = "ktaps", "row_ok[:, None]"
+        k_extent, row_ok = "ktaps", "row_ok"
     else:
         lines += [f"pid_g = tl.program_id(1){big}", f"rm1 = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){big}"]
         lines += _split_index("rm1", (kernel.domain[0],) + tuple(spatial), "q")  # q0: batch, q1..: output position
         lines += [f"o{i} = q{i + 1}" for i in range(len(spatial))]
-        body = ["kk = k0 + rk", f"ci = kk // {taps}" if taps > 1 else "ci = kk"]
+        if last:  # channels fastest along K
+            body = ["kk = k0 + rk", f"ci = kk % {cin_g}" if cin_g > 1 else "ci = kk * 0"]
+            kw = f"(kk // {cin_g})" if cin_g > 1 else "kk"
+        else:  # taps fastest along K
+            body = ["kk = k0 + rk", f"ci = kk // {taps}" if taps > 1 else "ci = kk"]
+            kw = f"(kk % {taps})"
         if taps > 1:
-            body += _split_index(f"(kk % {taps})", window, "kw")
+            body += _split_index(kw, window, "kw")
         else:
             body += [f"kw{i} = kk * 0" for i in range(len(window))]
-        tap_lines, conds = _input_taps(attrs, tuple(x.shape[2:]))
+        tap_lines, conds = _input_taps(attrs, tuple(x.shape[2:]), last)
         body += tap_lines
-        k_extent, row_ok = str(K), f"(rm1[:, None] < {M})"
+        k_extent, row_ok = str(K), f"(rm1 < {M})"
     lines.append(f"x_row = {xp} + {x.offset} + q0 * {sx[0]} + pid_g * {cin_g * sx[1]}")
     if attrs["transposed"]:  # weight (C_in, C_out / groups, *window)
         lines.append(f"w_col = {wp} + {w.offset} + pid_g * {cin_g * sw[0]} + rn1 * {sw[1]}")
@@ -172,13 +195,12 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     else:  # weight (C_out, C_in / groups, *window)
         lines.append(f"w_col = {wp} + {w.offset} + (pid_g * {N} + rn1) * {sw[0]}")
         ci_stride = sw[1]
-    a_off = " + ".join([f"ci[None, :] * {sx[1]}"] + [f"i{i} * {sx[2 + i]}" for i in range(len(spatial))])
+    a_off = " + ".join([f"ci{col} * {sx[1]}"] + [f"i{i} * {sx[2 + i]}" for i in range(len(spatial))])
     b_off = " + ".join([f"ci[:, None] * {ci_stride}"] + [f"kw{i}[:, None] * {sw[2 + i]}" for i in range(len(window))])
-    a_mask = " & ".join([row_ok, f"(kk[None, :] < {k_extent})"] + conds)
+    a_mask = " & ".join([f"{row_ok}{row}", f"(kk{col} < {k_extent})"] + conds)
     precision, cast = p.get("precision", "ieee"), dot_cast(x, w, p.get("operands", "input"))
-    # the input tile stays [M, K]: with it loaded [K, M] and transposed as well as the epilogue (one H200 run),
-    # level 1's convolutions over 16-64 input channels ran up to 2.3x slower, 81_conv_transposed 1.35 -> 3.16 ms
-    body += [f"ta = tl.load(x_row[:, None] + {a_off}, mask={a_mask}, other=0.0){cast}",
+    load = f"tl.load(x_row{row} + {a_off}, mask={a_mask}, other=0.0)"
+    body += [f"ta = {f'tl.trans({load})' if last else load}{cast}",
              f"tb = tl.load(w_col[None, :] + {b_off}, mask=(kk[:, None] < {k_extent}) & (rn1[None, :] < {N}), "
              f"other=0.0){cast}",
              f'acc += tl.dot(ta, tb, input_precision="{precision}")']
@@ -188,13 +210,13 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
         flat = "q0"
         for i, size in enumerate(spatial):
             flat = f"({flat}) * {size} + o{i}"
-        lines += [f"rm = ({flat})[:, None]", f"mask = {row_ok} & (rn1[None, :] < {N})"]
+        lines += [f"rm = ({flat})[:, None]", f"mask = {row_ok}[:, None] & (rn1[None, :] < {N})"]
     else:
         lines += ["rm = rm1[:, None]", f"mask = (rm < {M}) & (rn1[None, :] < {N})"]
     lines.append(f"rn = pid_g * {N} + rn1[None, :]")
     rank = len(kernel.domain)
     gen.groups = [([0] + list(range(2, rank)), "rm"), ([1], "rn")]
-    gen.positions_last = True  # its epilogue's tiles; its input tile stays [M, K] (below)
+    gen.positions_last = last
     gen.top.lines += lines
     gen.top.cache[g] = "acc"
     gen.kinds[g] = "f"

@@ -100,18 +100,26 @@ def get_init_inputs():
 '''
 
 
-def test_a_convolutions_epilogue_walks_output_positions(runner, tmp_path):
-    """A residual read in its epilogue and its output are loaded and stored with the output positions as the last
-    axis (Triton walks that axis where it cannot prove either contiguous); its input tile stays [M, K]."""
+def test_a_phased_convolution_of_one_k_step_walks_output_positions(runner, tmp_path):
+    """Four input channels, a phase's taps: one K step. Its input tile, a residual read in its epilogue and its
+    output are loaded or stored with the output positions as the last axis (Triton walks that axis where it
+    cannot prove either contiguous); one over 40 input channels keeps [M, K] tiles."""
     task = tmp_path / "conv_residual.py"
     task.write_text(RESIDUAL)
     a = analyze(str(task), small=True)
     t = BY_NAME["gemm"]
     source = t.render(a, {**t.default(a), "impl": "triton"})
-    assert "ta = tl.load(x_row[:, None] + " in source
+    assert "ta = tl.trans(tl.load(x_row[None, :] + ci[:, None] * " in source
     assert re.search(r"= tl\.trans\(tl\.load\(tl\.trans\(p\d \+ ", source)  # the residual
     assert re.search(r"tl\.store\(tl\.trans\(p\d \+ \w+\), tl\.trans\(", source)
     run_ok(runner, task, source)
+    wide = tmp_path / "conv_residual_wide.py"
+    wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6,", "ConvTranspose2d(40, 6,").replace("(2, 4, 5, 6)",
+                                                                                            "(2, 40, 5, 6)"))
+    a = analyze(str(wide), small=True)
+    source = t.render(a, {**t.default(a), "impl": "triton"})
+    assert "ta = tl.load(x_row[:, None] + " in source and "tl.trans(" not in source
+    run_ok(runner, wide, source)
 
 
 @pytest.mark.slow

@@ -97,8 +97,8 @@ class Gen(Reductions):
         self.count = 0
         extent = max([math.prod(self.D)] + [_extent(a) for a in _leaves(kernel.nodes, kernel.level)])
         self.big = extent > INT32_MAX or p.get("offsets64", False)
-        # full tiles loaded and stored transposed, their rows the last axis (a convolution of one K step, whose
-        # rows are output positions: implicit_gemm.render_conv says why)
+        # full tiles loaded and stored transposed, their rows the last axis: a phased convolution of one K step
+        # over a few input channels, whose rows are output positions (implicit_gemm.render_conv says why)
         self.positions_last = False
         kept = [d for d in range(len(self.D)) if d not in kernel.rdims]
         if self.layout == "flat":

@@ -152,8 +152,11 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     # times: level 2's 3-input-channel transposed convolutions went from about 20 to 6 ms (72_ConvTranspose3d_
     # BatchNorm_AvgPool_AvgPool 21.0 -> 6.6), where the same form ran the others slower: 1.2-1.5x over 16-64
     # input channels, 2.3x for 81_conv_transposed_2D (32 channels, one tap a phase: 1.35 -> 3.16 ms), 1.2x for
-    # 59_conv_standard_3D (3 channels, unphased); with only the output transposed, 81 still took 3.13 ms.
-    last = phased and k_most <= bk and cin_g <= 8
+    # 59_conv_standard_3D (3 channels, unphased); with only the output transposed, 81 still took 3.13 ms. Some
+    # faster in that form were not phased (level 1's 58_conv_transposed_3D, 11.9 -> 7.1 ms), so params["tiles"]
+    # ("positions" or "channels") lets the search choose it for any convolution.
+    tiles = p.get("tiles") or ("positions" if phased and k_most <= bk and cin_g <= 8 else "channels")
+    last = tiles == "positions"
     row, col = _axes(last)
     sx, sw = x.strides, w.strides
     big = ".to(tl.int64)" if gen.big else ""

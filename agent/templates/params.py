@@ -9,7 +9,8 @@ how many programs run.
         pipeline (1: chunk loops pipelined over num_stages)
   col   BLOCK_I, BLOCK_R, num_warps, num_stages
   gemm  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages (+ SPLIT_K, impl, precision at plan level, and
-        operands, input or fp32, where bf16/fp16 operands meet tl.dot: base.default_operands)
+        operands, input or fp32, where bf16/fp16 operands meet tl.dot: base.default_operands); a convolution's
+        tiles, channels or positions (the axis its tiles walk; by default implicit_gemm.render_conv's rule)
   rnn   BLOCK_H hidden units per program, BLOCK_K, num_warps
   attention  BLOCK_M queries per program, BLOCK_N keys per step, num_warps, num_stages (+ precision)
 """
@@ -132,8 +133,11 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
                 "BLOCK_W": [b for b in POW2 if 16 <= b <= max(16, min(1024, next_pow2(kernel.domain[-1])))],
                 "BLOCK": [256, 1024, 4096], "num_warps": [1, 2, 4, 8], "num_stages": [1]}
     if layout == "gemm":
-        return {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128],
-                "GROUP_M": [1, 4, 8, 16], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5]}
+        space = {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128],
+                 "GROUP_M": [1, 4, 8, 16], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5]}
+        if kernel.nodes[0].fn == "conv":  # which axis the tiles walk (implicit_gemm.render_conv)
+            space["tiles"] = ["channels", "positions"]
+        return space
     o, r, i = sizes(kernel)
     rp = next_pow2(r)
     if layout == "row":
@@ -237,6 +241,8 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
     if layout == "col" and p.get("BLOCK_I", 64) * p.get("BLOCK_R", 32) > 65536:
         return "the tile holds more than 65536 elements"
     if layout == "gemm":
+        if p.get("tiles", "channels") not in ("channels", "positions"):
+            return "tiles must be channels or positions"
         bm, bn, bk = p.get("BLOCK_M", 64), p.get("BLOCK_N", 64), p.get("BLOCK_K", 32)
         if max(1, p.get("num_stages", 3)) * (bm * bk + bk * bn) * 4 > SMEM_BYTES:
             return "the pipelined tiles need more shared memory than a block has"

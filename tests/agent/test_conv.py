@@ -120,6 +120,12 @@ def test_a_phased_convolution_of_one_k_step_walks_output_positions(runner, tmp_p
     source = t.render(a, {**t.default(a), "impl": "triton"})
     assert "ta = tl.load(x_row[:, None] + " in source and "tl.trans(" not in source
     run_ok(runner, wide, source)
+    assert t.space(a)["tiles"] == ["channels", "positions"]  # the search may choose either for any convolution
+    source = t.render(a, {**t.default(a), "impl": "triton", "tiles": "positions"})
+    assert "ta = tl.trans(tl.load(x_row[None, :] + ci[:, None] * " in source
+    run_ok(runner, wide, source)
+    with pytest.raises(ValueError, match="tiles must be channels or positions"):
+        t.render(a, {**t.default(a), "impl": "triton", "tiles": "rows"})
 
 
 @pytest.mark.slow

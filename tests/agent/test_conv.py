@@ -37,7 +37,8 @@ def test_every_convolution_kind_is_an_implicit_gemm(kind, runner, tmp_path):
     assert [t.NAME for t in matching(a)] == ["gemm"]
     t = BY_NAME["gemm"]
     assert t.space(a)["impl"] == ["triton"]  # a bare convolution (with its bias) must be Triton to count
-    for params in t.variants(a)[:2]:
+    first = t.variants(a)[0]
+    for params in t.variants(a)[:2] + [{**first, "tiles": "positions"}, {**first, "tiles": "channels"}]:
         source = t.render(a, params)
         assert "KERNELWRIGHT_TORCH_OPS" not in source and "torch.convolution(" not in source
         run_ok(runner, task, source)

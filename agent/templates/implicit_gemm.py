@@ -132,6 +132,21 @@ def _phase_lines(dims: list[dict], batch: int, cin_g: int, big: str, last: bool)
     return lines, body, conds
 
 
+def conv_tiles(node, p: dict) -> str:
+    """The axis a convolution's tiles walk, "positions" or "channels": p["tiles"], else the measured rule (in
+    render_conv) for this convolution node at p's BLOCK_K."""
+    if p.get("tiles"):
+        return p["tiles"]
+    x, w = node.args
+    attrs = node.attrs
+    cin_g = x.shape[1] // attrs["groups"]
+    if not (attrs["transposed"] and any(s > 1 for s in attrs["stride"])) or cin_g > 8:
+        return "channels"
+    dims = _phases(attrs, tuple(w.shape[2:]), tuple(x.shape[2:]), tuple(node.shape[2:]))
+    k_most = cin_g * math.prod(d["most"] for d in dims)
+    return "positions" if k_most <= min(p.get("BLOCK_K", 64), max(16, next_pow2(k_most))) else "channels"
+
+
 def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen = Gen(kernel, name, p)
     g = kernel.nodes[0]
@@ -154,9 +169,8 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     # input channels, 2.3x for 81_conv_transposed_2D (32 channels, one tap a phase: 1.35 -> 3.16 ms), 1.2x for
     # 59_conv_standard_3D (3 channels, unphased); with only the output transposed, 81 still took 3.13 ms. Some
     # faster in that form were not phased (level 1's 58_conv_transposed_3D, 11.9 -> 7.1 ms), so params["tiles"]
-    # ("positions" or "channels") lets the search choose it for any convolution.
-    tiles = p.get("tiles") or ("positions" if phased and k_most <= bk and cin_g <= 8 else "channels")
-    last = tiles == "positions"
+    # ("positions" or "channels") lets the search choose it for any convolution (conv_tiles: this rule).
+    last = conv_tiles(g, p) == "positions"
     row, col = _axes(last)
     sx, sw = x.strides, w.strides
     big = ".to(tl.int64)" if gen.big else ""

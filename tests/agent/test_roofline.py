@@ -121,6 +121,20 @@ def test_a_compute_bound_gemm_tries_the_vendor_gemm_then_other_tiles():
     assert {(m.params["BLOCK_M"], m.params["BLOCK_N"]) for m in tiles} <= {(256, 128), (128, 256)}
 
 
+def test_a_triton_convolution_tries_its_tiles_walking_the_other_axis(tmp_path):
+    """After the vendor convolution: positions where the rule chose channels (40 input channels), and back."""
+    task = tmp_path / "conv.py"
+    task.write_text((FIXTURES / "conv_kinds.py").read_text().replace('kind = "conv2d"', 'kind = "conv2d_grouped"'))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    out = moves(a, t, {**t.default(a), "impl": "triton"}, measured(1.8), a.to_json())
+    flip = next(m for m in out if "tiles" in m.params)
+    assert flip.params["tiles"] == "positions" and flip.reason.endswith(
+        "a Triton convolution: try its tiles walking positions (tiles channels->positions)")
+    back = moves(a, t, {**t.default(a), "impl": "triton", "tiles": "positions"}, measured(1.8), a.to_json())
+    assert next(m for m in back if "tiles" in m.params).params["tiles"] == "channels"
+
+
 def test_a_gemm_whose_tiles_do_not_fill_the_gpu_splits_k():
     a = analysis_of("tpl_matmul", {"batch": 64, "d_in": 8192, "d_out": 256})
     t = BY_NAME["gemm"]

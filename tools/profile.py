@@ -1,6 +1,6 @@
 """Timing, in one place: `time_call` times GPU work (or the interpreter's), `host_us` what the host spends
-launching it. Plus the FLOP and byte
-counts of a task, the device's measured ceilings (cached per device), and the speed-of-light floor."""
+launching it. Plus the FLOP and byte counts of a task, the device's measured ceilings (cached per device), and
+the speed-of-light floor."""
 from __future__ import annotations
 
 import json

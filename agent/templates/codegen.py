@@ -253,15 +253,13 @@ class Gen(Reductions):
             mask = "mask" if level == "full" else "rmask"
             if inside:
                 mask = f"{mask} & {inside}" if self.is_block(off + inside) else inside
-            mask = f", mask={mask}, other=0" if self.is_block(off) or inside else ""
+            # a tile of the rows, loaded as stores store it (store_lines)
+            t = _trans if self.positions_last and level == "full" and re.search(r"\brm\b", off) else str
+            mask = f", mask={t(mask)}, other=0" if self.is_block(off) or inside else ""
             # floats compute in fp32 whatever the run-time dtype (a suite may cast inputs to bf16)
             cast = ".to(tl.float32)" if leaf.dtype.is_floating_point else ""
-            address = f"{self.ptr(leaf.base)} + {off}"
-            if self.positions_last and level == "full" and re.search(r"\brm\b", off):  # as stores, below
-                mask = re.sub(r"mask=(.*), other", r"mask=tl.trans(\1), other", mask)
-                scope.lines.append(f"{name} = tl.trans(tl.load(tl.trans({address}){mask})){cast}")
-            else:
-                scope.lines.append(f"{name} = tl.load({address}{mask}){cast}")
+            load = f"tl.load({t(f'{self.ptr(leaf.base)} + {off}')}{mask})"
+            scope.lines.append(f"{name} = {t(load)}{cast}")
             scope.cache[key] = E(name, kind_of(leaf.dtype))
         return scope.cache[key]
 
@@ -578,10 +576,13 @@ def store_lines(gen: Gen, stores: list, red_mask: str = "rmask") -> None:
             address = f"{gen.ptr(buf.base)} + {gen.leaf_offset(buf, m.shape, level)}"
         else:
             address = f"{gen.ptr(buf)} + {gen.linear(level)}"
-        if gen.positions_last and level == "full":
-            gen.body.lines.append(f"tl.store(tl.trans({address}), tl.trans({value}), mask=tl.trans({mask}))")
-        else:
-            gen.body.lines.append(f"tl.store({address}, {value}, mask={mask})")
+        t = _trans if gen.positions_last and level == "full" else str
+        gen.body.lines.append(f"tl.store({t(address)}, {t(value)}, mask={t(mask)})")
+
+
+def _trans(code: str) -> str:
+    """A tile's expression transposed (Gen.positions_last)."""
+    return f"tl.trans({code})"
 
 
 def _leaves(nodes: list, members: dict) -> list[Leaf]:

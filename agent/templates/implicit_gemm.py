@@ -132,19 +132,39 @@ def _phase_lines(dims: list[dict], batch: int, cin_g: int, big: str, last: bool)
     return lines, body, conds
 
 
-def conv_tiles(node, p: dict) -> str:
-    """The axis a convolution's tiles walk, "positions" or "channels": p["tiles"], else the measured rule (in
-    render_conv) for this convolution node at p's BLOCK_K."""
-    if p.get("tiles"):
-        return p["tiles"]
+def _k_steps(node) -> tuple[list[dict], int, int]:
+    """A convolution node's phases (none unless it is transposed with a stride above 1: _phases), its input
+    channels per group, and the most K one phase reads (the whole K where unphased)."""
     x, w = node.args
     attrs = node.attrs
-    cin_g = x.shape[1] // attrs["groups"]
-    if not (attrs["transposed"] and any(s > 1 for s in attrs["stride"])) or cin_g > 8:
-        return "channels"
-    dims = _phases(attrs, tuple(w.shape[2:]), tuple(x.shape[2:]), tuple(node.shape[2:]))
-    k_most = cin_g * math.prod(d["most"] for d in dims)
-    return "positions" if k_most <= min(p.get("BLOCK_K", 64), max(16, next_pow2(k_most))) else "channels"
+    cin_g, window = x.shape[1] // attrs["groups"], tuple(w.shape[2:])
+    if not (attrs["transposed"] and any(s > 1 for s in attrs["stride"])):
+        return [], cin_g, cin_g * math.prod(window)
+    dims = _phases(attrs, window, tuple(x.shape[2:]), tuple(node.shape[2:]))
+    return dims, cin_g, cin_g * math.prod(d["most"] for d in dims)
+
+
+def gemm_block(p: dict, key: str, extent: int) -> int:
+    """A tile size of p (64 unless given) for a GEMM axis of `extent`: no larger than the axis needs, at least 16."""
+    return min(p.get(key, 64), max(16, next_pow2(extent)))
+
+
+def conv_tiles(node, p: dict) -> str:
+    """The axis a convolution's tiles walk, "positions" or "channels": p["tiles"], else the measured rule below.
+
+    A phased convolution of one K step over a few input channels (3, and up to 8 taps a phase) has its input
+    and output tiles walk output positions, the last axis (Triton walks the last axis where it cannot prove
+    either contiguous, and had walked (channel, tap) columns and channels). Measured on 4 H200s, Triton's
+    times: level 2's 3-input-channel transposed convolutions went from about 20 to 6 ms (72_ConvTranspose3d_
+    BatchNorm_AvgPool_AvgPool 21.0 -> 6.6), where the same form ran the others slower: 1.2-1.5x over 16-64
+    input channels, 2.3x for 81_conv_transposed_2D (32 channels, one tap a phase: 1.35 -> 3.16 ms), 1.2x for
+    59_conv_standard_3D (3 channels, unphased); with only the output transposed, 81 still took 3.13 ms. Some
+    faster in that form were not phased (level 1's 58_conv_transposed_3D, 11.9 -> 7.1 ms), so params["tiles"]
+    lets the search choose either for any convolution."""
+    if p.get("tiles"):
+        return p["tiles"]
+    dims, cin_g, k_most = _k_steps(node)
+    return "positions" if dims and cin_g <= 8 and k_most <= gemm_block(p, "BLOCK_K", k_most) else "channels"
 
 
 def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
@@ -154,22 +174,11 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     attrs = g.attrs
     groups, M, N, K = gemm_dims(g)
     spatial, window = kernel.domain[2:], tuple(w.shape[2:])
-    taps, cin_g = math.prod(window), x.shape[1] // groups
-    phased = attrs["transposed"] and any(s > 1 for s in attrs["stride"])
-    dims = _phases(attrs, window, tuple(x.shape[2:]), tuple(spatial)) if phased else []
+    taps = math.prod(window)
+    dims, cin_g, k_most = _k_steps(g)
+    phased = bool(dims)
     rows = kernel.domain[0] * math.prod(d["rows"] for d in dims) if phased else M
-    k_most = cin_g * math.prod(d["most"] for d in dims) if phased else K
-    bm, bn, bk = (min(p.get(key, 64), max(16, next_pow2(dim))) for key, dim in
-                  (("BLOCK_M", rows), ("BLOCK_N", N), ("BLOCK_K", k_most)))
-    # A phased convolution of one K step over a few input channels (3, and up to 8 taps a phase) has its input
-    # and output tiles walk output positions, the last axis (Triton walks the last axis where it cannot prove
-    # either contiguous, and had walked (channel, tap) columns and channels). Measured on 4 H200s, Triton's
-    # times: level 2's 3-input-channel transposed convolutions went from about 20 to 6 ms (72_ConvTranspose3d_
-    # BatchNorm_AvgPool_AvgPool 21.0 -> 6.6), where the same form ran the others slower: 1.2-1.5x over 16-64
-    # input channels, 2.3x for 81_conv_transposed_2D (32 channels, one tap a phase: 1.35 -> 3.16 ms), 1.2x for
-    # 59_conv_standard_3D (3 channels, unphased); with only the output transposed, 81 still took 3.13 ms. Some
-    # faster in that form were not phased (level 1's 58_conv_transposed_3D, 11.9 -> 7.1 ms), so params["tiles"]
-    # ("positions" or "channels") lets the search choose it for any convolution (conv_tiles: this rule).
+    bm, bn, bk = gemm_block(p, "BLOCK_M", rows), gemm_block(p, "BLOCK_N", N), gemm_block(p, "BLOCK_K", k_most)
     last = conv_tiles(g, p) == "positions"
     row, col = _axes(last)
     sx, sw = x.strides, w.strides

@@ -21,7 +21,7 @@ from agent.templates.attention_kernel import render_attention
 from agent.templates.codegen import (NEUTRAL, SMS, Gen, KernelCode, Launch, Scope, dot_cast, kernel_header,
                                      next_pow2, store_lines)
 from agent.templates.fold import fold_sums, is_zero, reads_reduction
-from agent.templates.implicit_gemm import render_conv
+from agent.templates.implicit_gemm import gemm_block, render_conv
 from agent.templates.ir import Leaf, Node
 from agent.templates.rnn_kernel import render_rnn
 from agent.templates.reductions import chan_merge
@@ -512,8 +512,8 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
     split = g.attrs.get("split_k", 1)
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     batched = len(a.shape) == 3
-    bm, bn, bk = (min(p.get(key, 64), max(16, next_pow2(dim))) for key, dim in
-                  (("BLOCK_M", M), ("BLOCK_N", N), ("BLOCK_K", math.ceil(K / split))))
+    bm, bn = gemm_block(p, "BLOCK_M", M), gemm_block(p, "BLOCK_N", N)
+    bk = gemm_block(p, "BLOCK_K", math.ceil(K / split))
     k_chunk = math.ceil(math.ceil(K / split) / bk) * bk if split > 1 else K
     even_k = K % bk == 0 and (split == 1 or K % k_chunk == 0)
     sa, sb = a.strides, b.strides

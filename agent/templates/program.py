@@ -432,8 +432,10 @@ def _shared(codes: list[KernelCode | None], kernels: list[Kernel]) -> list[str]:
     first: dict[str, str] = {}  # source with its name blanked -> the name it was first written under
     out = []
     for i, (k, c) in enumerate(zip(kernels, codes)):
-        if c is None or c.host or not c.source:
-            out += [c.source] if c is not None and c.source else []
+        if c is None or not c.source:  # a vendor op, or a kernel merged into an earlier launch (_one_launch)
+            continue
+        if c.host:
+            out.append(c.source)
             continue
         name = f"_{k.layout}_kernel{i}"
         key = c.source.replace(name, "_kernel")

@@ -149,22 +149,27 @@ def gemm_block(p: dict, key: str, extent: int) -> int:
     return min(p.get(key, 64), max(16, next_pow2(extent)))
 
 
+POSITIONS_K = 32  # the most K a phase may read for conv_tiles' positions form
+
+
 def conv_tiles(node, p: dict) -> str:
     """The axis a convolution's tiles walk, "positions" or "channels": p["tiles"], else the measured rule below.
 
-    A phased convolution of one K step over a few input channels (3, and up to 8 taps a phase) has its input
-    and output tiles walk output positions, the last axis (Triton walks the last axis where it cannot prove
-    either contiguous, and had walked (channel, tap) columns and channels). Measured on 4 H200s, Triton's
-    times: level 2's 3-input-channel transposed convolutions went from about 20 to 6 ms (72_ConvTranspose3d_
-    BatchNorm_AvgPool_AvgPool 21.0 -> 6.6), where the same form ran the others slower: 1.2-1.5x over 16-64
-    input channels, 2.3x for 81_conv_transposed_2D (32 channels, one tap a phase: 1.35 -> 3.16 ms), 1.2x for
-    59_conv_standard_3D (3 channels, unphased); with only the output transposed, 81 still took 3.13 ms. Some
-    faster in that form were not phased (level 1's 58_conv_transposed_3D, 11.9 -> 7.1 ms), so params["tiles"]
-    lets the search choose either for any convolution."""
+    A phased convolution over a few input channels whose phases read at most POSITIONS_K of K (3 channels and
+    up to 8 taps a phase) has its input and output tiles walk output positions, the last axis (Triton walks the
+    last axis where it cannot prove either contiguous, and had walked (channel, tap) columns and channels).
+    Measured on 4 H200s with 32-wide K tiles, Triton's times: level 2's 3-input-channel transposed convolutions
+    went from about 20 to 6 ms (72_ConvTranspose3d_BatchNorm_AvgPool_AvgPool 21.0 -> 6.6), where the same form
+    ran the others slower: 1.2-1.5x over 16-64 input channels, 2.3x for 81_conv_transposed_2D (32 channels, one
+    tap a phase: 1.35 -> 3.16 ms), 1.2x for 59_conv_standard_3D (3 channels, unphased); with only the output
+    transposed, 81 still took 3.13 ms. With 16-wide K tiles (two steps), on one H100, the positions form still
+    won on the 3-channel ones (72: 6.40 -> 4.61 ms) and lost on 75_conv_transposed_2D (1.08 -> 2.21). Some
+    faster in that form were not phased (level 1's 58_conv_transposed_3D, 11.9 -> 7.1 ms at 32 wide), so
+    params["tiles"] lets the search choose either for any convolution."""
     if p.get("tiles"):
         return p["tiles"]
     dims, cin_g, k_most = _k_steps(node)
-    return "positions" if dims and cin_g <= 8 and k_most <= gemm_block(p, "BLOCK_K", k_most) else "channels"
+    return "positions" if dims and cin_g <= 8 and k_most <= POSITIONS_K else "channels"
 
 
 def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:

@@ -60,6 +60,16 @@ def splittable(kernel: Kernel, p: dict | None = None) -> bool:
     return set(reduction_stages(kernel, pairs).values()) == {1}
 
 
+# A convolution's K tile. Its input tile is gathered: per element an input position from the (channel, tap)
+# column and the output row, and a bound check per spatial dim. At 32 wide those index tiles spilled registers
+# (sm_90, ptxas: 2.7-2.9 KB a thread in level 2's 3-channel transposed convolutions, 280 bytes in
+# 27_Conv3d_HardSwish_GroupNorm_Mean; 253-255 registers in others). At 16, on one H100, Triton's times fell
+# on all nine convolutions tried but one (1% slower): level 1's 58_conv_transposed_3D 11.88 -> 6.95 ms,
+# 75_conv_transposed_2D 1.39 -> 1.08, level 2's 27 11.43 -> 10.11, 58_ConvTranspose3d_LogSumExp_... 5.19 -> 2.74
+# (with the positions tiles, implicit_gemm.conv_tiles).
+CONV_BLOCK_K = 16
+
+
 def kernel_default(kernel: Kernel) -> dict:
     layout = kernel.layout
     if layout == "rnn":
@@ -78,7 +88,8 @@ def kernel_default(kernel: Kernel) -> dict:
     if layout in ("gemm", "torch"):
         _, m, n, _ = gemm_dims(kernel.nodes[0])
         bm, bn = min(128, max(16, next_pow2(m))), min(128, max(16, next_pow2(n)))
-        return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 8 if bm * bn >= 8192 else 4,
+        bk = CONV_BLOCK_K if kernel.nodes[0].fn == "conv" else 32
+        return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": 8 if bm * bn >= 8192 else 4,
                 "num_stages": 3}
     o, r, i = sizes(kernel)
     rp = next_pow2(r)

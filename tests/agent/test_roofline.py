@@ -101,6 +101,21 @@ def test_a_kernel_that_spills_tries_more_warps_then_a_smaller_tile():
                                                                 measured(1.3, compile=no_spills)))
 
 
+def test_a_spilling_convolution_narrows_its_k_tile_first(tmp_path):
+    """A convolution's registers go to its gathered index tiles: a narrower K tile before more warps."""
+    task = tmp_path / "conv.py"
+    task.write_text((FIXTURES / "conv_kinds.py").read_text())
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    start = {**t.default(a), "impl": "triton", "BLOCK_K": 32, "num_warps": 4}
+    spilling = CompileInfo([KernelInfo("_gemm_kernel0", registers=255, spills=700, num_warps=4)], "read")
+    out = [m for m in moves(a, t, start, measured(1.8, compile=spilling), a.to_json()) if "spilled" in m.reason]
+    assert [m.params["BLOCK_K"] for m in out] == [16, 32]
+    assert out[0].reason.endswith("700 registers spilled (255 a thread at 4 warps): try a smaller tile "
+                                  "(BLOCK_K 32->16)")
+    assert out[1].params["num_warps"] == 8 and out[1].params["BLOCK_M"] == start["BLOCK_M"]
+
+
 def test_few_rows_per_program_spread_over_more_programs():
     a = analysis_of("var_cross_entropy")  # 7 rows
     out = rowwise_moves(a, {"mode": "one_pass", "BLOCK_O": 4}, measured(1.4))

@@ -60,13 +60,13 @@ def splittable(kernel: Kernel, p: dict | None = None) -> bool:
     return set(reduction_stages(kernel, pairs).values()) == {1}
 
 
-# A convolution's K tile. Its input tile is gathered: per element an input position from the (channel, tap)
-# column and the output row, and a bound check per spatial dim. At 32 wide those index tiles spilled registers
-# (sm_90, ptxas: 2.7-2.9 KB a thread in level 2's 3-channel transposed convolutions, 280 bytes in
-# 27_Conv3d_HardSwish_GroupNorm_Mean; 253-255 registers in others). At 16, on one H100, Triton's times fell
-# on all nine convolutions tried but one (1% slower): level 1's 58_conv_transposed_3D 11.88 -> 6.95 ms,
-# 75_conv_transposed_2D 1.39 -> 1.08, level 2's 27 11.43 -> 10.11, 58_ConvTranspose3d_LogSumExp_... 5.19 -> 2.74
-# (with the positions tiles, implicit_gemm.conv_tiles).
+# A convolution's K tile where its output tile is at most 64 channels wide. Its input tile is gathered: per
+# element an input position from the (channel, tap) column and the output row, and a bound check per spatial
+# dim. At 32 wide those index tiles spilled registers (sm_90, ptxas: 2.7-2.9 KB a thread in level 2's 3-channel
+# transposed convolutions). Over KernelBench's convolutions on H200s, Triton's times at 16 against 32: level 2's
+# 3-channel ones 0.52-0.63x, 58_conv_transposed_3D 0.59x; over the 114 Triton candidates 0.94x in geomean, but
+# 1.03-1.27x on most with 128-channel tiles (87_conv_pointwise_2D 1.27x), where each K step's gather feeds twice
+# the products. At most 64 channels: 0.93x, the worst 1.14x (70_conv_transposed_3D).
 CONV_BLOCK_K = 16
 
 
@@ -88,7 +88,7 @@ def kernel_default(kernel: Kernel) -> dict:
     if layout in ("gemm", "torch"):
         _, m, n, _ = gemm_dims(kernel.nodes[0])
         bm, bn = min(128, max(16, next_pow2(m))), min(128, max(16, next_pow2(n)))
-        bk = CONV_BLOCK_K if kernel.nodes[0].fn == "conv" else 32
+        bk = CONV_BLOCK_K if kernel.nodes[0].fn == "conv" and bn <= 64 else 32
         return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": 8 if bm * bn >= 8192 else 4,
                 "num_stages": 3}
     o, r, i = sizes(kernel)

@@ -176,3 +176,18 @@ def test_a_network_of_small_convolutions_keeps_cudnn_first(tmp_path):
     a = analyze(str(task), small=False)
     t = BY_NAME["gemm"]
     assert [p["impl"] for p in t.variants(a)[:2]] == ["torch", "triton"]
+
+
+def test_a_convolution_of_narrow_output_tiles_takes_a_narrow_k_tile(tmp_path):
+    """At most 64 output channels a tile: K tiles of 16 (the gathered index tiles spilled at 32); 128-channel
+    tiles keep 32, as a matrix product does."""
+    t = BY_NAME["gemm"]
+    narrow = analyze(str(FIXTURES / "conv_kinds.py"), small=True)
+    assert (t.default(narrow)["BLOCK_N"], t.default(narrow)["BLOCK_K"]) == (16, 16)
+    wide = tmp_path / "conv_wide.py"
+    source = (FIXTURES / "conv_kinds.py").read_text()
+    wide.write_text(source.replace("nn.Conv2d(3, 9, (3, 2)", "nn.Conv2d(3, 200, (3, 2)"))
+    d = t.default(analyze(str(wide), small=True))
+    assert (d["BLOCK_N"], d["BLOCK_K"]) == (128, 32)
+    mm = analyze(str(FIXTURES / "tpl_matmul.py"), small=True)
+    assert t.default(mm)["BLOCK_K"] == 32

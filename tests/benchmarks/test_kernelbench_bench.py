@@ -244,3 +244,37 @@ def test_a_later_run_of_a_task_replaces_its_row(tmp_path):
     assert "the 2 verified tasks" in text and text.count("2_Conv") == 1
     assert ("| 2_Conv | compute | 2.500 | 2.500 | 2.000 | 2.000 | 1.25x | 1.00x | 1.25x | template: impl=triton |"
             in text)
+
+
+def test_two_machines_bandwidths_a_little_apart_both_count_as_memory_bound(tmp_path):
+    """Two H200s measure copy bandwidth a little apart (here 4.1 and 4.2 GB per ms): a task at its own run's
+    bandwidth is memory-bound in the merged table; one whose bytes take 90% of its floor is not."""
+    older, newer = tmp_path / "a" / "level2", tmp_path / "b" / "level2"
+    _compile_bound_folder(older, [TaskRow("1_Softmax", "1.py", best_ms=1.1, eager_ms=2.0, compile_ms=1.6, floor_ms=1.0,
+                                          **GPU_ROW),
+                                  TaskRow("3_Conv", "3.py", best_ms=1.1, eager_ms=2.0, compile_ms=1.6, floor_ms=1.0,
+                                          **GPU_ROW)], [(4.1e9, {}), (3.78e9, {})])
+    _compile_bound_folder(newer, [TaskRow("2_Relu", "2.py", best_ms=1.1, eager_ms=2.0, compile_ms=1.6, floor_ms=1.0,
+                                          **GPU_ROW)], [(4.2e9, {})])
+    text = bench().compile_bound_table([older, newer])
+    assert "| 1_Softmax | memory |" in text and "| 2_Relu | memory |" in text and "| 3_Conv | compute |" in text
+    assert "best/floor on the 2 memory-bound ones" in text
+
+
+def test_the_table_merges_several_later_runs_oldest_first(tmp_path, monkeypatch):
+    """--newer again for each later run: a task's row comes from the last run of it (2_Conv from the latest,
+    4_Pool from the one before)."""
+    runs = [tmp_path / name for name in ("base", "later", "latest")]
+    for run, best in zip(runs, (3.0, 2.0, 1.5)):
+        rows = [TaskRow("2_Conv", "2.py", best_ms=best, eager_ms=2.5, compile_ms=2.5, floor_ms=1.0, **GPU_ROW)]
+        if run.name == "later":
+            rows.append(TaskRow("4_Pool", "4.py", best_ms=1.2, eager_ms=2.5, compile_ms=2.5, floor_ms=1.0, **GPU_ROW))
+        _compile_bound_folder(run / "level2", rows, [(1e9, {"run": run.name})] * len(rows))
+    b = bench()
+    monkeypatch.setattr(sys, "argv", ["kernelbench_bench.py", "--out", str(runs[0]), "--levels", "2", "--table",
+                                      "--kernelbench", str(tmp_path / "kb"), "--newer", str(runs[1]), "--newer",
+                                      str(runs[2])])
+    assert b.main() == 0
+    table = (runs[0] / "compile_bound.md").read_text()
+    assert table.count("2_Conv") == 1 and "| 1.500 |" in table and "template: run=latest" in table
+    assert "| 4_Pool |" in table and "template: run=later" in table

@@ -36,8 +36,8 @@ from agent.templates.codegen import next_pow2
 from agent.templates.fold import fold_sums
 from agent.templates.implicit_gemm import conv_tiles, gemm_dims
 from agent.templates.kernels import online_pairs, point_sums, reduction_stages, welford_pairs
-from agent.templates.params import (SMS, kernel_default, kernel_invalid, kernel_space, l2_groups, persistent,
-                                    sizes)
+from agent.templates.params import (SMS, kernel_default, kernel_invalid, kernel_space, l2_groups, lag_split,
+                                    persistent, sizes)
 from agent.templates.schedule import Kernel
 from tools.results import EvalResult
 
@@ -169,10 +169,16 @@ def _reads(kernel: Kernel, p: dict) -> list[tuple[dict, str]]:
         out.append((persist, f"{fact}: try {persist['PERSIST'] * SMS} persistent programs taking rows in turn, "
                              f"the rows in flight within L2 (its later reads from L2)"))
     groups = l2_groups(kernel) if "SPLIT" in space and any(kernel.level[m] == "full" for m in kernel.stores) else []
+    fused = {k: p.get(k) or 1 for k, _ in FUSIONS if k in space}  # a split takes one pass
+    lagged = {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": min(4096, max(space["BLOCK_R"])), "num_warps": 8, "GROUP": 0,
+              "LAG": 1, "SPLIT": lag_split(kernel), **fused}
+    if groups and not p.get("LAG") and kernel_invalid(kernel, {**p, **lagged}) is None:
+        out.append((lagged, f"{fact}: try the split in one launch, each chunk's second read a row behind its "
+                            f"first, from L2 (SPLIT {lagged['SPLIT']}, LAG 0->1)"))
     if groups and not p.get("GROUP"):
         group = groups[-1]
         grouped = {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": min(4096, max(space["BLOCK_R"])), "num_warps": 8,
-                   "GROUP": group, **{k: p.get(k) or 1 for k, _ in FUSIONS if k in space}}  # a split takes one pass
+                   "GROUP": group, "LAG": 0, **fused}
         valid = [s for s in space["SPLIT"] if s > 1 and kernel_invalid(kernel, {**p, **grouped, "SPLIT": s}) is None]
         split = min((s for s in valid if s * group >= 4 * SMS), default=max(valid, default=0))
         if split:

@@ -48,7 +48,8 @@ class _Axis:
 class KernelCode:
     source: str
     launches: list[Launch]
-    temps: dict = field(default_factory=dict)  # scratch buffers the launches need: name -> (shape, torch dtype)
+    temps: dict = field(default_factory=dict)  # scratch buffers the launches need: name -> (shape, torch dtype);
+    # int32 ones are counters and start at zero
     host: list[str] = field(default_factory=list)  # forward lines run instead of `launches` (a loop over time)
     host_args: dict = field(default_factory=dict)  # tensors the host lines read: base -> their {field} name
 

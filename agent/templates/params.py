@@ -4,7 +4,8 @@ how many programs run.
 
   flat  BLOCK, num_warps
   row   mode (one_pass | looped), BLOCK_O rows per program, BLOCK_R, num_warps, num_stages, SPLIT programs per
-        row and GROUP rows per launch of a split (0: all), pass fusions online, welford, fold, and tail_first,
+        row and GROUP rows per launch of a split (0: all) or LAG (its passes in one launch), pass fusions online,
+        welford, fold, and tail_first,
         PERSIST (0: a program per block of rows; k: k programs per SM, each taking blocks of rows in turn),
         pipeline (1: chunk loops pipelined over num_stages)
   col   BLOCK_I, BLOCK_R, num_warps, num_stages
@@ -68,6 +69,14 @@ def splittable(kernel: Kernel, p: dict | None = None) -> bool:
 # 1.03-1.27x on most with 128-channel tiles (87_conv_pointwise_2D 1.27x), where each K step's gather feeds twice
 # the products. At most 64 channels: 0.93x, the worst 1.14x (70_conv_transposed_3D).
 CONV_BLOCK_K = 16
+
+
+LAG_CHUNK = 16384  # elements a lagged split's ticket reads (on an H200: 16384-32768 alike, 8192 4% slower)
+
+
+def lag_split(kernel: Kernel) -> int:
+    """The SPLIT of a lagged split (kernels._lagged): chunks of about LAG_CHUNK elements."""
+    return max(2, -(-sizes(kernel)[1] // LAG_CHUNK))
 
 
 def kernel_default(kernel: Kernel) -> dict:
@@ -159,6 +168,7 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
         if splittable(kernel) and r >= 16384:
             space["SPLIT"] = [1, 8, 32, 128, 512, 2048]
             space["GROUP"] = [0] + l2_groups(kernel)
+            space["LAG"] = [0, 1]  # 1: the split's two passes in one persistent launch (kernels._lagged)
         if "looped" in space["mode"]:
             space["pipeline"] = [0, 1]  # the chunk loops software-pipelined over num_stages (tl.range)
         if "looped" in space["mode"] and o > SMS:
@@ -245,6 +255,10 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             return "PERSIST takes whole rows in turn; it cannot split them"
         if p.get("GROUP") and p.get("SPLIT", 1) == 1:
             return "GROUP launches the rows of a split in groups; it needs SPLIT > 1"
+        if p.get("LAG") and (p.get("SPLIT", 1) == 1 or p.get("GROUP") or p.get("shapes") == "dynamic"):
+            return "LAG runs a split (SPLIT > 1) in one launch: no GROUP, no dynamic shapes"
+        if p.get("LAG") and not any(kernel.level[m] == "full" for m in kernel.stores):
+            return "LAG overlaps a split's two passes: it needs a per-element output"
         if p.get("GROUP") and p["GROUP"] % min(p.get("BLOCK_O", 1), next_pow2(o)):
             return "GROUP must be a multiple of BLOCK_O"
     if layout == "plane" and p.get("BLOCK_H", 8) * p.get("BLOCK_W", 64) > 8192:

@@ -145,7 +145,8 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
         body.append(f"{buf} = torch.empty({shape}, device={device}.device, dtype={dt})")
     for c in codes:
         for name, (shape, dtype) in (c.temps.items() if c else ()):
-            body.append(f"{name} = torch.empty({shape}, device={device}.device, dtype={_dtype(dtype)})")
+            alloc = "zeros" if dtype == torch.int32 else "empty"  # int32 scratch: counters, starting at zero
+            body.append(f"{name} = torch.{alloc}({shape}, device={device}.device, dtype={_dtype(dtype)})")
     for i, (k, c) in enumerate(zip(kernels, codes)):
         if c is None:
             batched = batch is not None and i in batch.kernels

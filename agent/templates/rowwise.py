@@ -4,13 +4,14 @@ fused: softmax, log-softmax, logsumexp, layer/RMS/group/instance norm, L2 normal
 products. A row that fits a block is read once (one_pass); wider rows loop per reduction stage (looped), with
 online softmax, one-pass mean/variance and a selected sum (cross-entropy's target) folded into the first
 pass; long rows split over SPLIT programs per row plus a combine kernel, GROUP rows at a time so that the
-combine's second read of a group comes from L2."""
+combine's second read of a group comes from L2, or in one persistent launch whose second pass trails the
+first by a row (LAG)."""
 from __future__ import annotations
 
 from agent.analysis import TaskAnalysis
 from agent.templates import base
 from agent.templates.codegen import next_pow2
-from agent.templates.params import SMS, kernel_invalid, l2_groups, sizes
+from agent.templates.params import SMS, kernel_invalid, l2_groups, lag_split, sizes
 
 NAME = "rowwise"
 FAMILIES = ("softmax", "norm", "reduction", "argreduce", "loss", "matvec")
@@ -31,7 +32,8 @@ def default(analysis: TaskAnalysis) -> dict:
 
 def variants(analysis: TaskAnalysis) -> list[dict]:
     """The default, the other row strategy (one-pass vs looped), split rows where they apply, and, where the
-    rows of a two-pass kernel outgrow L2, a split run in groups of rows that fit it."""
+    rows of a two-pass kernel outgrow L2, a split in one launch whose second read trails the first (LAG,
+    second) and a split run in groups of rows that fit L2."""
     d = default(analysis)
     main = base.plan(analysis).main
     out = [d]
@@ -44,6 +46,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     out.append(other)
     groups = l2_groups(main) if "GROUP" in space(analysis) and d["mode"] == "looped" else []
     if groups and any(main.level[m] == "full" for m in main.stores):
+        # first: the split's passes in one launch, the second read a row behind the first, from L2
+        out.insert(1, {**d, "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "LAG": 1, "SPLIT": lag_split(main)})
         group = groups[-1]
         split = min(2048, max(8, next_pow2(-(-4 * SMS // group))))
         while split > 8 and 2 * -(-sizes(main)[1] // split) < 4096:  # each split at least half a block

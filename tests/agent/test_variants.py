@@ -115,6 +115,30 @@ def test_split_rows_with_a_remainder_combine_across_programs(task, params, runne
         assert "row0" not in source
 
 
+@pytest.mark.parametrize("task, params", [
+    # 1500 elements in 4 splits of 384 (the last 348), 11 rows, one launch: online-softmax states combined
+    ("var_softmax_rows", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "SPLIT": 4, "LAG": 1}),
+    # rows of mean 30 in 3 splits, two rows a ticket (9 rows: the last block half empty), Welford states
+    ("var_layer_norm", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "SPLIT": 3, "welford": 1, "LAG": 1}),
+    ("var_layer_norm", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "SPLIT": 5, "welford": 2, "LAG": 1}),
+])
+def test_a_lagged_split_runs_both_passes_in_one_launch(task, params, runner):
+    """LAG: one persistent launch takes tickets; a ticket's partials, the row's last chunk combining them, and
+    the output of the chunk a row block behind, once its statistics are in."""
+    source = check(task, "rowwise", params, runner)
+    assert "_row_kernel0_final" not in source and "_row_kernel0[(264,)](" not in source
+    assert re.search(r"_row_kernel0\[\((\d+),\)\]\(", source)
+    assert "while t < TICKETS + LAG:" in source and "volatile=True" in source
+    assert re.search(r"_row_kernel0_sync = torch\.zeros\(\(\d+,\), device=", source)
+
+
+def test_a_lag_needs_a_split_and_a_per_element_output():
+    a = analyze(str(FIXTURES / "var_softmax_rows.py"), small=True)
+    p = {**BY_NAME["rowwise"].default(a), "mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1}
+    assert "LAG runs a split" in base.invalid(a, {**p, "LAG": 1})
+    assert "LAG runs a split" in base.invalid(a, {**p, "SPLIT": 4, "GROUP": 4, "LAG": 1})
+
+
 def test_one_pass_online_forms_in_a_looped_row(runner):
     """Online softmax (running max and rescaled sum) and one-pass mean/variance read the row once for the
     statistics, once more to write."""

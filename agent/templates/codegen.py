@@ -101,6 +101,7 @@ class Gen(Reductions):
         # full tiles loaded and stored transposed, their rows the last axis: a phased convolution of one K step
         # over a few input channels, whose rows are output positions (implicit_gemm.render_conv says why)
         self.positions_last = False
+        self.evict = ""  # an eviction policy for per-element loads and stores (a lagged split's, kernels._lagged)
         kept = [d for d in range(len(self.D)) if d not in kernel.rdims]
         if self.layout == "flat":
             self.groups = [(list(range(len(self.D))), "offs")]
@@ -259,7 +260,10 @@ class Gen(Reductions):
             mask = f", mask={t(mask)}, other=0" if self.is_block(off) or inside else ""
             # floats compute in fp32 whatever the run-time dtype (a suite may cast inputs to bf16)
             cast = ".to(tl.float32)" if leaf.dtype.is_floating_point else ""
-            load = f"tl.load({t(f'{self.ptr(leaf.base)} + {off}')}{mask})"
+            # the tensor the kernel walks, not a small one read along it (a weight per channel stays in L1)
+            walked = self.evict and level == "full" and _extent(leaf) >= math.prod(self.D)
+            evict = f", eviction_policy=\"{self.evict}\"" if walked else ""
+            load = f"tl.load({t(f'{self.ptr(leaf.base)} + {off}')}{mask}{evict})"
             scope.lines.append(f"{name} = {t(load)}{cast}")
             scope.cache[key] = E(name, kind_of(leaf.dtype))
         return scope.cache[key]
@@ -578,7 +582,8 @@ def store_lines(gen: Gen, stores: list, red_mask: str = "rmask") -> None:
         else:
             address = f"{gen.ptr(buf)} + {gen.linear(level)}"
         t = _trans if gen.positions_last and level == "full" else str
-        gen.body.lines.append(f"tl.store({t(address)}, {t(value)}, mask={t(mask)})")
+        evict = f", eviction_policy=\"{gen.evict}\"" if gen.evict and level == "full" else ""
+        gen.body.lines.append(f"tl.store({t(address)}, {t(value)}, mask={t(mask)}{evict})")
 
 
 def _trans(code: str) -> str:

@@ -398,6 +398,7 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     loop = f"for r0 in {rng}(pid_s * {chunk}, pid_s * {chunk} + {chunk}, BLOCK_R{stages}):"
     lag = bool(p.get("LAG"))
     block, pid_s = (f"t // {split}", f"t % {split}") if lag else ("tl.program_id(0)", "tl.program_id(1)")
+    gen.evict = "evict_last" if lag else ""  # kept in L2 for the second read
     gen.top.lines += _prologue(gen, {**p, **meta}, block) + [f"pid_s = {pid_s}"]
     gen.top.lines += [loop] + _indent(_chunk(gen, "r0") + _accumulate(gen, plain, fused))
     parts: list[tuple[str, str]] = []  # (buffer, value) per partial result
@@ -493,9 +494,12 @@ def _lagged(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, pieces: tup
     """A split in one persistent launch (LAG): each program takes tickets in turn. Ticket t reduces chunk t (row
     block t // SPLIT) into its partials, and the row block's last chunk in combines them into the row's
     statistics; then the program writes the output of chunk t - SPLIT once that row block's statistics are in.
-    The second read of a chunk trails the first by a row block plus the chunks in flight, so it comes from L2:
-    on an H200 a 112x8-group norm over 8 MB rows read 7.6-8.9 GB from HBM (its input is 7.5 GB), and ran
-    4.75-4.8 ms where two passes ran 6.0 and compile 5.4. A counter per row block (the split's chunks in, then
+    The second read of a chunk trails the first by a row block plus the chunks in flight, so it comes from L2
+    (the first read marked evict_last, the second and the output evict_first). Measured: a hand-written form
+    of a 112x8-group norm over 8 MB rows read 7.6-8.9 GB from HBM (its input is 7.5 GB) and ran 4.75-4.8 ms
+    on an H200, where two passes ran 6.0 and compile 5.4. This template's form read 7.5-7.7 GB on an H100; it
+    ran level 1's 34_InstanceNorm in 6.14 ms against two passes' 7.62, but 35_GroupNorm_ in 7.85-8.58 ms
+    against 8.09 (its per-channel affine gathered per element). A counter per row block (the split's chunks in, then
     one more for its statistics) and the ticket counter start at zero; a program only waits for tickets below
     its own, which are running, so the launch cannot deadlock (and the interpreter's one-at-a-time programs
     never wait)."""
@@ -516,6 +520,7 @@ def _lagged(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, pieces: tup
     cache = {r: comb.top.cache[r] for r in stats}
     comb.top, comb.body = Scope(), Scope()
     comb.top.cache.update(cache)
+    comb.evict = "evict_first"  # the second read and the output: let them go first, not the chunks still to come
     store_lines(comb, full)
     after = head(f"(t - LAG) // {split}", f"(t - LAG) % {split}")
     after += [f"{waiting} = tl.atomic_add({sync} + (t - LAG) // {split}, 0, sem=\"acquire\")",

@@ -11,8 +11,9 @@ template's main kernel), in this order:
             narrower K tile, then more warps)
   reads     memory-bound, a row kernel that reads its rows more than once: the pass fusions that are off (online
             softmax, Welford, the folded target), the row held in registers (one_pass), persistent programs whose
-            rows in flight fit L2, a split run in groups of rows that fit L2 (its second read from L2), the last
-            pass walking back over what L2 still holds
+            rows in flight fit L2, a split in one launch whose second read trails its first by a row (LAG), a
+            split run in groups of rows that fit L2 (its second read from L2), the last pass walking back over
+            what L2 still holds
   gemm      the main GEMM: the vendor GEMM under the Triton epilogue (impl), split-K where the output tiles do not
             fill the GPU, tile shapes nearer the output's (more tiles where they do not fill it, larger ones
             where they do)

@@ -440,7 +440,8 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
         return [f"ro = ({start}{block} * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]){big}",
                 f"rmask = ro < {_times(BATCH_ARG, gen.O // gen.D[0]) if dyn else gen.O}", f"pid_s = {pid_s}"]
 
-    lines += ([] if lag else head(block, pid_s)) + [f"rs = tl.arange(0, {sp})[None, :]", f"pm = rmask & (rs < {split})"]
+    lines += [] if lag else head(block, pid_s)
+    lines += [f"rs = tl.arange(0, {sp})[None, :]", f"pm = rmask & (rs < {split})"]
     it = iter(parts)
     fresh = ", volatile=True" if lag else ""  # written by other programs of this launch: not from L1
 
@@ -496,13 +497,13 @@ def _lagged(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, pieces: tup
     statistics; then the program writes the output of chunk t - SPLIT once that row block's statistics are in.
     The second read of a chunk trails the first by a row block plus the chunks in flight, so it comes from L2
     (the first read marked evict_last, the second and the output evict_first). Measured: a hand-written form
-    of a 112x8-group norm over 8 MB rows read 7.6-8.9 GB from HBM (its input is 7.5 GB) and ran 4.75-4.8 ms
-    on an H200, where two passes ran 6.0 and compile 5.4. This template's form read 7.5-7.7 GB on an H100; it
-    ran level 1's 34_InstanceNorm in 6.14 ms against two passes' 7.62, but 35_GroupNorm_ in 7.85-8.58 ms
-    against 8.09 (its per-channel affine gathered per element). A counter per row block (the split's chunks in, then
-    one more for its statistics) and the ticket counter start at zero; a program only waits for tickets below
-    its own, which are running, so the launch cannot deadlock (and the interpreter's one-at-a-time programs
-    never wait)."""
+    of a 112x8-group norm over 8 MB rows read 8.9 GB from HBM (its input is 7.5 GB) and ran 4.75-4.8 ms
+    on an H200, where two passes ran 6.0 and compile 5.4. This template's form read 7.6-10.1 GB on an H100;
+    it ran level 1's 34_InstanceNorm in 6.14 ms against two passes' 7.62, but 35_GroupNorm_ in 7.70-8.58 ms
+    against 8.09 (its per-channel affine gathered per element). A counter per row block (the split's chunks
+    in, then one more for its statistics) and the ticket counter start at zero; a program only waits for
+    tickets below its own, which are running, so the launch cannot deadlock (and the interpreter's
+    one-at-a-time programs never wait)."""
     head, full, red, loop = pieces
     split = p["SPLIT"]
     blocks = math.ceil(gen.O / meta["BLOCK_O"])

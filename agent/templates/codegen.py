@@ -102,6 +102,7 @@ class Gen(Reductions):
         # over a few input channels, whose rows are output positions (implicit_gemm.render_conv says why)
         self.positions_last = False
         self.evict = ""  # an eviction policy for per-element loads and stores (a lagged split's, kernels._lagged)
+        self.chunk_start = None  # a row kernel's chunk start where per-element code runs (r0 in a chunk loop)
         kept = [d for d in range(len(self.D)) if d not in kernel.rdims]
         if self.layout == "flat":
             self.groups = [(list(range(len(self.D))), "offs")]
@@ -248,6 +249,8 @@ class Gen(Reductions):
         inside = self.bounds_check(leaf, shape, level)
         if level == "full" and self.layout in ("row", "col") and not self.per_element(off + inside):
             level = "red"  # constant along the reduced axis: load once per row, outside any chunk loop
+        if level == "full" and not inside and self.chunk_constant(leaf, shape):
+            return self.chunk_load(leaf, off)
         scope = self.body if level == "full" else self.top
         key = ("load", leaf.base, off, level, inside)
         if key not in scope.cache:
@@ -267,6 +270,35 @@ class Gen(Reductions):
             scope.lines.append(f"{name} = {t(load)}{cast}")
             scope.cache[key] = E(name, kind_of(leaf.dtype))
         return scope.cache[key]
+
+    def chunk_constant(self, leaf: Leaf, shape: tuple) -> bool:
+        """Whether a row kernel's leaf, read per element, holds one value over each chunk of BLOCK_R: every dim
+        it walks (of `shape`, a reshape of the domain) steps a multiple of BLOCK_R apart in the linear index, and
+        rows and chunks start on multiples of BLOCK_R (a group norm's per-channel weight, a channel a plane)."""
+        block = getattr(self, "block_r", None)
+        if self.layout != "row" or self.chunk_start is None or not block or self.R % block:
+            return False
+        lead = len(shape) - len(leaf.shape)
+        cs = contiguous_strides(shape)
+        walked = [j for j in range(len(shape)) if j >= lead and leaf.shape[j - lead] == shape[j] and shape[j] > 1
+                  and leaf.strides[j - lead]]
+        return math.prod(shape) == math.prod(self.D) and all(cs[j] % block == 0 for j in walked)
+
+    def chunk_load(self, leaf: Leaf, off: str) -> E:
+        """A chunk-constant leaf (chunk_constant) loaded once per chunk: its offset at the chunk's start."""
+        lin = self.body.cache.get(("linear", "full"))
+        if lin:  # the linear index as its code, so that rr can be set to the chunk's start
+            cs = contiguous_strides(self.D)
+            code = self.offset([(d, cs[d]) for d in range(len(self.D)) if self.D[d] > 1])
+            off = re.sub(rf"\b{lin}\b", f"({code})", off)
+        off = re.sub(r"\brr\b", f"({self.chunk_start})", off)
+        key = ("chunk load", leaf.base, off)
+        if key not in self.body.cache:
+            name = self.fresh("x")
+            cast = ".to(tl.float32)" if leaf.dtype.is_floating_point else ""
+            self.body.lines.append(f"{name} = tl.load({self.ptr(leaf.base)} + {off}, mask=rmask, other=0){cast}")
+            self.body.cache[key] = E(name, kind_of(leaf.dtype))
+        return self.body.cache[key]
 
     def bounds_check(self, leaf: Leaf, shape: tuple, level: str) -> str:
         """The condition that a leaf with `bounds` is read inside them ("" for a leaf without)."""

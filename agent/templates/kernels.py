@@ -197,6 +197,7 @@ def _prologue(gen: Gen, p: dict, block: str = "tl.program_id(0)") -> list[str]:
 
 
 def _chunk(gen: Gen, start: str) -> list[str]:
+    gen.chunk_start = start
     big = ".to(tl.int64)" if gen.big else ""
     if gen.layout == "row":
         return [f"rr = ({start} + tl.arange(0, BLOCK_R)[None, :]){big}", f"mask = rmask & (rr < {gen.R})"]
@@ -243,16 +244,17 @@ def _point_sum(gen: Gen, r: Node, emit: bool = True) -> bool:
             and gen.leaf_offset(index, w.args[0].shape, "full") == "rr") or reads_reduction(gen.k, target):
         return False
     outer, gen.body = gen.body, Scope()
+    start, gen.chunk_start = gen.chunk_start, None  # rr is the target here, not a chunk
     t = gen.arg(target, w.args[0], "full")
     ok = t.kind == "i" and not gen.per_element(t.code)
     if not (ok and emit):
-        gen.body = outer
+        gen.body, gen.chunk_start = outer, start
         return ok
     gen.body.lines += [f"rr = tl.broadcast_to({t.code}, [BLOCK_O, 1])", f"mask = rmask & (rr >= 0) & (rr < {gen.R})"]
     gen.reduce_now(r)
     # its own names for the index and mask: a chunk loop's rr and mask must not be assigned before the loop
     gen.top.lines += [re.sub(r"\b(rr|mask)\b(?!=)", r"\1_t", line) for line in gen.body.lines]
-    gen.body = outer
+    gen.body, gen.chunk_start = outer, start
     return True
 
 
@@ -295,6 +297,7 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
     gen.chunk, gen.first_chunk = (lambda start: _chunk(gen, start)), "0"
     p = {**p, **meta}
     one_pass = meta["BLOCK_R"] >= gen.R
+    gen.chunk_start = None if one_pass or gen.layout != "row" else "r0"  # the chunk loops' start (_loop)
     stages = reduction_stages(kernel)
     dyn = _dynamic(kernel, p)
     blocks = math.ceil(gen.O / meta["BLOCK_O"]) if gen.layout == "row" else 0
@@ -468,6 +471,7 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     for r in kernel.nodes:
         if r.op == "reduce":
             comb.kinds[r] = "f"
+    comb.chunk_start = "r0"  # the output's chunk loop
     if lag:
         return _lagged(kernel, name, p, gen, comb, (head, full, red, loop), parts, meta)
     if full:

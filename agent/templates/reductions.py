@@ -106,12 +106,13 @@ class Reductions:
         `self.chunk(start)` gives the lines that set rr and mask for a chunk (set by the kernel builder)."""
         outer, first = self.body, type(self.body)()
         self.body = first
+        start = self.chunk_start  # the pivot's chunk sets its own start; the loop after it goes on from r0
         first.lines += self.chunk(self.first_chunk)
         v = self.reduce_input(total)
         pivot = self.fresh("wp")
         count = f"tl.maximum(tl.sum(tl.where(mask, 1.0, 0.0), axis={self.axis}, keep_dims=True), 1.0)"
         first.lines.append(f"{pivot} = tl.sum(tl.where(mask, {f(v)}, 0.0), axis={self.axis}, keep_dims=True) / {count}")
-        self.body = outer
+        self.body, self.chunk_start = outer, start
         self.top.lines += first.lines
         n, s1, s2 = self.fresh("wn"), self.fresh("ws"), self.fresh("wq")
         self.top.lines += [f"{a} = tl.zeros({self.tile('full')}, tl.float32)" for a in (n, s1, s2)]

@@ -139,6 +139,54 @@ def test_a_lag_needs_a_split_and_a_per_element_output():
     assert "LAG runs a split" in base.invalid(a, {**p, "SPLIT": 4, "GROUP": 4, "LAG": 1})
 
 
+GROUP_NORM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gn = nn.GroupNorm(2, 4)
+        with torch.no_grad():
+            self.gn.weight.uniform_(0.5, 1.5)
+            self.gn.bias.uniform_(-1.0, 1.0)
+
+    def forward(self, x):
+        return self.gn(x)
+
+
+def get_inputs():
+    return [torch.randn(3, 4, SIDE, SIDE)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("side, params, per_chunk", [
+    (8, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 1}, True),  # planes of 64: a channel over two chunks
+    (8, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 2, "tail_first": 1}, True),
+    (8, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 1, "SPLIT": 2, "LAG": 1}, True),
+    (8, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 1, "SPLIT": 2}, True),
+    (6, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 1}, False),  # planes of 36: chunks straddle channels
+])
+def test_a_per_channel_weight_loads_once_per_chunk(side, params, per_chunk, runner, tmp_path):
+    """A group norm's weight and bias, one per channel plane: where every chunk of BLOCK_R lies in one plane,
+    one load per row and chunk at the chunk's start (r0), not a gather per element."""
+    task = tmp_path / "group_norm.py"
+    task.write_text(GROUP_NORM.replace("SIDE", str(side)))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["rowwise"]
+    p = {**t.default(a), **params}
+    assert base.invalid(a, p) is None, base.invalid(a, p)
+    source = t.render(a, p)
+    hoisted = re.findall(r"tl\.load\(p\d+ \+ \(\(\(ro \* \d+ \+ \(r0\)\) // \d+\) % 4\), mask=rmask", source)
+    assert len(hoisted) == (2 if per_chunk else 0)
+    out = runner.run(task, source)
+    assert out["error"] is None and all(e <= 1e-4 for e in out["rel_errors"]), out
+
+
 def test_one_pass_online_forms_in_a_looped_row(runner):
     """Online softmax (running max and rescaled sum) and one-pass mean/variance read the row once for the
     statistics, once more to write."""

@@ -132,6 +132,36 @@ def test_a_lagged_split_runs_both_passes_in_one_launch(task, params, runner):
     assert re.search(r"_row_kernel0_sync = torch\.zeros\(\(\d+,\), device=", source)
 
 
+def test_a_lagged_split_also_writes_each_rows_own_outputs(runner, tmp_path):
+    """A row's statistic that is an output itself (here its log-sum-exp beside the softmax) is written once,
+    by the program that combined the row's partials."""
+    task = tmp_path / "softmax_and_lse.py"
+    task.write_text('''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1), torch.logsumexp(x, dim=-1)
+
+
+def get_inputs():
+    return [3.0 * torch.randn(5, 700)]
+
+
+def get_init_inputs():
+    return []
+''')
+    a = analyze(str(task), small=True)
+    t = BY_NAME["rowwise"]
+    p = {**t.default(a), "mode": "looped", "BLOCK_R": 64, "BLOCK_O": 1, "SPLIT": 3, "LAG": 1}
+    assert base.invalid(a, p) is None, base.invalid(a, p)
+    source = t.render(a, p)
+    assert "while t < TICKETS + LAG:" in source
+    out = runner.run(task, source)
+    assert out["error"] is None and all(e <= 1e-4 for e in out["rel_errors"]), out
+
+
 def test_a_lag_needs_a_split_and_a_per_element_output():
     a = analyze(str(FIXTURES / "var_softmax_rows.py"), small=True)
     p = {**BY_NAME["rowwise"].default(a), "mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1}

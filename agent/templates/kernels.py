@@ -22,7 +22,7 @@ from agent.templates.codegen import (NEUTRAL, SMS, Gen, KernelCode, Launch, Scop
                                      next_pow2, store_lines)
 from agent.templates.fold import fold_sums, is_zero, reads_reduction
 from agent.templates.implicit_gemm import gemm_block, render_conv
-from agent.templates.ir import Leaf, Node
+from agent.templates.ir import Leaf, Node, contiguous_strides
 from agent.templates.rnn_kernel import render_rnn
 from agent.templates.reductions import chan_merge
 from agent.templates.schedule import Kernel
@@ -149,8 +149,18 @@ def _flat(kernel: Kernel, name: str, p: dict) -> KernelCode:
     dyn = _dynamic(kernel, p)
     inner = numel // kernel.domain[0] if dyn else numel
     pid = "tl.program_id(0).to(tl.int64)" if gen.big else "tl.program_id(0)"
-    gen.top.lines += [f"offs = {pid} * BLOCK + tl.arange(0, BLOCK)",
-                      f"mask = offs < {_times(BATCH_ARG, inner) if dyn else numel}"]
+    if kernel.box and not dyn:  # programs over the box alone; offs its elements' places in the whole domain
+        start, shape = kernel.box
+        numel, box_cs, cs = math.prod(shape), contiguous_strides(shape), contiguous_strides(kernel.domain)
+        terms = [f"({f'q // {box_cs[d]}' if box_cs[d] > 1 else 'q'}{f' % {n}' if d else ''}"
+                 f"{f' + {start[d]}' if start[d] else ''}) * {cs[d]}" for d, n in enumerate(shape) if n > 1]
+        fixed = sum(start[d] * cs[d] for d, n in enumerate(shape) if n == 1)
+        place = " + ".join(terms + ([str(fixed)] if fixed or not terms else []))
+        block = min(p.get("BLOCK", 1024), next_pow2(numel))
+        gen.top.lines += [f"q = {pid} * BLOCK + tl.arange(0, BLOCK)", f"mask = q < {numel}", f"offs = {place}"]
+    else:
+        gen.top.lines += [f"offs = {pid} * BLOCK + tl.arange(0, BLOCK)",
+                          f"mask = offs < {_times(BATCH_ARG, inner) if dyn else numel}"]
     store_lines(gen, list(kernel.stores.items()))
     src = kernel_header(name, gen, ["BLOCK"], [BATCH_ARG] if dyn else []) + _indent(gen.top.lines)
     grid = (f"({_times(BATCH_HOST, inner)} + {block - 1}) // {block}",) if dyn else (math.ceil(numel / block),)

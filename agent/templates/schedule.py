@@ -33,6 +33,7 @@ class Kernel:
     stores: dict = field(default_factory=dict)  # member node -> buffer name, or a Leaf: its place in another buffer
     scan_reverse: bool | None = None
     store_when: dict = field(default_factory=dict)  # member node -> a bool value: stored only where it holds
+    box: tuple | None = None  # (start, shape): the only part of the domain a flat kernel stores (cat_in_place)
 
     @property
     def layout(self) -> str:
@@ -150,7 +151,7 @@ class _Scheduler:
         members = {id(self.home[w][1]) for w in chain if w in self.home and self.home[w][0] is kc}
         if len(members) != len(chain):
             return
-        outside = None
+        outside, placed = None, []  # placed: (dim, start, stop) of each piece written in place
         for w in chain:
             for sv in w.args[1:]:
                 if not (isinstance(sv, Node) and sv.op == "view" and sv.fn == "shift" and sv in self.leaves):
@@ -172,12 +173,15 @@ class _Scheduler:
                 for d, (start, n) in enumerate(zip(lo, v.shape)):
                     if n == cat.shape[d]:
                         continue
+                    placed.append((d, start, start + n))
                     index = Leaf(f"{sv.name}_i{d}", cat.shape, torch.int64, kind="iota", value=0, step=1,
                                  strides=tuple(1 if j == d else 0 for j in range(len(cat.shape))))
                     out = _pw("logical_or", _pw("lt", index, start), _pw("ge", index, start + n))
                     outside = out if outside is None else _pw("logical_and", outside, out)
         if outside is not None:
             kc.store_when[top] = outside
+            kc.box = _rest(cat.shape, placed)
+
 
     # --- values across kernels ---------------------------------------------------------------------
     def store(self, node: Node) -> str:
@@ -439,6 +443,24 @@ def schedule(program: Program, split_k: int = 1, torch_gemm: bool = False) -> tu
     if not program.nodes:
         raise Unsupported("The forward computes nothing.")
     return _Scheduler(program, split_k, torch_gemm).run()
+
+
+
+def _rest(shape: tuple, placed: list) -> tuple | None:
+    """The box of `shape` that pieces placed along one dim leave, as (start, shape), where it is one box: the
+    zero column of an exclusive cumsum is 1 of 32768 columns, and its kernel need not span the other 32767."""
+    dims = {d for d, _, _ in placed}
+    if len(dims) != 1:
+        return None
+    d, gaps, at = dims.pop(), [], 0
+    for a, b in sorted((a, b) for _, a, b in placed):
+        gaps += [(at, a)] if a > at else []
+        at = max(at, b)
+    gaps += [(at, shape[d])] if at < shape[d] else []
+    if len(gaps) != 1:
+        return None
+    (a, b), = gaps
+    return tuple(a if j == d else 0 for j in range(len(shape))), tuple(b - a if j == d else n for j, n in enumerate(shape))
 
 
 def _pw(fn: str, a, b) -> Node:

@@ -94,6 +94,38 @@ def test_an_exclusive_running_sum_is_scanned_into_its_place(runner):
     source = check("low_cat_exclusive", runner)
     assert re.search(r"tl\.store\(p\d+ \+ ro \* 400 \+ rr \+ 1, s\d+, mask=mask\)", source)
     assert source.split("class ModelNew", 1)[1].count("torch.empty(") == 1
+    # the zero column's kernel spans that column alone (KernelBench's 92 spanned its whole 1G-element output)
+    assert "mask = q < 5" in source and "offs = (q) * 400" in source and "_flat_kernel1[(1,)](" in source
+
+
+def test_the_cats_kernel_spans_only_what_the_pieces_in_place_leave(runner, tmp_path):
+    """Running sums in place on both sides of a two-column constant block: the cat's kernel covers the block
+    (start at column 3 of 11), its programs placed there."""
+    task = tmp_path / "cat_middle.py"
+    task.write_text('''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.cat([torch.cumsum(x[:, :3], dim=1), torch.full_like(x[:, :2], 0.5),
+                          torch.cumsum(x[:, 3:], dim=1)], dim=1)
+
+
+def get_inputs():
+    return [torch.randn(4, 9)]
+
+
+def get_init_inputs():
+    return []
+''')
+    a = analyze(str(task), small=True)
+    t = matching(a)[0]
+    source = t.render(a, t.default(a))
+    assert "mask = q < 8" in source and "offs = (q // 2 + 0) * 11" not in source
+    assert "offs = (q // 2) * 11 + (q % 2 + 3) * 1" in source
+    out = runner.run(task, source)
+    assert out["error"] is None and all(out["exact"]), out
 
 
 def test_independent_flat_kernels_launch_as_one(runner):

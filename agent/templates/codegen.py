@@ -592,11 +592,14 @@ class Gen(Reductions):
         return out
 
 
-def kernel_header(name: str, gen: Gen, meta: list[str], scalars: list[str] = ()) -> list[str]:
+def kernel_header(name: str, gen: Gen, meta: list[str], scalars: list[str] = (), unaligned: bool = False) -> list[str]:
     """The @triton.jit line and signature: the kernel's pointers, run-time integers, then its constexpr
-    meta-parameters."""
-    args = list(gen.ptrs.values()) + list(scalars) + [f"{m}: tl.constexpr" for m in meta]
-    return ["@triton.jit", f"def {name}({', '.join(args)}):"]
+    meta-parameters. With `unaligned` Triton does not specialize the pointers on 16-byte alignment: it then
+    gives every load and store one element per lane (see _plane)."""
+    ptrs = list(gen.ptrs.values())
+    jit = f"@triton.jit(do_not_specialize_on_alignment={ptrs})" if unaligned else "@triton.jit"
+    args = ptrs + list(scalars) + [f"{m}: tl.constexpr" for m in meta]
+    return [jit, f"def {name}({', '.join(args)}):"]
 
 
 def store_lines(gen: Gen, stores: list, red_mask: str = "rmask") -> None:

@@ -172,7 +172,12 @@ def _flat(kernel: Kernel, name: str, p: dict) -> KernelCode:
 def _plane(kernel: Kernel, name: str, p: dict) -> KernelCode:
     """Window ops over outputs of rank 3 or more ((N, C, H, W), (N, C, D, H, W), (N, C, 1, L), unbatched
     forms): one plane of the last two dims per program, a 2-D tile of it, so input rows are read contiguously
-    and per-channel weights are scalars."""
+    and per-channel weights are scalars.
+
+    Triton gives all the loads of a kernel the vector width its best-aligned one allows (4 fp32 a lane where one
+    tap is 16-byte aligned), also to the taps that are not, which it then loads an element at a time: a warp's
+    load spans 512 bytes for 128 it uses, and L1, not HBM, bounds the kernel. p["unaligned"] gives every load
+    one element per lane instead (kernel_header): 128 bytes a warp, but no vector loads where taps align."""
     gen = Gen(kernel, name, p)
     nc, oh, ow = math.prod(kernel.domain[:-2]), kernel.domain[-2], kernel.domain[-1]
     bh, bw = min(p.get("BLOCK_H", 8), next_pow2(oh)), min(p.get("BLOCK_W", 64), next_pow2(ow))
@@ -183,7 +188,8 @@ def _plane(kernel: Kernel, name: str, p: dict) -> KernelCode:
                       f"rw = (tile % {nw}) * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]",
                       f"mask = (rh < {oh}) & (rw < {ow})"]
     store_lines(gen, list(kernel.stores.items()))
-    src = kernel_header(name, gen, ["BLOCK_H", "BLOCK_W"]) + _indent(gen.top.lines)
+    src = kernel_header(name, gen, ["BLOCK_H", "BLOCK_W"], unaligned=bool(p.get("unaligned"))) + \
+        _indent(gen.top.lines)
     launch = Launch(name, (nc * nh * nw,), list(gen.ptrs), {"BLOCK_H": bh, "BLOCK_W": bw}, p.get("num_warps", 4),
                     p.get("num_stages", 1))
     return KernelCode("\n".join(src), [launch])

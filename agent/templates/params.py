@@ -3,6 +3,8 @@
 how many programs run.
 
   flat  BLOCK, num_warps
+  plane layout (plane | flat), BLOCK_H, BLOCK_W, num_warps, unaligned (1: one element per lane in every load;
+        on by default where a window's taps along a row are not 16-byte aligned: unaligned_taps)
   row   mode (one_pass | looped), BLOCK_O rows per program, BLOCK_R, num_warps, num_stages, SPLIT programs per
         row and GROUP rows per launch of a split (0: all) or LAG (its passes in one launch), pass fusions online,
         welford, fold, and tail_first,
@@ -93,7 +95,7 @@ def kernel_default(kernel: Kernel) -> dict:
     if layout == "plane":
         bw = min(next_pow2(kernel.domain[-1]), 256)  # wide rows of outputs: the input rows they read coalesce
         return {"layout": "plane", "BLOCK_H": max(1, min(next_pow2(kernel.domain[-2]), 1024 // bw)), "BLOCK_W": bw,
-                "num_warps": 4, "num_stages": 1}
+                "num_warps": 4, "num_stages": 1, **({"unaligned": 1} if unaligned_taps(kernel) else {})}
     if layout in ("gemm", "torch"):
         _, m, n, _ = gemm_dims(kernel.nodes[0])
         bm, bn = min(128, max(16, next_pow2(m))), min(128, max(16, next_pow2(n)))
@@ -137,6 +139,21 @@ def kernel_default(kernel: Kernel) -> dict:
             "num_stages": 2}
 
 
+def unaligned_taps(kernel: Kernel) -> bool:
+    """Whether a window of the kernel steps one input element per output along its last dim and has a tap there
+    off a 16-byte boundary from its output: Triton then loads those taps an element at a time, at the vector
+    width of the aligned ones (kernels._plane). Measured on an H200, the taps loaded one element per lane took
+    KernelBench's 3x7 depthwise convolution from 1.095 to 0.444 ms; stride-2 pools did not change."""
+    for m in kernel.nodes:
+        if m.op != "window":
+            continue
+        a, vector = m.attrs, 16 // m.args[0].dtype.itemsize
+        stride, pad, dil, size = a["stride"][-1], a["padding"][-1], a["dilation"][-1], a["kernel"][-1]
+        if stride == 1 and any((t * dil - pad) % vector for t in range(size)):
+            return True
+    return False
+
+
 def kernel_space(kernel: Kernel) -> dict[str, list]:
     layout = kernel.layout
     if layout == "rnn":
@@ -151,7 +168,7 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
     if layout == "plane":
         return {"layout": ["plane", "flat"], "BLOCK_H": [b for b in POW2[:8] if b <= next_pow2(kernel.domain[-2])],
                 "BLOCK_W": [b for b in POW2 if 16 <= b <= max(16, min(1024, next_pow2(kernel.domain[-1])))],
-                "BLOCK": [256, 1024, 4096], "num_warps": [1, 2, 4, 8], "num_stages": [1]}
+                "BLOCK": [256, 1024, 4096], "num_warps": [1, 2, 4, 8], "num_stages": [1], "unaligned": [0, 1]}
     if layout == "gemm":
         space = {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128],
                  "GROUP_M": [1, 4, 8, 16], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5]}

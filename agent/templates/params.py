@@ -125,8 +125,9 @@ def kernel_default(kernel: Kernel) -> dict:
             p["fold"] = 1
         if r > 256 and _rewrites_row(kernel):
             p["tail_first"] = 1
-        if p["mode"] == "looped" and _rewrites_row(kernel) and o >= 4 * SMS:  # rows read twice, many in flight
-            p.update(persistent(kernel, p, kernel_space(kernel)))
+        wide = persistent(kernel, p, kernel_space(kernel))
+        if p["mode"] == "looped" and _rewrites_row(kernel) and o >= 4 * SMS and wide:  # rows read twice, many
+            p.update(wide, PERSIST=0)  # its chunks and warps, a program per row: faster than persistent ones
         if splittable(kernel) and o < 4 * SMS and r >= 65536:  # too few rows to fill the GPU
             p.update(mode="looped", BLOCK_O=1, BLOCK_R=4096, num_warps=8,
                      SPLIT=min(2048, next_pow2(math.ceil(8 * SMS / o)), next_pow2(r // 8192)))
@@ -216,8 +217,9 @@ def persistent(kernel: Kernel, p: dict, space: dict) -> dict:
     """Persistent programs (k per SM, the most whose rows in flight, at 4 bytes an element, fit L2) with warps
     and chunks enough to keep bytes in flight; {} where rows that many do not fit or `p` is already persistent.
     On an H200, L1 and L2 normalization over 32768 rows of 65535 went from 7.6 to 6.3 ms this way (k = 1, 32
-    warps, 16384-wide chunks), 1.87x to 1.54x the floor: whether the later pass now reads L2 is not shown (two
-    reads from HBM at copy bandwidth would also give 1.5x)."""
+    warps, 16384-wide chunks, against 8 warps and 4096), 1.87x to 1.54x the floor; but the same warps and
+    chunks with a program per row took 5.39 ms (session 11), so the default takes those alone (PERSIST 0) and
+    rowwise.variants tries the persistent form second."""
     row_bytes = 4 * sizes(kernel)[1] * p.get("BLOCK_O", 1)
     k = max((k for k in space.get("PERSIST", []) if k and k * SMS * row_bytes <= L2_BYTES), default=0)
     if not k or p.get("PERSIST") or p.get("SPLIT", 1) > 1:

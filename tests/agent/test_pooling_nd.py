@@ -10,6 +10,7 @@ import pytest
 from agent.analysis import analyze
 from agent.templates import BY_NAME, base, matching
 from agent.templates.ir import lower
+from agent.templates.params import kernel_default
 from tools.rules import check_source
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -128,3 +129,22 @@ def test_windows_with_unaligned_row_taps_load_one_element_per_lane(runner, tmp_p
     (tmp_path / "window_rows_candidate.py").write_text(source)
     assert _layouts(tmp_path / "window_rows_candidate.py", "_plane_kernel0", aligned=False) == {"1, 1"}
     assert "1, 4" in _layouts(tmp_path / "window_rows_candidate.py", "_plane_kernel0", aligned=True)
+
+
+def test_windows_strided_along_rows_take_one_row_of_lanes(runner):
+    """A window at stride 2 along its rows loads no dim contiguously, and Triton 3.6 (the H200's) then gives a
+    2-D tile's lanes to its first dim, a different row for each lane: KernelBench's 3-D max pool ran 3.542 ms
+    at 8x128 tiles and 1.357 at one 64-wide row. Plane kernels of such windows take one output row a tile, and
+    a column reduction over them (a logsumexp over channels of a max pool) two reduced rows."""
+    a = analyze(str(FIXTURES / "pool_max_nd.py"), small=True)
+    tiles = [(kernel_default(k)["BLOCK_H"], kernel_default(k)["num_warps"]) for k in base.plan(a).kernels
+             if k.layout == "plane"]
+    assert tiles and all(h == 1 and w <= 2 for h, w in tiles), tiles  # rows of at most 64 outputs: 2 warps
+    stride_one = analyze(str(FIXTURES / "window_rows.py"), small=True)
+    assert BY_NAME["pooling"].default(stride_one)["BLOCK_H"] > 1
+    check("pool_max_nd", render("pool_max_nd", "pooling"), runner)
+
+    a = analyze(str(FIXTURES / "pool_then_logsumexp.py"), small=True)
+    cols = [k for k in base.plan(a).kernels if k.layout == "col"]
+    assert len(cols) == 1 and kernel_default(cols[0])["BLOCK_R"] == 2
+    check("pool_then_logsumexp", render("pool_then_logsumexp", matching(a)[0].NAME), runner)

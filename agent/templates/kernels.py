@@ -172,7 +172,7 @@ def _flat(kernel: Kernel, name: str, p: dict) -> KernelCode:
 def _plane(kernel: Kernel, name: str, p: dict) -> KernelCode:
     """Window ops over outputs of rank 3 or more ((N, C, H, W), (N, C, D, H, W), (N, C, 1, L), unbatched
     forms): one plane of the last two dims per program, a 2-D tile of it, so input rows are read contiguously
-    and per-channel weights are scalars.
+    and per-channel weights are scalars. With p["ROWS"] a program takes that many tiles down the plane in turn.
 
     Triton gives all the loads of a kernel the vector width its best-aligned one allows (4 fp32 a lane where one
     tap is 16-byte aligned), also to the taps that are not, which it then loads an element at a time: a warp's
@@ -181,13 +181,17 @@ def _plane(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen = Gen(kernel, name, p)
     nc, oh, ow = math.prod(kernel.domain[:-2]), kernel.domain[-2], kernel.domain[-1]
     bh, bw = min(p.get("BLOCK_H", 8), next_pow2(oh)), min(p.get("BLOCK_W", 64), next_pow2(ow))
-    nh, nw = math.ceil(oh / bh), math.ceil(ow / bw)
+    rows = max(1, min(p.get("ROWS", 1), math.ceil(oh / bh)))  # tiles a program takes down the plane, in a loop
+    nh, nw = math.ceil(oh / (bh * rows)), math.ceil(ow / bw)
     big = ".to(tl.int64)" if gen.big else ""
     gen.top.lines += ["pid = tl.program_id(0)", f"ro = (pid // {nh * nw}){big}", f"tile = pid % {nh * nw}",
-                      f"rh = (tile // {nw}) * BLOCK_H + tl.arange(0, BLOCK_H)[:, None]",
-                      f"rw = (tile % {nw}) * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]",
-                      f"mask = (rh < {oh}) & (rw < {ow})"]
+                      f"rw = (tile % {nw}) * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]"]
+    head = len(gen.top.lines)
+    step = f"(tile // {nw}) * {bh * rows} + hh * BLOCK_H" if rows > 1 else f"(tile // {nw}) * BLOCK_H"
+    gen.top.lines += [f"rh = {step} + tl.arange(0, BLOCK_H)[:, None]", f"mask = (rh < {oh}) & (rw < {ow})"]
     store_lines(gen, list(kernel.stores.items()))
+    if rows > 1:
+        gen.top.lines[head:] = [f"for hh in range({rows}):"] + _indent(gen.top.lines[head:])
     src = kernel_header(name, gen, ["BLOCK_H", "BLOCK_W"], unaligned=bool(p.get("unaligned"))) + \
         _indent(gen.top.lines)
     launch = Launch(name, (nc * nh * nw,), list(gen.ptrs), {"BLOCK_H": bh, "BLOCK_W": bw}, p.get("num_warps", 4),

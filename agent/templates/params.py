@@ -3,8 +3,9 @@
 how many programs run.
 
   flat  BLOCK, num_warps
-  plane layout (plane | flat), BLOCK_H, BLOCK_W, num_warps, unaligned (1: one element per lane in every load;
-        on by default where a window's taps along a row are not 16-byte aligned: unaligned_taps)
+  plane layout (plane | flat), BLOCK_H, BLOCK_W, ROWS tiles a program takes down the plane, num_warps,
+        unaligned (1: one element per lane in every load; on by default where a window's taps along a row are
+        not 16-byte aligned: unaligned_taps)
   row   mode (one_pass | looped), BLOCK_O rows per program, BLOCK_R, num_warps, num_stages, SPLIT programs per
         row and GROUP rows per launch of a split (0: all) or LAG (its passes in one launch), pass fusions online,
         welford, fold, and tail_first,
@@ -94,10 +95,13 @@ def kernel_default(kernel: Kernel) -> dict:
         return {"BLOCK": 1024, "num_warps": 4, "num_stages": 1}
     if layout == "plane":
         bw = min(next_pow2(kernel.domain[-1]), 256)  # wide rows of outputs: the input rows they read coalesce
-        if strided_rows(kernel):  # one output row a tile: its lanes along the row
-            return {"layout": "plane", "BLOCK_H": 1, "BLOCK_W": bw, "num_warps": max(1, min(4, bw // 32)),
-                    "num_stages": 1}
-        return {"layout": "plane", "BLOCK_H": max(1, min(next_pow2(kernel.domain[-2]), 1024 // bw)), "BLOCK_W": bw,
+        bh = max(1, min(next_pow2(kernel.domain[-2]), 1024 // bw))
+        if strided_rows(kernel):  # tiles a warp wide and one row tall (two or more where rows are narrow), its
+            # lanes along the row; a program takes as many outputs as the 2-D tile would, in ROWS tiles
+            rows_of = min(bh, max(1, 32 // bw))
+            return {"layout": "plane", "BLOCK_H": rows_of, "BLOCK_W": bw, "ROWS": max(1, bh // rows_of),
+                    "num_warps": max(1, min(4, rows_of * bw // 32)), "num_stages": 1}
+        return {"layout": "plane", "BLOCK_H": bh, "BLOCK_W": bw,
                 "num_warps": 4, "num_stages": 1, **({"unaligned": 1} if unaligned_taps(kernel) else {})}
     if layout in ("gemm", "torch"):
         _, m, n, _ = gemm_dims(kernel.nodes[0])
@@ -162,8 +166,10 @@ def strided_rows(kernel: Kernel) -> bool:
     """Whether a window of the kernel steps more than one input element per output along its last dim. Its
     loads are then contiguous along no dim of a 2-D tile, and Triton 3.6 (the H200's) gives such a tile's
     lanes to its first dim: each lane of a warp in another row, 8-32 cache lines a load where 2 would do. A
-    tile one row (a plane kernel's output row) or two (a column kernel's reduced rows) tall keeps the lanes
-    along the row. Measured on an H200: KernelBench's 3-D max pool 3.542 -> 1.357 ms, its 3-D average pool
+    tile one row (a plane kernel's output row; rows a warp wide where rows are narrower) or two (a column
+    kernel's reduced rows) tall keeps the lanes along the row; a plane kernel's program loops over ROWS such
+    tiles, as many outputs as the 2-D tile had (a program per row tile left level 2's pools after convolutions
+    up to 22% slower). Measured on an H200: KernelBench's 3-D max pool 3.542 -> 1.357 ms, its 3-D average pool
     3.974 -> 2.681, a logsumexp over channels of a 2x2x2 max pool 0.55 -> about 0.12 ms."""
     return any(m.op == "window" and m.attrs["stride"][-1] > 1 for m in kernel.nodes)
 
@@ -182,7 +188,8 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
     if layout == "plane":
         return {"layout": ["plane", "flat"], "BLOCK_H": [b for b in POW2[:8] if b <= next_pow2(kernel.domain[-2])],
                 "BLOCK_W": [b for b in POW2 if 16 <= b <= max(16, min(1024, next_pow2(kernel.domain[-1])))],
-                "BLOCK": [256, 1024, 4096], "num_warps": [1, 2, 4, 8], "num_stages": [1], "unaligned": [0, 1]}
+                "BLOCK": [256, 1024, 4096], "num_warps": [1, 2, 4, 8], "num_stages": [1], "unaligned": [0, 1],
+                "ROWS": [1, 2, 4, 8, 16, 32]}
     if layout == "gemm":
         space = {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128],
                  "GROUP_M": [1, 4, 8, 16], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5]}

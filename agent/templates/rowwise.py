@@ -54,7 +54,7 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         while split > 8 and 2 * -(-sizes(main)[1] // split) < 4096:  # each split at least half a block
             split //= 2
         out.append({**d, "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "SPLIT": split, "GROUP": group})
-    if "PERSIST" in d:  # rows read twice, and many: persistent programs second (on an H200, 1.6x the lagged split)
+    if d.get("PERSIST") == 0:  # rows read twice, many, one a SM: persistent programs second (params.persistent)
         out.insert(1, {**d, **persistent(main, d, space(analysis))})
     return [p for p in out if kernel_invalid(main, p) is None]
 

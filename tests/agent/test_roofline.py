@@ -267,6 +267,11 @@ def test_rows_read_twice_that_outgrow_l2_take_wide_chunks_then_persistent_progra
     default, second = BY_NAME["rowwise"].variants(a)[:2]
     assert (default["PERSIST"], default["num_warps"], default["BLOCK_R"]) == (0, 32, 16384)
     assert second == {**default, "PERSIST": 1}
+    # rows half as long fit two a SM: 16 warps and 8192-wide chunks, where persistence helped (6.11 ms against
+    # 6.46 for a program per row on 38's rows): the default stays persistent, and nothing repeats it
+    half = BY_NAME["rowwise"].variants(analysis_of("var_rows_many", {"rows": 32768, "dim": 32768}))
+    assert (half[0]["PERSIST"], half[0]["num_warps"], half[0]["BLOCK_R"]) == (2, 16, 8192)
+    assert not any(v.get("PERSIST") for v in half[1:] if v.get("mode") == "looped" and "SPLIT" not in v)
     start = {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "tail_first": 1, "PERSIST": 0}
     out = rowwise_moves(a, start, measured(1.87))
     assert out[0].params["PERSIST"] == 1 and out[0].params["num_warps"] == 32 and out[0].params["BLOCK_R"] == 16384

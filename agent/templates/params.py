@@ -132,9 +132,11 @@ def kernel_default(kernel: Kernel) -> dict:
             p["fold"] = 1
         if r > 256 and _rewrites_row(kernel):
             p["tail_first"] = 1
-        wide = persistent(kernel, p, kernel_space(kernel))
-        if p["mode"] == "looped" and _rewrites_row(kernel) and o >= 4 * SMS and wide:  # rows read twice, many
-            p.update(wide, **({"PERSIST": 0} if wide["PERSIST"] == 1 else {}))  # one a SM: a program per row
+        if p["mode"] == "looped" and _rewrites_row(kernel) and o >= 4 * SMS:  # rows read twice, many in flight
+            wide = persistent(kernel, p, kernel_space(kernel))
+            if wide.get("PERSIST") == 1:  # one row a SM: its chunks and warps run faster a program per row
+                wide["PERSIST"] = 0
+            p.update(wide)
         if splittable(kernel) and o < 4 * SMS and r >= 65536:  # too few rows to fill the GPU
             p.update(mode="looped", BLOCK_O=1, BLOCK_R=4096, num_warps=8,
                      SPLIT=min(2048, next_pow2(math.ceil(8 * SMS / o)), next_pow2(r // 8192)))

@@ -28,8 +28,9 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     d = default(analysis)
     if "BLOCK_H" not in d:
         return [d]
-    # row tiles a program per tile second (params.strided_rows): on an H200 the 3-D max pool over 62-row planes
-    # ran 1.360 ms so and 1.569 with 16 a program; level 2's pools over small planes ran faster with the loop
+    # a strided window's loop over ROWS row tiles (params.strided_rows), and a program per row tile second: on an
+    # H200 the 3-D max pool over 62-row planes ran 1.569 ms with 16 a program, 1.360 with one; level 2's pools
+    # over small planes ran faster with the loop
     single = [{**d, "ROWS": 1}] if d.get("ROWS", 1) > 1 else []
     return [d, *single, {**d, "BLOCK_H": max(1, d["BLOCK_H"] // 2), "BLOCK_W": min(1024, d["BLOCK_W"] * 2)},
             {**d, "BLOCK_H": d["BLOCK_H"] * 2, "num_warps": 8}, {**d, "layout": "flat", "BLOCK": 1024}]

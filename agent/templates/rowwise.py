@@ -11,7 +11,7 @@ from __future__ import annotations
 from agent.analysis import TaskAnalysis
 from agent.templates import base
 from agent.templates.codegen import next_pow2
-from agent.templates.params import SMS, kernel_invalid, l2_groups, lag_split, persistent, sizes
+from agent.templates.params import SMS, kernel_invalid, l2_groups, lag_split, sizes
 
 NAME = "rowwise"
 FAMILIES = ("softmax", "norm", "reduction", "argreduce", "loss", "matvec")
@@ -55,7 +55,7 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
             split //= 2
         out.append({**d, "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "SPLIT": split, "GROUP": group})
     if d.get("PERSIST") == 0:  # rows read twice, many, one a SM: persistent programs second (params.persistent)
-        out.insert(1, {**d, **persistent(main, d, space(analysis))})
+        out.insert(1, {**d, "PERSIST": 1})
     return [p for p in out if kernel_invalid(main, p) is None]
 
 

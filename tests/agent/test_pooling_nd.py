@@ -87,7 +87,6 @@ def test_pooling_corner_cases(runner):
     check("pool_edges", source, runner)
 
 
-
 def _layouts(path: Path, name: str, aligned: bool) -> set[str]:
     """The per-thread sizes of the layouts of plane kernel `name` of the candidate at `path`, compiled for sm_90
     on the CPU with its pointers 16-byte aligned (as Triton's launcher specializes them) or not, over an 8x64

@@ -18,7 +18,7 @@ template's main kernel), in this order:
             fill the GPU, tile shapes nearer the output's (more tiles where they do not fill it, larger ones
             where they do)
   chunks    memory-bound, a looped row kernel that already reads its rows once: its chunk loop software-
-            pipelined, the online softmax's max per chunk instead of per lane (fewer instructions per element),
+            pipelined, the online softmax's max in the form params.online_form picks (fewer instructions),
             then longer chunks per iteration and more warps (on an H200, cross-entropy over 128k logits read once
             went from 1.37x its floor to 1.29x pipelined; 16384-wide chunks over 32 warps were slower)
   programs  memory-bound, fewer programs than SMs: smaller row or column blocks, rows split over programs
@@ -38,7 +38,7 @@ from agent.templates.fold import fold_sums
 from agent.templates.implicit_gemm import conv_tiles, gemm_dims
 from agent.templates.kernels import online_pairs, point_sums, reduction_stages, welford_pairs
 from agent.templates.params import (SMS, kernel_default, kernel_invalid, kernel_space, l2_groups, lag_split,
-                                    persistent, sizes)
+                                    online_form, persistent, sizes)
 from agent.templates.schedule import Kernel
 from tools.results import EvalResult
 
@@ -200,9 +200,11 @@ def _chunks(kernel: Kernel, p: dict) -> list[tuple[dict, str]]:
         out.append(({"pipeline": 1, "num_stages": max(3, p.get("num_stages", 1))},
                     f"rows read once, {br}-wide chunks: try the chunk loop software-pipelined, the next chunks' "
                     f"loads in flight while one computes (pipeline 0->1)"))
-    if p.get("online", 1) == 1 and 2 in space.get("online", []) and online_pairs(kernel):
-        out.append(({"online": 2}, "rows read once: try the online softmax's max taken once per chunk, not per "
-                                   "lane (online 1->2), fewer instructions per element"))
+    form = online_form(kernel) if online_pairs(kernel) else None
+    if p.get("online", 1) not in (0, form) and form in space.get("online", []):
+        where = "per group of a thread's 16 bytes" if form == 3 else "once per chunk"
+        out.append(({"online": form}, f"rows read once: try the online softmax's max taken {where} (online "
+                                      f"{p.get('online', 1)}->{form}), fewer instructions per element"))
     for times in (4, 2):
         more = {"BLOCK_R": br * times, "num_warps": min(max(space["num_warps"]), warps * times)}
         if more["BLOCK_R"] in space["BLOCK_R"]:

@@ -125,7 +125,7 @@ def kernel_default(kernel: Kernel) -> dict:
         else:
             p = {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "num_stages": 2}
         if r > 256 and online_pairs(kernel):
-            p["online"] = 1
+            p["online"] = online_form(kernel)
         if r > 256 and welford_pairs(kernel):
             p["welford"] = 1
         if r > 256 and foldable(kernel):
@@ -214,7 +214,7 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
         if "looped" in space["mode"] and o > SMS:
             space["PERSIST"] = [0, 1, 2]  # SMS x PERSIST programs, each taking blocks of rows in turn
         if "looped" in space["mode"] and online_pairs(kernel):  # pass-fusion choices matter only when looping
-            space["online"] = [1, 2, 0]  # a max per lane, one per chunk (online_start), off (a separate max pass)
+            space["online"] = [1, 2, 3, 0]  # a max per lane, per chunk, per group of lanes (online_start), off
         if "looped" in space["mode"] and welford_pairs(kernel):
             space["welford"] = [1, 2, 0]  # pivoted sums, per-lane Welford, off (a separate variance pass)
         if "looped" in space["mode"] and _rewrites_row(kernel):
@@ -224,6 +224,13 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
         return space
     return {"BLOCK_I": [b for b in POW2 if 16 <= b <= max(16, min(1024, next_pow2(i)))],
             "BLOCK_R": [b for b in POW2 if b <= min(256, rp)], "num_warps": [1, 2, 4, 8, 16], "num_stages": [1, 2, 3]}
+
+
+def online_form(kernel: Kernel) -> int:
+    """The online softmax's running max (reductions.online_start) that was fastest on an H200 (session 12): one
+    per group of a thread's 16 bytes over 16-bit rows (bf16 cross-entropy over 128k logits 0.173 -> 0.141 ms),
+    one per chunk over wider ones (fp32 logsumexp 0.474 -> 0.249 ms; groups of 4 took 0.320)."""
+    return 3 if any(m.dtype.itemsize == 2 for m in online_pairs(kernel).values()) else 2
 
 
 def l2_groups(kernel: Kernel) -> list[int]:

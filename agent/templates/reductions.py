@@ -61,12 +61,15 @@ class Reductions:
     def online_start(self, total: Node, peak: Node) -> None:
         """Running max and rescaled sum of exp(x - max), so one pass gives both (online softmax): per lane, or
         with online=2 one max per row, taken over each chunk (a cross-lane max per chunk, then two instructions
-        fewer per element). The max starts finite so a lane or row that only sees masked (-inf) values rescales
-        by exp(0), not NaN."""
+        fewer per element), or with online=3 one per group of adjacent elements of the row, 16 bytes of its
+        dtype (a thread's vector load: the max takes no cross-lane step, the rescale one exp per group). The max
+        starts finite so a lane or row that only sees masked (-inf) values rescales by exp(0), not NaN."""
         m, s = self.fresh("om"), self.fresh("os")
-        m_tile = self.tile("red") if self.p.get("online") == 2 else self.tile("full")
+        online = self.p.get("online")
+        m_tile = self.tile("red") if online == 2 else self._group_tile(peak) if online == 3 else self.tile("full")
+        s_tile = self._group_tile(peak) if online == 3 else self.tile("full")
         self.top.lines += [f"{m} = tl.full({m_tile}, -3.0e38, tl.float32)",
-                           f"{s} = tl.zeros({self.tile('full')}, tl.float32)"]
+                           f"{s} = tl.zeros({s_tile}, tl.float32)"]
         self.top.cache[("acc", peak)], self.top.cache[("acc", total)] = m, s
 
     def online_step(self, total: Node, peak: Node) -> None:
@@ -79,12 +82,25 @@ class Reductions:
             self.body.lines += [f"{new} = tl.maximum({m}, tl.max({vv}, axis={self.axis}, keep_dims=True))",
                                 f"{s} = {s} * tl.exp({m} - {new}) + tl.exp({vv} - {new})", f"{m} = {new}"]
             return
+        if self.p.get("online") == 3:
+            new, g = self.fresh("mn"), self.fresh("og")
+            self.body.lines += [f"{g} = tl.reshape({vv}, {self._group_tile(peak, 3)}, can_reorder=False)",
+                                f"{new} = tl.maximum({m}, tl.max({g}, axis=2))",
+                                f"{s} = {s} * tl.exp({m} - {new}) + tl.sum(tl.exp({g} - {new}[:, :, None]), axis=2)",
+                                f"{m} = {new}"]
+            return
         # per lane, one exp per element: of exp(m - new) and exp(vv - new), one is exp(0) = 1, the other
         # exp(-|vv - m|)
         e = self.fresh("oe")
         self.body.lines += [f"{e} = tl.exp(-tl.abs({vv} - {m}))",
                             f"{s} = tl.where({vv} > {m}, {s} * {e} + 1.0, {s} + {e})",
                             f"{m} = tl.maximum({m}, {vv})"]
+
+    def _group_tile(self, peak: Node, dims: int = 2) -> str:
+        """online=3's tile of group maxima ([BLOCK_O, BLOCK_R // G]), or with dims=3 the row tile in groups."""
+        assert self.layout == "row", "online=3 groups a row's adjacent elements"
+        group = 16 // peak.dtype.itemsize
+        return f"[BLOCK_O, BLOCK_R // {group}]" if dims == 2 else f"[BLOCK_O, BLOCK_R // {group}, {group}]"
 
     def online_end(self, total: Node, peak: Node) -> None:
         m, s = self.top.cache[("acc", peak)], self.top.cache[("acc", total)]

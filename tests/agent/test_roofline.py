@@ -254,6 +254,12 @@ def test_rows_read_once_far_from_the_floor_try_a_pipeline_fewer_instructions_the
     assert out[2].reason == ("memory-bound at 3.10x the floor, rows read once, 4096-wide chunks: try more bytes in "
                              "flight (BLOCK_R 4096->16384, num_warps 8->32)")
     assert rowwise_moves(a, {**start, "online": 2, "pipeline": 1}, measured(3.1))[0].params["BLOCK_R"] == 16384
+    # in bf16 the max per group of a thread's 8 logits is the default, and the move from a max per chunk
+    bf16 = analyze(str(FIXTURES / "var_cross_entropy.py"), False, shapes={"rows": 2048, "vocab": 128256},
+                   dtype="bfloat16")
+    assert BY_NAME["rowwise"].default(bf16)["online"] == 3 and BY_NAME["rowwise"].default(a)["online"] == 2
+    move = rowwise_moves(bf16, {**start, "online": 2, "pipeline": 1}, measured(3.1))[0]
+    assert move.params["online"] == 3 and "per group of a thread's 16 bytes (online 2->3)" in move.reason
     assert all(base.invalid(a, m.params) is None for m in out)
     assert not any("in flight" in m.reason for m in rowwise_moves(a, {**start, "mode": "one_pass"}, measured(3.1)))
 

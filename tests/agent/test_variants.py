@@ -46,6 +46,7 @@ def _row_loops(source: str, kernel: str) -> int:
     ({"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "fold": 0}, 1),  # unfolded, the pick follows the pass
     ({"mode": "looped", "BLOCK_R": 128, "online": 0, "fold": 1}, 2),  # the max first, then the rest
     ({"mode": "looped", "BLOCK_R": 128, "online": 2, "pipeline": 1, "num_stages": 3}, 1),  # tl.range loops
+    ({"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "online": 3}, 1),  # a max per group of 8 logits
 ])
 def test_cross_entropy_reads_its_logits_once(params, loops, runner):
     """Rows of 1000 in chunks of 128: 7 whole chunks unmasked, then the remainder. The target's logit is one
@@ -62,13 +63,18 @@ def test_cross_entropy_reads_its_logits_once(params, loops, runner):
     {"mode": "looped", "BLOCK_R": 64, "BLOCK_O": 1, "SPLIT": 3, "online": 1},
     {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "online": 2},  # a max per row and chunk
     {"mode": "looped", "BLOCK_R": 64, "BLOCK_O": 2, "SPLIT": 3, "online": 2, "pipeline": 1, "num_stages": 2},
+    {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "online": 3, "tail_first": 1},  # a max per group of 8
+    {"mode": "looped", "BLOCK_R": 64, "BLOCK_O": 1, "SPLIT": 3, "online": 3},
 ])
 def test_the_online_softmax_takes_rising_falling_masked_and_offset_rows(params, runner):
-    """The online step across chunks: per lane one exp per element (exp(-|x - m|), the other factor being 1), or
-    one max per chunk; the division by the row's sum a product with its reciprocal."""
+    """The online step across chunks: per lane one exp per element (exp(-|x - m|), the other factor being 1),
+    one max per chunk, or one per group of 8 adjacent elements (the remainder's last groups wholly masked); the
+    division by the row's sum a product with its reciprocal."""
     source = check("var_softmax_masked", "rowwise", params, runner)
     per_chunk = re.search(r"mn\d+ = tl.maximum\(om\d+, tl.max\(vv\d+, axis=1", source)
+    per_group = re.search(r"mn\d+ = tl.maximum\(om\d+, tl.max\(og\d+, axis=2\)\)", source)
     assert bool(per_chunk) == (params["online"] == 2) and ("tl.exp(-tl.abs(" in source) == (params["online"] == 1)
+    assert bool(per_group) == (params["online"] == 3)
     assert re.search(r"inv\d+ = 1\.0 / r\d+", source)
 
 

@@ -31,7 +31,8 @@ class RunConfig:
     seed: int = _d(0, "Seed of every random choice the search makes (policy sampling, strategy mutation).")
     plateau: int = _d(12, "Stop after this many evaluations without a better candidate; 0: never.")
     floor_margin: float = _d(0.10, "Stop once the best is within this fraction of the speed-of-light "
-                                   "floor, i.e. floor_fraction >= 1/(1+margin).")
+                                   "floor, i.e. floor_fraction >= 1/(1+margin), and not slower than "
+                                   "torch.compile.")
     batch_size: int = _d(2, "Proposals per round, evaluated together by the executor.")
     parents: int = _d(2, "Parents the policy selects per round; proposals are shared among them.")
     small: bool = _d(False, "Evaluate on the task's SMALL_SHAPES even on a GPU (always on a CPU).")

@@ -86,6 +86,18 @@ class Scope:
         self.cache: dict = {}
 
 
+def narrow_rows(kernel: Kernel) -> set[tuple]:
+    """The bf16 inputs (base, offset, strides) that a one-pass row kernel holds as loaded, two values a register
+    (Gen.narrow): those reduced by max or min in a kernel whose outputs are per row (cross-entropy, logsumexp).
+    On an H200 (session 12) cross-entropy over 4096x32000 bf16 logits went 0.192 -> 0.076 ms at 8 warps (16
+    warps: 0.165 -> 0.084); a softmax, whose exps stay live for its store, ran 1.5% slower."""
+    if kernel.layout != "row" or any(kernel.level[m] == "full" for m in kernel.stores):
+        return set()
+    return {(r.args[0].base, r.args[0].offset, r.args[0].strides) for r in kernel.nodes
+            if r.op == "reduce" and r.fn in ("max", "min") and isinstance(r.args[0], Leaf)
+            and str(r.args[0].dtype) == "torch.bfloat16"}
+
+
 class Gen(Reductions):
     """Emits one kernel. `p` holds the layout's parameters (see agent/templates/params.py)."""
 
@@ -125,6 +137,11 @@ class Gen(Reductions):
         self.top = Scope()
         self.body = self.top
         self.tiles: set[str] = set()  # variables holding a tile of indices (see hoist)
+        # bf16 rows a one-pass kernel holds as loaded (params.narrow_rows): their max or min is taken at that
+        # width (exact), their other uses widen by bits (_widen), which the compiler does not merge with the
+        # max's own upcast, so no fp32 copy of the row stays live across the reduction
+        self.narrow = narrow_rows(kernel) if p.get("mode") == "one_pass" else set()
+        self.raw: dict[str, str] = {}  # a narrow load's widened code -> the loaded value's name
 
     # --- names and pointers ------------------------------------------------------------------------
     def fresh(self, prefix: str = "t") -> str:
@@ -267,6 +284,11 @@ class Gen(Reductions):
             walked = self.evict and level == "full" and _extent(leaf) >= math.prod(self.D)
             evict = f", eviction_policy=\"{self.evict}\"" if walked else ""
             load = f"tl.load({t(f'{self.ptr(leaf.base)} + {off}')}{mask}{evict})"
+            if level == "full" and (leaf.base, leaf.offset, leaf.strides) in self.narrow:
+                scope.lines.append(f"{name} = {t(load)}")
+                scope.cache[key] = E(f"_widen({name})", "f")
+                self.raw[scope.cache[key].code] = name
+                return scope.cache[key]
             scope.lines.append(f"{name} = {t(load)}{cast}")
             scope.cache[key] = E(name, kind_of(leaf.dtype))
         return scope.cache[key]

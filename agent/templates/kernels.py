@@ -134,7 +134,7 @@ def render_kernel(kernel: Kernel, name: str, p: dict) -> KernelCode:
         return _flat(kernel, name, p)
     if kernel.layout == "plane":
         return _plane(kernel, name, p)
-    if kernel.layout == "row" and p.get("fold", 1) and (p.get("SPLIT", 1) > 1 or p.get("mode") == "looped"):
+    if kernel.layout == "row" and p.get("fold", 1):
         kernel = fold_sums(kernel)  # a selected sum (cross-entropy's target) joins the first pass
     if p.get("SPLIT", 1) > 1 and kernel.layout == "row":
         code = _split(kernel, name, p)
@@ -329,7 +329,8 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
         gen.top.lines += _chunk(gen, "0")
         for s in sorted(set(stages.values())):
             for r in (r for r, st in stages.items() if st == s):
-                gen.reduce_now(r)
+                if not _point_sum(gen, r):  # cross-entropy's target: one load per row, not a pass over it
+                    gen.reduce_now(r)
         store_lines(gen, full_stores + red_stores)
     else:
         online = online_pairs(kernel) if p.get("online", 1) else {}

@@ -314,6 +314,12 @@ def _tanh(x):
 def _trunc(x):
     return tl.where(x >= 0, tl.floor(x), tl.ceil(x))
 ''',
+    "_widen": '''@triton.jit
+def _widen(x):
+    if x.dtype == tl.bfloat16:  # bf16 is fp32's top half: widened by bits
+        return (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+    return x.to(tl.float32)
+''',
     "_mul_combine": '''@triton.jit
 def _mul_combine(a, b):
     return a * b

@@ -18,6 +18,8 @@ class Reductions:
         """One-pass reduction of a whole row held in registers."""
         v = self.reduce_input(r)
         code = v.code + (".to(tl.int32)" if v.kind == "b" else "") if r.fn == "sum" and v.kind != "f" else f(v)
+        narrow = r.fn in ("max", "min") and v.code in self.raw  # a bf16 row held as loaded (Gen.narrow)
+        code = self.raw[v.code] if narrow else code
         neutral = "0" if r.fn == "sum" and v.kind != "f" else NEUTRAL[r.fn]
         masked = f"tl.where(mask, {code}, {neutral})"
         out = self.fresh("r")
@@ -28,7 +30,7 @@ class Reductions:
                 "prod": f"tl.reduce({masked}, {ax}, _mul_combine, keep_dims=True)",
                 "argmax": f"tl.argmax({masked}, axis={ax}, keep_dims=True)",
                 "argmin": f"tl.argmin({masked}, axis={ax}, keep_dims=True)"}[r.fn]
-        self.body.lines.append(f"{out} = {expr}")
+        self.body.lines.append(f"{out} = {expr}" + (".to(tl.float32)" if narrow else ""))
         self.top.cache[r] = out
         self.kinds[r] = "f" if r.fn not in ("argmax", "argmin") and v.kind == "f" else "i"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from agent.analysis import TaskAnalysis
 from agent.templates import base
-from agent.templates.codegen import next_pow2
+from agent.templates.codegen import narrow_rows, next_pow2
 from agent.templates.params import SMS, kernel_invalid, l2_groups, lag_split, sizes
 
 NAME = "rowwise"
@@ -31,15 +31,16 @@ def default(analysis: TaskAnalysis) -> dict:
 
 
 def variants(analysis: TaskAnalysis) -> list[dict]:
-    """The default, the other row strategy (one-pass vs looped), split rows where they apply, and, where the
-    rows of a two-pass kernel outgrow L2, a split in one launch whose second read trails the first (LAG,
-    second) and a split run in groups of rows that fit L2; where the default's rows are read twice and many,
-    persistent programs second (params.persistent)."""
+    """The default, the other row strategy (one-pass vs looped; a one-pass row held at bf16 takes 8 warps, not
+    16: codegen.narrow_rows), split rows where they apply, and, where the rows of a two-pass kernel outgrow
+    L2, a split in one launch whose second read trails the first (LAG, second) and a split run in groups of
+    rows that fit L2; where the default's rows are read twice and many, persistent programs second
+    (params.persistent)."""
     d = default(analysis)
     main = base.plan(analysis).main
     out = [d]
     other = {**d, "mode": "looped", "BLOCK_R": 2048, "BLOCK_O": 1, "num_warps": 8} if d["mode"] == "one_pass" \
-        else {**d, "mode": "one_pass", "num_warps": 16, "BLOCK_O": 1}
+        else {**d, "mode": "one_pass", "num_warps": 8 if narrow_rows(main) else 16, "BLOCK_O": 1}
     if d.get("SPLIT", 1) > 1:
         out.append({**d, "SPLIT": max(8, d["SPLIT"] // 8)})
     if d.get("welford"):

@@ -57,6 +57,43 @@ def test_cross_entropy_reads_its_logits_once(params, loops, runner):
     assert "+ rr_t, mask=mask_t" in source and "(rr) ==" not in source
 
 
+@pytest.mark.parametrize("task, params", [
+    ("var_cross_entropy", {"mode": "one_pass", "BLOCK_O": 2}),  # 7 rows of 1000: a partial block of rows
+    ("var_softmax_masked", {"mode": "one_pass", "BLOCK_O": 1}),
+    ("var_softmax_masked", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "online": 3}),  # groups of 8
+])
+def test_bf16_rows_through_the_evaluator(task, params):
+    """In bf16 (the evaluator's cast, judged against fp32 math): cross-entropy's one-pass row is held as loaded,
+    its max taken at that width and its other uses widened by bits (_widen), its target one load per row; a
+    softmax's (its exps live until its store) is widened at its load; the online softmax's running max is per
+    group of a thread's 8 elements."""
+    from tools.evaluate import evaluate
+    from tools.results import EvalJob, TaskSpec
+    a = analyze(str(FIXTURES / f"{task}.py"), small=True, dtype="bfloat16")
+    t = BY_NAME["rowwise"]
+    source = t.render(a, {**t.default(a), **params})
+    if params["mode"] == "one_pass":
+        narrow = re.search(r"r\d+ = tl.max\(tl.where\(mask, x1, -float\(\"inf\"\)\), axis=1, keep_dims=True\)"
+                           r"\.to\(tl.float32\)", source) and "_widen(x1)" in source
+        assert bool(narrow) == (task == "var_cross_entropy")
+        assert ("+ rr_t, mask=mask_t" in source and "(rr) ==" not in source) == (task == "var_cross_entropy")
+    else:
+        assert "BLOCK_R // 8, 8], can_reorder=False)" in source
+    result = evaluate(EvalJob(TaskSpec(path=str(FIXTURES / f"{task}.py"), small=True, dtype="bfloat16"), source,
+                              trials=2, profile=False, timeout_s=300))
+    assert result.verdict == "correct", result.reason
+
+
+def test_a_bf16_one_pass_row_held_as_loaded_takes_8_warps():
+    """32000 logits a row: looped first, then the row in registers, over 8 warps where it is held at bf16 (128
+    values a thread, two a register) and over 16 in fp32."""
+    shapes = {"rows": 64, "vocab": 32000}
+    for dtype, warps in (("bfloat16", 8), (None, 16)):
+        a = analyze(str(FIXTURES / "var_cross_entropy.py"), False, shapes=shapes, dtype=dtype)
+        second = BY_NAME["rowwise"].variants(a)[1]
+        assert (second["mode"], second["num_warps"]) == ("one_pass", warps)
+
+
 @pytest.mark.parametrize("params", [
     {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "online": 1},  # 5 whole chunks, then a remainder of 60
     {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "online": 1, "tail_first": 1},  # a partial block of rows

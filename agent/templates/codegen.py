@@ -137,7 +137,7 @@ class Gen(Reductions):
         self.top = Scope()
         self.body = self.top
         self.tiles: set[str] = set()  # variables holding a tile of indices (see hoist)
-        # bf16 rows a one-pass kernel holds as loaded (params.narrow_rows): their max or min is taken at that
+        # bf16 rows a one-pass kernel holds as loaded (narrow_rows): their max or min is taken at that
         # width (exact), their other uses widen by bits (_widen), which the compiler does not merge with the
         # max's own upcast, so no fp32 copy of the row stays live across the reduction
         self.narrow = narrow_rows(kernel) if p.get("mode") == "one_pass" else set()

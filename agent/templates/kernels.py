@@ -327,10 +327,14 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
     red_stores = [(m, b) for m, b in kernel.stores.items() if kernel.level[m] == "red"]
     if one_pass:
         gen.top.lines += _chunk(gen, "0")
-        for s in sorted(set(stages.values())):
+        for k, s in enumerate(sorted(set(stages.values()))):
+            if gen.pairs:
+                gen.restage(k)
             for r in (r for r, st in stages.items() if st == s):
                 if not _point_sum(gen, r):  # cross-entropy's target: one load per row, not a pass over it
                     gen.reduce_now(r)
+        if gen.pairs:
+            gen.restage(len(set(stages.values())))
         store_lines(gen, full_stores + red_stores)
     else:
         online = online_pairs(kernel) if p.get("online", 1) else {}

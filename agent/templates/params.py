@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from agent.templates.attention_kernel import attention_dims
-from agent.templates.codegen import next_pow2
+from agent.templates.codegen import next_pow2, pair_rows
 from agent.templates.implicit_gemm import gemm_dims
 from agent.templates.ir import Leaf
 from agent.templates.fold import fold_sums, foldable
@@ -213,6 +213,8 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
             space["pipeline"] = [0, 1]  # the chunk loops software-pipelined over num_stages (tl.range)
         if "looped" in space["mode"] and o > SMS:
             space["PERSIST"] = [0, 1, 2]  # SMS x PERSIST programs, each taking blocks of rows in turn
+        if "one_pass" in space["mode"] and pair_rows(kernel):
+            space["pairs"] = [0, 1]  # a bf16 row held as 32-bit pairs, its values recomputed per stage
         if "looped" in space["mode"] and online_pairs(kernel):  # pass-fusion choices matter only when looping
             space["online"] = [1, 2, 3, 0]  # a max per lane, per chunk, per group of lanes (online_start), off
         if "looped" in space["mode"] and welford_pairs(kernel):

@@ -320,6 +320,12 @@ def _widen(x):
         return (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
     return x.to(tl.float32)
 ''',
+    "_pairs": '''@triton.jit
+def _pairs(u, s):
+    lo = (u << s).to(tl.float32, bitcast=True)  # with s = 16: the pair's first bf16, as fp32
+    hi = ((u >> s) << s).to(tl.float32, bitcast=True)
+    return tl.reshape(tl.join(lo, hi), [u.shape[0], u.shape[1] * 2])
+''',
     "_mul_combine": '''@triton.jit
 def _mul_combine(a, b):
     return a * b

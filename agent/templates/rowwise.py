@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from agent.analysis import TaskAnalysis
 from agent.templates import base
-from agent.templates.codegen import narrow_rows, next_pow2
+from agent.templates.codegen import narrow_rows, next_pow2, pair_rows
 from agent.templates.params import SMS, kernel_invalid, l2_groups, lag_split, sizes
 
 NAME = "rowwise"
@@ -32,7 +32,8 @@ def default(analysis: TaskAnalysis) -> dict:
 
 def variants(analysis: TaskAnalysis) -> list[dict]:
     """The default, the other row strategy (one-pass vs looped; a one-pass row held at bf16 takes 8 warps, not
-    16: codegen.narrow_rows), split rows where they apply, and, where the rows of a two-pass kernel outgrow
+    16: codegen.narrow_rows; one with per-element outputs holds bf16 pairs: codegen.pair_rows), split rows
+    where they apply, and, where the rows of a two-pass kernel outgrow
     L2, a split in one launch whose second read trails the first (LAG, second) and a split run in groups of
     rows that fit L2; where the default's rows are read twice and many, persistent programs second
     (params.persistent)."""
@@ -41,6 +42,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     out = [d]
     other = {**d, "mode": "looped", "BLOCK_R": 2048, "BLOCK_O": 1, "num_warps": 8} if d["mode"] == "one_pass" \
         else {**d, "mode": "one_pass", "num_warps": 8 if narrow_rows(main) else 16, "BLOCK_O": 1}
+    if other["mode"] == "one_pass" and pair_rows(main):  # a program a row: two blocks an SM hold their pairs
+        other = {**other, "pairs": 1, **({"PERSIST": 0} if "PERSIST" in d else {})}
     if d.get("SPLIT", 1) > 1:
         out.append({**d, "SPLIT": max(8, d["SPLIT"] // 8)})
     if d.get("welford"):

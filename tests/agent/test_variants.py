@@ -61,18 +61,25 @@ def test_cross_entropy_reads_its_logits_once(params, loops, runner):
     ("var_cross_entropy", {"mode": "one_pass", "BLOCK_O": 2}),  # 7 rows of 1000: a partial block of rows
     ("var_softmax_masked", {"mode": "one_pass", "BLOCK_O": 1}),
     ("var_softmax_masked", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "online": 3}),  # groups of 8
+    ("var_softmax_masked", {"mode": "one_pass", "BLOCK_O": 2, "pairs": 1}),  # 350 pairs a row of 700, -inf
+    ("var_layer_norm", {"mode": "one_pass", "BLOCK_O": 1, "pairs": 1}),  # two reductions, then the store
 ])
 def test_bf16_rows_through_the_evaluator(task, params):
     """In bf16 (the evaluator's cast, judged against fp32 math): cross-entropy's one-pass row is held as loaded,
     its max taken at that width and its other uses widened by bits (_widen), its target one load per row; a
-    softmax's (its exps live until its store) is widened at its load; the online softmax's running max is per
-    group of a thread's 8 elements."""
+    softmax's (its exps live until its store) is widened at its load, or held as 32-bit pairs (pairs), loaded
+    once and widened anew by each reduction stage and the store; the online softmax's running max is per group
+    of a thread's 8 elements."""
     from tools.evaluate import evaluate
     from tools.results import EvalJob, TaskSpec
     a = analyze(str(FIXTURES / f"{task}.py"), small=True, dtype="bfloat16")
     t = BY_NAME["rowwise"]
     source = t.render(a, {**t.default(a), **params})
-    if params["mode"] == "one_pass":
+    if params.get("pairs"):
+        # three stages each: the max, the sum and the store; the mean, the variance and the store
+        assert [source.count(f"_pairs(u1, 16 + {k} * tl.program_id(1))") for k in range(3)] == [1, 1, 1]
+        assert source.count("tl.load(p0 + ro * ") == 1 and "(x.view(torch.int32), " in source
+    elif params["mode"] == "one_pass":
         narrow = re.search(r"r\d+ = tl.max\(tl.where\(mask, x1, -float\(\"inf\"\)\), axis=1, keep_dims=True\)"
                            r"\.to\(tl.float32\)", source) and "_widen(x1)" in source
         assert bool(narrow) == (task == "var_cross_entropy")
@@ -82,6 +89,17 @@ def test_bf16_rows_through_the_evaluator(task, params):
     result = evaluate(EvalJob(TaskSpec(path=str(FIXTURES / f"{task}.py"), small=True, dtype="bfloat16"), source,
                               trials=2, profile=False, timeout_s=300))
     assert result.verdict == "correct", result.reason
+
+
+def test_a_bf16_one_pass_softmax_row_is_held_as_pairs_a_program_a_row():
+    """A bf16 softmax over rows of 32768 (looped by default, persistent where rows are many): its one-pass
+    variant holds each row as 32-bit pairs over 16 warps, a program a row; in fp32 it holds fp32."""
+    for dtype, pairs in (("bfloat16", 1), (None, None)):
+        a = analyze(str(FIXTURES / "var_softmax_rows.py"), False, shapes={"rows": 2048, "dim": 32768}, dtype=dtype)
+        second = BY_NAME["rowwise"].variants(a)[1]
+        assert (second["mode"], second["num_warps"], second.get("pairs")) == ("one_pass", 16, pairs)
+        persist = BY_NAME["rowwise"].default(a).get("PERSIST")
+        assert persist and second.get("PERSIST") == (0 if pairs else persist)
 
 
 def test_a_bf16_one_pass_row_held_as_loaded_takes_8_warps():

@@ -33,10 +33,9 @@ def default(analysis: TaskAnalysis) -> dict:
 def variants(analysis: TaskAnalysis) -> list[dict]:
     """The default, the other row strategy (one-pass vs looped; a one-pass row held at bf16 takes 8 warps, not
     16: codegen.narrow_rows; one with per-element outputs holds bf16 pairs: codegen.pair_rows), split rows
-    where they apply, and, where the rows of a two-pass kernel outgrow
-    L2, a split in one launch whose second read trails the first (LAG, second) and a split run in groups of
-    rows that fit L2; where the default's rows are read twice and many, persistent programs second
-    (params.persistent)."""
+    where they apply, and, where the rows of a two-pass kernel outgrow L2, a split in one launch whose second
+    read trails the first (LAG, second) and a split run in groups of rows that fit L2; where the default's rows
+    are read twice and many, persistent programs second (params.persistent)."""
     d = default(analysis)
     main = base.plan(analysis).main
     out = [d]

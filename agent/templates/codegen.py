@@ -290,7 +290,8 @@ class Gen(Reductions):
             return self.chunk_load(leaf, off)
         scope = self.body if level == "full" else self.top
         key = ("load", leaf.base, off, level, inside)
-        if level == "full" and (leaf.base, leaf.offset, leaf.strides) in self.pairs:
+        held = (leaf.base, leaf.offset, leaf.strides) if level == "full" else None  # as pairs or as loaded
+        if held in self.pairs:
             return self.pair_load(leaf, key)
         if key not in scope.cache:
             name = self.fresh("x")
@@ -306,13 +307,11 @@ class Gen(Reductions):
             walked = self.evict and level == "full" and _extent(leaf) >= math.prod(self.D)
             evict = f", eviction_policy=\"{self.evict}\"" if walked else ""
             load = f"tl.load({t(f'{self.ptr(leaf.base)} + {off}')}{mask}{evict})"
-            if level == "full" and (leaf.base, leaf.offset, leaf.strides) in self.narrow:
-                scope.lines.append(f"{name} = {t(load)}")
-                scope.cache[key] = E(f"_widen({name})", "f")
+            narrow = held in self.narrow
+            scope.lines.append(f"{name} = {t(load)}" + ("" if narrow else cast))
+            scope.cache[key] = E(f"_widen({name})", "f") if narrow else E(name, kind_of(leaf.dtype))
+            if narrow:
                 self.raw[scope.cache[key].code] = name
-                return scope.cache[key]
-            scope.lines.append(f"{name} = {t(load)}{cast}")
-            scope.cache[key] = E(name, kind_of(leaf.dtype))
         return scope.cache[key]
 
     def pair_load(self, leaf: Leaf, key: tuple) -> E:
@@ -323,8 +322,9 @@ class Gen(Reductions):
         if key not in self.pair_loads:
             half = self.R // 2
             name = self.fresh("u")
-            self.top.lines += [f"rp = tl.arange(0, BLOCK_R // 2)[None, :]",
-                               f"{name} = tl.load({self.ptr(leaf.base + '.view(torch.int32)')} + ro * {half} + "
+            if not self.pair_loads:
+                self.top.lines.append("rp = tl.arange(0, BLOCK_R // 2)[None, :]")
+            self.top.lines += [f"{name} = tl.load({self.ptr(leaf.base + '.view(torch.int32)')} + ro * {half} + "
                                f"{leaf.offset // 2} + rp, mask=rmask & (rp < {half}), other=0)"
                                f".to(tl.uint32, bitcast=True)"]
             self.pair_loads[key] = name
@@ -332,7 +332,9 @@ class Gen(Reductions):
 
     def restage(self, stage: int) -> None:
         """Pairs (self.pairs): the next reduction stage, or the store, recomputes its per-element values from
-        the pairs rather than reading them from an earlier stage."""
+        the pairs rather than reading them from an earlier stage. Nothing without pairs."""
+        if not self.pairs:
+            return
         self.stage = stage
         full = [key for key in self.top.cache if isinstance(key, Node) and self.k.level.get(key) == "full"
                 or isinstance(key, tuple) and key[0] == "inline" and key[-1] == "full"]

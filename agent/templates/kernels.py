@@ -328,13 +328,11 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
     if one_pass:
         gen.top.lines += _chunk(gen, "0")
         for k, s in enumerate(sorted(set(stages.values()))):
-            if gen.pairs:
-                gen.restage(k)
+            gen.restage(k)
             for r in (r for r, st in stages.items() if st == s):
                 if not _point_sum(gen, r):  # cross-entropy's target: one load per row, not a pass over it
                     gen.reduce_now(r)
-        if gen.pairs:
-            gen.restage(len(set(stages.values())))
+        gen.restage(len(set(stages.values())))
         store_lines(gen, full_stores + red_stores)
     else:
         online = online_pairs(kernel) if p.get("online", 1) else {}

@@ -37,8 +37,8 @@ from agent.templates.codegen import next_pow2
 from agent.templates.fold import fold_sums
 from agent.templates.implicit_gemm import conv_tiles, gemm_dims
 from agent.templates.kernels import online_pairs, point_sums, reduction_stages, welford_pairs
-from agent.templates.params import (SMS, kernel_default, kernel_invalid, kernel_space, l2_groups, lag_split,
-                                    online_form, persistent, sizes)
+from agent.templates.params import (SMS, gemm_tiles, interleaved_tiles, kernel_default, kernel_invalid, kernel_space,
+                                    l2_groups, lag_split, online_form, persistent, sizes)
 from agent.templates.schedule import Kernel
 from tools.results import EvalResult
 
@@ -249,9 +249,11 @@ def _gemm(analysis, template, kernel: Kernel, p: dict) -> list[tuple[dict, str]]
                                        "(impl triton->torch)"))
     if "tiles" in space:  # measured both ways on KernelBench's convolutions: 3x faster for some, 2x slower others
         now = conv_tiles(kernel.nodes[0], p)
-        other = "channels" if now == "positions" else "positions"
-        out.append(({"impl": "triton", "tiles": other}, f"a Triton convolution: try its tiles walking {other} "
-                                                        f"(tiles {now}->{other})"))
+        for other in [t for t in space["tiles"] if t != now]:  # with interleaved tiles' own sizes, or off them
+            sizes_of = interleaved_tiles(kernel) if other == "interleaved" else \
+                gemm_tiles(kernel) if now == "interleaved" else {}
+            out.append(({"impl": "triton", **sizes_of, "tiles": other}, f"a Triton convolution: try {other} tiles "
+                                                                        f"(tiles {now}->{other})"))
     splits = [s for s in space.get("SPLIT_K", [1]) if s > 1]
     if tiles < SMS and splits and p.get("SPLIT_K", 1) == 1:
         s = min((s for s in splits if s * tiles >= SMS), default=max(splits))

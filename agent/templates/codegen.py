@@ -267,7 +267,7 @@ class Gen(Reductions):
 
     def is_block(self, code: str) -> bool:
         """Whether an index expression is a tile (not one scalar per program)."""
-        names = {"flat": "offs", "row": "ro|rr", "col": "rr|ri", "plane": "rh|rw", "gemm": "rm|rn"}[self.layout]
+        names = {"flat": "offs", "row": "ro|rr", "col": "rr|ri", "plane": "rh|rw", "gemm": "rm|rn|rw"}[self.layout]
         names = "|".join([names, r"lin\d+"] + sorted(self.tiles))
         return re.search(rf"\b({names})\b", code) is not None
 

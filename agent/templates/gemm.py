@@ -16,7 +16,7 @@ from agent.analysis import TaskAnalysis
 from agent.templates import base
 from agent.templates.codegen import next_pow2
 from agent.templates.implicit_gemm import gemm_dims
-from agent.templates.params import SMS, kernel_default, kernel_invalid, kernel_space
+from agent.templates.params import SMS, gemm_tiles, kernel_default, kernel_invalid, kernel_space
 from agent.templates.program import work
 
 NAME = "gemm"
@@ -74,6 +74,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     out = [d]
     if epilogue and "torch" in space(analysis)["impl"]:  # the other implementation second: a budget of two tries both
         out.append({**d, "impl": "triton" if d["impl"] == "torch" else "torch"})
+    if d.get("tiles") == "interleaved":  # and the channel tiles it replaced
+        out.append({**d, **gemm_tiles(k), "impl": "triton", "tiles": "channels"})
     out.append({**d, "impl": "triton", "BLOCK_M": min(64, d["BLOCK_M"]), "BLOCK_N": min(64, d["BLOCK_N"]),
                 "num_warps": 4, "num_stages": 4})
     if kk >= 4096 and k.nodes[0].fn == "mm":

@@ -10,7 +10,10 @@ A transposed convolution with a stride s > 1 reaches each output from only the t
 + padding (mod s): of the whole window, 1 / s of it per strided dim. Its outputs are taken in phases (one per
 residue of output + padding mod s, per dim), each phase's rows reading only its own taps, so the K loop runs over
 the input channels times those taps and no step is masked away whole. A tile's phases are consecutive programs:
-they write the interleaved outputs of one region together, so its partial sectors meet in L2.
+they write the interleaved outputs of one region together, so its partial sectors meet in L2. With interleaved
+tiles (the default where the last dim is strided and the rows walk channels), one program takes every phase of
+the last dim instead, each a K loop of its own, and stacks their tiles so that it stores whole output rows:
+a phase's outputs alone are s elements apart, a warp's store then touching s times the sectors.
 
     batch, m, n, k = gemm_dims(node)   # a matrix-product node or a convolution node
     code = render_conv(kernel, "_gemm_kernel0", {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 32, ...})
@@ -82,38 +85,61 @@ def _phases(attrs: dict, window: tuple, in_sizes: tuple, out_sizes: tuple) -> li
     return dims
 
 
-def _phase_lines(dims: list[dict], batch: int, cin_g: int, big: str, last: bool) -> tuple[list[str], list[str],
-                                                                                        list[str]]:
+def _slot_taps(dim: dict, slot: int) -> tuple[int, int, int]:
+    """The phase (residue of output + padding mod s) of a dim's outputs equal to slot mod s, its first tap and
+    its number of taps (0 where no tap reaches those outputs)."""
+    s, d, k, step = dim["s"], dim["d"], dim["k"], dim["step"]
+    r = (slot + dim["pad"]) % s
+    t0 = next((t for t in range(min(step, k)) if t * d % s == r), k)
+    return r, t0, len(range(t0, k, step))
+
+
+def _phase_lines(dims: list[dict], batch: int, cin_g: int, big: str, last: bool,
+                 slot: int | None = None) -> tuple[list[str], list[str], list[str], list[str]]:
     """A phased transposed convolution's lines before its K loop (its K extent among them, `ktaps`: cin_g
     times the phase's taps), the loop body's lines up to the taps kw{i} and input coordinates i{i}, and their
     validity conditions. Dim i's phase r{i} is a residue of output + padding mod s; its outputs are f{i} + s * j,
     its taps t0{i} + step * m for m below n{i}. The input coordinate (output + padding - tap * d) / s splits
-    into a row's part and a tap's part, each an exact division of a vector, none of the 2-D tile."""
-    lines = [f"pid_g = tl.program_id(1){big}"]
-    taps = []
+    into a row's part and a tap's part, each an exact division of a vector, none of the 2-D tile.
+    With `slot` (interleaved tiles), the last dim's outputs are those equal to slot mod s: its phase is a
+    constant, ph counts the other dims' phases only, and the lines that depend on the slot come apart from
+    the others: (lines, slot's lines, body, conditions); the slot's lines are empty without one."""
+    held = len(dims) - 1 if slot is not None else None
+    taps, phase = [], {}
     for i, dim in enumerate(dims):
         s, pad, d, k, step = dim["s"], dim["pad"], dim["d"], dim["k"], dim["step"]
+        taps.append(str(k) if s == 1 else f"n{i}")
         if s == 1:
-            taps.append(str(k))
             continue
-        inner = math.prod(x["s"] for x in dims[i + 1:])
+        if i == held:
+            r, t0, n = _slot_taps(dim, slot)
+            phase[i] = [f"r{i} = {r}", f"f{i} = {slot}", f"t0{i} = {t0}", f"n{i} = {n}"]
+            continue
+        inner = math.prod(x["s"] for x in dims[i + 1:held])
         first = k  # the phase's first tap: the t below step with t * d = r (mod s), or k where there is none
         for t in reversed(range(min(step, k))):
             first = f"tl.where(r{i} == {t * d % s}, {t}, {first})"
-        lines += [f"r{i} = (ph // {inner}) % {s}" if inner > 1 else f"r{i} = ph % {s}",
-                  f"f{i} = (r{i} + {s - pad % s}) % {s}", f"t0{i} = {first}",
-                  f"n{i} = ({k + step - 1} - t0{i}) // {step}"]
-        taps.append(f"n{i}")
-    lines.append(f"ktaps = {cin_g} * {' * '.join(taps)}")
-    lines.append(f"rm1 = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){big}")
-    lines += _split_index("rm1", (batch,) + tuple(d["rows"] for d in dims), "q")
+        phase[i] = [f"r{i} = (ph // {inner}) % {s}" if inner > 1 else f"r{i} = ph % {s}",
+                    f"f{i} = (r{i} + {s - pad % s}) % {s}", f"t0{i} = {first}",
+                    f"n{i} = ({k + step - 1} - t0{i}) // {step}"]
+    rows = [f"rm1 = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){big}"]
+    rows += _split_index("rm1", (batch,) + tuple(d["rows"] for d in dims), "q")
     ok = [f"(rm1 < {batch * math.prod(d['rows'] for d in dims)})"]
+    outputs = {}
     for i, dim in enumerate(dims):
-        lines.append(f"o{i} = q{i + 1}" if dim["s"] == 1 else f"o{i} = f{i} + q{i + 1} * {dim['s']}")
+        outputs[i] = [f"o{i} = q{i + 1}" if dim["s"] == 1 else f"o{i} = f{i} + q{i + 1} * {dim['s']}"]
         if dim["s"] > 1:
             ok.append(f"(o{i} < {dim['out']})")
-            lines.append(f"jo{i} = (o{i} + {dim['pad']} - r{i}) // {dim['s']}")
-    lines.append(f"row_ok = {' & '.join(ok)}")
+            outputs[i].append(f"jo{i} = (o{i} + {dim['pad']} - r{i}) // {dim['s']}")
+    ktaps, row_ok = f"ktaps = {cin_g} * {' * '.join(taps)}", f"row_ok = {' & '.join(ok)}"
+    others = [i for i in range(len(dims)) if i != held]
+    lines = [f"pid_g = tl.program_id(1){big}"] + [x for i in others for x in phase.get(i, [])]
+    if held is None:
+        lines += [ktaps] + rows + [x for i in others for x in outputs[i]] + [row_ok]
+        slot_lines = []
+    else:
+        lines += rows + [x for i in others for x in outputs[i]]
+        slot_lines = phase[held] + [ktaps] + outputs[held] + [row_ok]
     body = ["m = kk" if cin_g == 1 else f"m = kk // {cin_g}", "ci = kk * 0" if cin_g == 1 else f"ci = kk % {cin_g}"]
     conds = []
     row, col = _axes(last)
@@ -129,7 +155,7 @@ def _phase_lines(dims: list[dict], batch: int, cin_g: int, big: str, last: bool)
         else:  # both exact: o + pad and a phase's tap * d are r mod s, and neither part is negative
             body += [f"jk{i} = (kw{i} * {d} - r{i}) // {s}", f"i{i} = jo{i}{row} - jk{i}{col}"]
         conds += [f"(i{i} >= 0)", f"(i{i} < {dim['in']})"]
-    return lines, body, conds
+    return lines, slot_lines, body, conds
 
 
 def _k_steps(node) -> tuple[list[dict], int, int]:
@@ -172,6 +198,55 @@ def conv_tiles(node, p: dict) -> str:
     return "positions" if dims and cin_g <= 8 and k_most <= POSITIONS_K else "channels"
 
 
+def interleave_slots(node) -> int:
+    """The slots an interleaved tile of a convolution stacks (its last dim's stride, to a power of two), or 0
+    where it cannot take one: it must be phased, its last dim strided."""
+    dims = _k_steps(node)[0]
+    return next_pow2(dims[-1]["s"]) if dims and dims[-1]["s"] > 1 else 0
+
+
+def _joined(accs: list[str]) -> list[str]:
+    """Lines stacking equal [BLOCK_M, BLOCK_N] tiles (a power of two of them) along a new last axis, in
+    order, into `acc`: tl.join's nesting puts the first join's axis outermost, so the leaves go in
+    bit-reversed order."""
+    bits = len(accs).bit_length() - 1
+    level = [accs[int(f"{i:0{bits}b}"[::-1], 2)] for i in range(len(accs))]
+    lines = []
+    while len(level) > 1:
+        names = [f"j{len(level)}_{i}" for i in range(len(level) // 2)]
+        lines += [f"{n} = tl.join({a}, {b})" for n, a, b in zip(names, level[::2], level[1::2])]
+        level = names
+    return lines + [f"acc = tl.reshape({level[0]}, (BLOCK_M, BLOCK_N, {len(accs)}))"]
+
+
+def _interleave(dims: list[dict], batch: int, cin_g: int, big: str, rows: int, n: int, k_loop) -> list[str]:
+    """An interleaved program's K loops, one per slot of the last dim (its outputs equal to the slot mod s; none
+    where no tap reaches them), their tiles stacked into [BLOCK_M, BLOCK_N, slots] (acc, slots a power of two),
+    and the output's indices and mask there: rm the flat (batch, other dims) position, rw the last dim's. Where
+    Triton's axis analysis finds equal contiguity it walks the first axis first, so after the slots (contiguous
+    in the output) a warp's lanes walk positions, not channels."""
+    held, last = dims[-1], len(dims) - 1
+    slots = next_pow2(held["s"])
+    lines, accs = [], []
+    for f in range(slots):
+        if f >= held["s"] or _slot_taps(held, f)[2] == 0:
+            accs.append("zero")
+            continue
+        lines += _phase_lines(dims, batch, cin_g, big, False, f)[1] + k_loop(f"acc{f}")
+        accs.append(f"acc{f}")
+    if "zero" in accs:
+        lines.insert(0, "zero = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
+    lines += _joined(accs)
+    flat = "q0"
+    for i, dim in enumerate(dims[:-1]):
+        flat = f"({flat}) * {dim['out']} + o{i}"
+    ok = [f"(rm1 < {rows})"] + [f"(o{i} < {d['out']})" for i, d in enumerate(dims[:-1]) if d["s"] > 1]
+    return lines + [f"slot = tl.arange(0, {slots})[None, None, :]", f"rm = ({flat})[:, None, None]",
+                    f"rw = (q{last + 1} * {held['s']})[:, None, None] + slot",
+                    f"mask = ({' & '.join(ok)})[:, None, None] & (rn1[None, :, None] < {n}) & (slot < {held['s']})"
+                    f" & (rw < {held['out']})"]
+
+
 def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen = Gen(kernel, name, p)
     g = kernel.nodes[0]
@@ -189,7 +264,10 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     sx, sw = x.strides, w.strides
     big = ".to(tl.int64)" if gen.big else ""
     xp, wp = gen.ptr(x.base), gen.ptr(w.base)
-    phases = math.prod(d["s"] for d in dims)  # 1 unless phased: then a tile's phases are consecutive programs
+    # interleaved tiles: a program takes every phase of the last dim, so each output row is stored whole
+    inter = phased and conv_tiles(g, p) == "interleaved"
+    # 1 unless phased: then a tile's phases are consecutive programs
+    phases = math.prod(d["s"] for d in (dims[:-1] if inter else dims))
     pid = "tl.program_id(0)" if phases == 1 else f"tl.program_id(0) // {phases}"
     lines = [f"ph = tl.program_id(0) % {phases}"] if phases > 1 else []
     lines += [f"pid = {pid}", f"num_m = tl.cdiv({rows}, BLOCK_M)", f"num_n = tl.cdiv({N}, BLOCK_N)",
@@ -198,7 +276,7 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
               "pid_n = (pid % width) // gsize",
               f"rn1 = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){big}", f"rk = tl.arange(0, BLOCK_K){big}"]
     if phased:
-        head, body, conds = _phase_lines(dims, kernel.domain[0], cin_g, big, last)
+        head, _, body, conds = _phase_lines(dims, kernel.domain[0], cin_g, big, last, 0 if inter else None)
         lines += head
         body.insert(0, "kk = k0 + rk")
         k_extent, row_ok = "ktaps", "row_ok"
@@ -233,20 +311,30 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     load = f"tl.load(x_row{row} + {a_off}, mask={a_mask}, other=0.0)"
     body += [f"ta = {f'tl.trans({load})' if last else load}{cast}",
              f"tb = tl.load(w_col[None, :] + {b_off}, mask=(kk[:, None] < {k_extent}) & (rn1[None, :] < {N}), "
-             f"other=0.0){cast}",
-             f'acc += tl.dot(ta, tb, input_precision="{precision}")']
-    lines += ["acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", f"for k0 in range(0, {k_extent}, BLOCK_K):"]
-    lines += ["    " + line for line in body]
-    if phased:  # the output's flat (batch, position) index, and the phase's rows that are outputs
+             f"other=0.0){cast}"]
+
+    def k_loop(acc: str) -> list[str]:
+        return [f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+                f"for k0 in range(0, {k_extent}, BLOCK_K):"] + ["    " + line for line in body] + \
+               [f'    {acc} += tl.dot(ta, tb, input_precision="{precision}")']
+
+    if inter:
+        lines += _interleave(dims, kernel.domain[0], cin_g, big, rows, N, k_loop)
+    elif phased:  # the output's flat (batch, position) index, and the phase's rows that are outputs
+        lines += k_loop("acc")
         flat = "q0"
         for i, size in enumerate(spatial):
             flat = f"({flat}) * {size} + o{i}"
         lines += [f"rm = ({flat})[:, None]", f"mask = {row_ok}[:, None] & (rn1[None, :] < {N})"]
     else:
-        lines += ["rm = rm1[:, None]", f"mask = (rm < {M}) & (rn1[None, :] < {N})"]
-    lines.append(f"rn = pid_g * {N} + rn1[None, :]")
+        lines += k_loop("acc") + ["rm = rm1[:, None]", f"mask = (rm < {M}) & (rn1[None, :] < {N})"]
     rank = len(kernel.domain)
-    gen.groups = [([0] + list(range(2, rank)), "rm"), ([1], "rn")]
+    if inter:  # [BLOCK_M, BLOCK_N, slots] tiles (_interleave)
+        lines.append(f"rn = pid_g * {N} + rn1[None, :, None]")
+        gen.groups = [([0] + list(range(2, rank - 1)), "rm"), ([1], "rn"), ([rank - 1], "rw")]
+    else:
+        lines.append(f"rn = pid_g * {N} + rn1[None, :]")
+        gen.groups = [([0] + list(range(2, rank)), "rm"), ([1], "rn")]
     gen.positions_last = last
     gen.top.lines += lines
     gen.top.cache[g] = "acc"

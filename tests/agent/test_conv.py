@@ -38,7 +38,7 @@ def test_every_convolution_kind_is_an_implicit_gemm(kind, runner, tmp_path):
     t = BY_NAME["gemm"]
     assert t.space(a)["impl"] == ["triton"]  # a bare convolution (with its bias) must be Triton to count
     first = t.variants(a)[0]
-    for params in t.variants(a)[:2] + [{**first, "tiles": "positions"}, {**first, "tiles": "channels"}]:
+    for params in t.variants(a)[:2] + [{**first, "tiles": tiles} for tiles in t.space(a)["tiles"]]:
         source = t.render(a, params)
         assert "KERNELWRIGHT_TORCH_OPS" not in source and "torch.convolution(" not in source
         run_ok(runner, task, source)
@@ -63,6 +63,30 @@ def test_a_strided_transposed_convolution_reads_only_its_phases_taps(runner, tmp
     assert "ktaps = 3 * n0 * n1" in source and "for k0 in range(0, ktaps, BLOCK_K)" in source
     assert "[(75, 1)]" in source  # an 18 x 28 output: 2 x 4 x 6 rows a phase, 16 a program, 25 phases each
     run_ok(runner, task, source)
+
+
+def test_a_transposed_convolution_strided_along_its_last_dim_stores_its_rows_whole(runner, tmp_path):
+    """Interleaved tiles by default: a program takes every phase of the last dim (stride 5: eight slots, two of
+    them no tap reaches and three past the stride), so its output rows are stored whole; the channel tiles
+    they replace are the second variant. Other convolutions cannot take them."""
+    task = tmp_path / "conv_sparse_wide.py"  # 12 input channels: more than the positions rule takes
+    task.write_text(task_of("transposed2d_sparse", tmp_path).read_text().replace(
+        "nn.ConvTranspose2d(3, 5,", "nn.ConvTranspose2d(12, 5,").replace("(n, 3, 4, 6)", "(n, 12, 4, 6)"))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    first, second = t.variants(a)[:2]
+    assert (first["tiles"], first["BLOCK_M"], first["BLOCK_N"], first["num_warps"]) == ("interleaved", 128, 16, 4)
+    assert second["tiles"] == "channels"
+    source = t.render(a, first)
+    assert "acc = tl.reshape(j2_0, (BLOCK_M, BLOCK_N, 8))" in source
+    assert "rw = (q2 * 5)[:, None, None] + slot" in source
+    assert source.count("for k0 in range(0, ktaps, BLOCK_K):") == 3  # slots 1, 3 and 4: a tap each
+    run_ok(runner, task, t.render(a, {**first, "BLOCK_M": 16}))
+    plain = task_of("conv2d", tmp_path)
+    a = analyze(str(plain), small=True)
+    assert "interleaved" not in t.space(a)["tiles"] and "tiles" not in t.default(a)
+    with pytest.raises(ValueError, match="interleaved tiles need a transposed convolution whose last dim is strided"):
+        t.render(a, {**t.default(a), "tiles": "interleaved"})
 
 
 def test_a_convolution_of_a_computed_value_under_an_epilogue(runner):
@@ -121,11 +145,11 @@ def test_a_phased_convolution_of_one_k_step_walks_output_positions(runner, tmp_p
     source = t.render(a, {**t.default(a), "impl": "triton"})
     assert "ta = tl.load(x_row[:, None] + " in source and "tl.trans(" not in source
     run_ok(runner, wide, source)
-    assert t.space(a)["tiles"] == ["channels", "positions"]  # the search may choose either for any convolution
+    assert t.space(a)["tiles"] == ["channels", "positions", "interleaved"]  # the search may choose any
     source = t.render(a, {**t.default(a), "impl": "triton", "tiles": "positions"})
     assert "ta = tl.trans(tl.load(x_row[None, :] + ci[:, None] * " in source
     run_ok(runner, wide, source)
-    with pytest.raises(ValueError, match="tiles must be channels or positions"):
+    with pytest.raises(ValueError, match="tiles must be channels, positions or interleaved"):
         t.render(a, {**t.default(a), "impl": "triton", "tiles": "rows"})
 
 

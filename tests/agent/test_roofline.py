@@ -142,7 +142,8 @@ def test_a_compute_bound_gemm_tries_the_vendor_gemm_then_other_tiles():
 
 
 def test_a_triton_convolution_tries_its_tiles_walking_the_other_axis(tmp_path):
-    """After the vendor convolution: positions where the rule chose channels (40 input channels), and back."""
+    """After the vendor convolution: positions where the rule chose channels (40 input channels), and back; a
+    transposed convolution strided along its last dim tries interleaved tiles too, at their own sizes."""
     task = tmp_path / "conv.py"
     task.write_text((FIXTURES / "conv_kinds.py").read_text().replace('kind = "conv2d"', 'kind = "conv2d_grouped"'))
     a = analyze(str(task), small=True)
@@ -150,9 +151,16 @@ def test_a_triton_convolution_tries_its_tiles_walking_the_other_axis(tmp_path):
     out = moves(a, t, {**t.default(a), "impl": "triton"}, measured(1.8), a.to_json())
     flip = next(m for m in out if "tiles" in m.params)
     assert flip.params["tiles"] == "positions" and flip.reason.endswith(
-        "a Triton convolution: try its tiles walking positions (tiles channels->positions)")
+        "a Triton convolution: try positions tiles (tiles channels->positions)")
+    assert [m.params["tiles"] for m in out if "tiles" in m.params] == ["positions"]  # not transposed: no interleave
     back = moves(a, t, {**t.default(a), "impl": "triton", "tiles": "positions"}, measured(1.8), a.to_json())
     assert next(m for m in back if "tiles" in m.params).params["tiles"] == "channels"
+    task.write_text((FIXTURES / "conv_kinds.py").read_text().replace('kind = "conv2d"', 'kind = "transposed2d_sparse"'))
+    a = analyze(str(task), small=True)
+    out = moves(a, t, {**t.default(a), "impl": "triton", "tiles": "channels", "BLOCK_N": 64}, measured(1.8),
+                a.to_json())
+    inter = next(m for m in out if m.params.get("tiles") == "interleaved")
+    assert (inter.params["BLOCK_M"], inter.params["BLOCK_N"]) == (128, 16)  # eight slots (stride 5) a row
 
 
 def test_a_gemm_whose_tiles_do_not_fill_the_gpu_splits_k():

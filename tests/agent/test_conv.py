@@ -38,7 +38,9 @@ def test_every_convolution_kind_is_an_implicit_gemm(kind, runner, tmp_path):
     t = BY_NAME["gemm"]
     assert t.space(a)["impl"] == ["triton"]  # a bare convolution (with its bias) must be Triton to count
     first = t.variants(a)[0]
-    for params in t.variants(a)[:2] + [{**first, "tiles": tiles} for tiles in t.space(a)["tiles"]]:
+    forms = [{**first, "tiles": tiles, **({"BLOCK_M": 64} if tiles == "interleaved" else {})}  # a slot's registers
+             for tiles in t.space(a)["tiles"]]
+    for params in t.variants(a)[:2] + forms:
         source = t.render(a, params)
         assert "KERNELWRIGHT_TORCH_OPS" not in source and "torch.convolution(" not in source
         run_ok(runner, task, source)

@@ -288,6 +288,9 @@ class Gen(Reductions):
             level = "red"  # constant along the reduced axis: load once per row, outside any chunk loop
         if level == "full" and not inside and self.chunk_constant(leaf, shape):
             return self.chunk_load(leaf, off)
+        step = self.chunk_step(leaf, shape) if level == "full" and not inside else 0
+        if step:
+            return self.chunk_pair_load(leaf, off, step)
         scope = self.body if level == "full" else self.top
         key = ("load", leaf.base, off, level, inside)
         held = (leaf.base, leaf.offset, leaf.strides) if level == "full" else None  # as pairs or as loaded
@@ -354,21 +357,57 @@ class Gen(Reductions):
                   and leaf.strides[j - lead]]
         return math.prod(shape) == math.prod(self.D) and all(cs[j] % block == 0 for j in walked)
 
-    def chunk_load(self, leaf: Leaf, off: str) -> E:
-        """A chunk-constant leaf (chunk_constant) loaded once per chunk: its offset at the chunk's start."""
+    def chunk_step(self, leaf: Leaf, shape: tuple) -> int:
+        """Where a row kernel's leaf, read per element, changes value at most once in a chunk: every dim it
+        walks steps at least BLOCK_R apart in the linear index, so its value changes only at multiples of the
+        smallest such step (returned; 0 where this does not hold). A group norm's per-channel weight over
+        planes of 31 x 63 x 63 (KernelBench level 2's 60) was a division and a gather per element."""
+        block = getattr(self, "block_r", None)
+        if self.layout != "row" or self.chunk_start is None or not block or math.prod(shape) != math.prod(self.D):
+            return 0
+        lead = len(shape) - len(leaf.shape)
+        cs = contiguous_strides(shape)
+        walked = [cs[j] for j in range(len(shape)) if j >= lead and leaf.shape[j - lead] == shape[j] and shape[j] > 1
+                  and leaf.strides[j - lead]]
+        return min(walked) if walked and min(walked) >= block else 0
+
+    def chunk_load(self, leaf: Leaf, off: str, at: str | None = None, mask: str = "rmask") -> E:
+        """A chunk-constant leaf (chunk_constant) loaded once per chunk: its offset at the chunk's start, or at
+        the row position `at`."""
         lin = self.body.cache.get(("linear", "full"))
         if lin:  # the linear index as its code, so that rr can be set to the chunk's start
-            cs = contiguous_strides(self.D)
-            code = self.offset([(d, cs[d]) for d in range(len(self.D)) if self.D[d] > 1])
-            off = re.sub(rf"\b{lin}\b", f"({code})", off)
-        off = re.sub(r"\brr\b", f"({self.chunk_start})", off)
+            off = re.sub(rf"\b{lin}\b", f"({self.linear_code()})", off)
+        off = re.sub(r"\brr\b", f"({at or self.chunk_start})", off)
         key = ("chunk load", leaf.base, off)
         if key not in self.body.cache:
             name = self.fresh("x")
             cast = ".to(tl.float32)" if leaf.dtype.is_floating_point else ""
-            self.body.lines.append(f"{name} = tl.load({self.ptr(leaf.base)} + {off}, mask=rmask, other=0){cast}")
+            self.body.lines.append(f"{name} = tl.load({self.ptr(leaf.base)} + {off}, mask={mask}, other=0){cast}")
             self.body.cache[key] = E(name, kind_of(leaf.dtype))
         return self.body.cache[key]
+
+    def chunk_pair_load(self, leaf: Leaf, off: str, step: int) -> E:
+        """A leaf that changes value at most once in a chunk (chunk_step): its values at the chunk's start and
+        at the first multiple of `step` after it, each loaded once per chunk, one picked per element."""
+        key = ("chunk pair", leaf.base, off)
+        if key not in self.body.cache:
+            lin = self.linear("full")
+            if ("edge", step) not in self.body.cache:  # the chunk's first linear index, and the step after it
+                start, edge = self.fresh("start"), self.fresh("edge")
+                code = re.sub(r"\brr\b", f"({self.chunk_start})", self.linear_code())
+                self.body.lines += [f"{start} = {code}", f"{edge} = ({start} // {step} + 1) * {step}"]
+                self.body.cache[("edge", step)] = (start, edge)
+            start, edge = self.body.cache[("edge", step)]
+            first = self.chunk_load(leaf, off)
+            after = self.chunk_load(leaf, off, f"{self.chunk_start} + {edge} - {start}",
+                                    f"rmask & ({edge} < {math.prod(self.D)})")
+            self.body.cache[key] = E(f"tl.where({lin} >= {edge}, {after.code}, {first.code})", first.kind)
+        return self.body.cache[key]
+
+    def linear_code(self) -> str:
+        """The full linear index as code over ro and rr (Gen.linear names it)."""
+        cs = contiguous_strides(self.D)
+        return self.offset([(d, cs[d]) for d in range(len(self.D)) if self.D[d] > 1])
 
     def bounds_check(self, leaf: Leaf, shape: tuple, level: str) -> str:
         """The condition that a leaf with `bounds` is read inside them ("" for a leaf without)."""

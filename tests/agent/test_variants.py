@@ -255,16 +255,23 @@ def get_init_inputs():
 """
 
 
-@pytest.mark.parametrize("side, params, per_chunk", [
-    (8, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 1}, True),  # planes of 64: a channel over two chunks
-    (8, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 2, "tail_first": 1}, True),
-    (8, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 1, "SPLIT": 2, "LAG": 1}, True),
-    (8, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 1, "SPLIT": 2}, True),
-    (6, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 1}, False),  # planes of 36: chunks straddle channels
+@pytest.mark.parametrize("side, params, loads", [  # loads: (at the chunk's start, at a plane's end)
+    (8, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 1}, (2, 0)),  # planes of 64: a channel over two chunks
+    (8, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 2, "tail_first": 1}, (2, 0)),
+    (8, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 1, "SPLIT": 2, "LAG": 1}, (2, 0)),
+    (8, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 1, "SPLIT": 2}, (2, 0)),
+    # planes of 36: a chunk meets at most two; rows of 72, two chunks and a remainder, each with its loads
+    (6, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 1}, (4, 4)),
+    (6, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 2, "tail_first": 1}, (4, 4)),
+    (6, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 1, "SPLIT": 2}, (2, 2)),  # splits of 64: two chunks
+    (6, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 1, "SPLIT": 2, "LAG": 1}, (2, 2)),
+    (5, {"mode": "looped", "BLOCK_R": 32, "BLOCK_O": 1}, (0, 0)),  # planes of 25: up to three a chunk
 ])
-def test_a_per_channel_weight_loads_once_per_chunk(side, params, per_chunk, runner, tmp_path):
+def test_a_per_channel_weight_loads_once_per_chunk(side, params, loads, runner, tmp_path):
     """A group norm's weight and bias, one per channel plane: where every chunk of BLOCK_R lies in one plane,
-    one load per row and chunk at the chunk's start (r0), not a gather per element."""
+    one load per row and chunk at the chunk's start (r0), not a gather per element; where planes are no
+    shorter than a chunk but not a multiple of it, a second load at the first plane's end within the chunk,
+    each element picking one of the two."""
     task = tmp_path / "group_norm.py"
     task.write_text(GROUP_NORM.replace("SIDE", str(side)))
     a = analyze(str(task), small=True)
@@ -273,7 +280,8 @@ def test_a_per_channel_weight_loads_once_per_chunk(side, params, per_chunk, runn
     assert base.invalid(a, p) is None, base.invalid(a, p)
     source = t.render(a, p)
     hoisted = re.findall(r"tl\.load\(p\d+ \+ \(\(\(ro \* \d+ \+ \(r0\)\) // \d+\) % 4\), mask=rmask", source)
-    assert len(hoisted) == (2 if per_chunk else 0)
+    at_edge = re.findall(r"tl\.load\(p\d+ \+ \(\(\(ro \* \d+ \+ \(r0 \+ edge\d+ - start\d+\)\) // 36\) % 4\)", source)
+    assert (len(hoisted), len(at_edge)) == loads
     out = runner.run(task, source)
     assert out["error"] is None and all(e <= 1e-4 for e in out["rel_errors"]), out
 

@@ -12,6 +12,8 @@ OUT/compile_bound.md the level-1/2 tasks where torch.compile is above 1.15x the 
         [--budget 4] [--max-seconds 480] [--time-limit 300] [--tasks-per-level N] [--glob '*Conv*'] [--no-knowledge]
         [--dtype bfloat16]
     python benchmarks/kernelbench_bench.py --out OUT --table      # the tables of what is done so far, no run
+    python benchmarks/kernelbench_bench.py --out OUT --table --base benchmarks/results/FILE.md --newer OUT2
+        # a committed compile-bound table with the rows of the runs OUT, then OUT2, in place of theirs
 
 --dtype bfloat16 (or float16) casts every task's inputs and parameters (`batch --dtype`): kernels are judged by
 the low-precision rule against an fp32 run, and eager and torch.compile are timed in that dtype in the same run.
@@ -66,14 +68,26 @@ def main() -> int:
     p.add_argument("--newer", metavar="DIR", action="append", default=[],
                    help="with --table: the output folder of a later run of some of the tasks, whose rows replace "
                         "OUT's in the compile-bound table (again for each later run, oldest first)")
+    p.add_argument("--base", metavar="FILE.md",
+                   help="with --table: a results file whose first compile-bound table is older than every run "
+                        "given; the runs' rows replace its rows, and its other rows stay")
     args = p.parse_args()
     out = Path(args.out)
     levels = [f"level{n.strip()}" for n in args.levels.split(",")]
     unknown = [lv for lv in levels if lv not in LEVELS]
     if unknown:
         p.error(f"unknown level(s) {', '.join(unknown)}; KernelBench has 1, 2 and 3")
-    if args.newer and not args.table:
-        p.error("--newer goes with --table: it merges the tables of two runs and runs nothing")
+    if (args.newer or args.base) and not args.table:
+        p.error("--newer and --base go with --table: they merge the tables of several runs and run nothing")
+    base = {}
+    if args.base:
+        try:
+            base = table_rows(Path(args.base).read_text())
+        except OSError as e:
+            p.error(f"cannot read --base {args.base}: {e.strerror}")
+        if not base:
+            p.error(f"--base {args.base} holds no compile-bound table (a row per task with its bound, memory or "
+                    "compute)")
     for level in levels:
         other = batch_dtype(out / level)
         if not args.table and other is not False and other != args.dtype:
@@ -90,7 +104,7 @@ def main() -> int:
     (out / "summary.md").write_text(text)
     (out / "tasks.md").write_text("".join(task_table(out / level) for level in chosen))
     newer = [Path(d) / level for d in args.newer for level in chosen if level != "level3"]
-    beyond = compile_bound_table([out / level for level in chosen if level != "level3"] + newer)
+    beyond = compile_bound_table([out / level for level in chosen if level != "level3"] + newer, base)
     (out / "compile_bound.md").write_text(beyond)
     print(text + f"\n{beyond}\nEvery finished task, one row each: {out / 'tasks.md'}")
     return 0
@@ -326,14 +340,33 @@ def task_table(folder: Path) -> str:
 COMPILE_SLACK = 1.15  # issue 19: the tasks where torch.compile is above 1.15x the speed-of-light floor
 
 
-def compile_bound_table(folders: list[Path]) -> str:
+TABLE_HEAD = "| task | bound | eager ms | compile ms | best ms | floor ms | compile/floor | best/floor |"
+
+
+def table_rows(text: str) -> dict[str, list[str]]:
+    """The rows of the first compile-bound table in a markdown text (compile_bound_table's, or a results file
+    quoting it: the first table whose head starts as TABLE_HEAD), by task: each row's cells from task to the
+    tenth (the winner)."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(TABLE_HEAD)), len(lines))
+    rows = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 9:
+            rows[cells[0]] = (cells + [""])[:10]
+    return rows
+
+
+def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None = None) -> str:
     """The verified tasks of levels 1 and 2 where torch.compile runs above COMPILE_SLACK x the floor: eager,
     compile and best kernel times, the floor, best/floor, the winning candidate's operator and parameters, and
     the geomeans (the shipped time is the better of kernel and eager, as in the level tables). A task is
     memory-bound when its bytes at the copy bandwidth (the largest bytes/floor of the runs) take at least
     MEMORY_SHARE of its floor: two H200s measured their copy bandwidth 1.6% apart (4.18 and 4.25 TB/s), and the
     nearest compute-bound task took 94% (59_conv_standard_3D). A task in several folders takes its row from the
-    last (a later run of it)."""
+    last (a later run of it); `base` (table_rows of an older table) gives the rows of tasks no folder has."""
     by_task = {}
     for folder in folders:
         results = folder / "results.json"
@@ -346,25 +379,29 @@ def compile_bound_table(folders: list[Path]) -> str:
             if t["compile_ms"] > COMPILE_SLACK * t["floor_ms"] and not t.get("interpreted"):
                 by_task[t["task"]] = (t, _winner(folder / dirs.get(t["task"], {}).get("dir", t["task"])))
     rows = list(by_task.values())
-    if not rows:
+    if not rows and not base:
         return "No verified level-1/2 task has torch.compile above 1.15x the floor.\n"
     bandwidth = max((w["bytes"] / t["floor_ms"] for t, w in rows), default=0.0)
-    lines = [f"Levels 1-2, the {len(rows)} verified tasks where torch.compile is above {COMPILE_SLACK}x the floor",
-             "", "| task | bound | eager ms | compile ms | best ms | floor ms | compile/floor | best/floor | "
-             "shipped vs compile | winner |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-    memory, over_compile = [], []
+    # per task: its cells, its shipped time over compile's and its best/floor where memory-bound (the base's
+    # rows as their cells give them)
+    table = {task: (cells, _ratio(cells[8]), _ratio(cells[7]) if cells[1] == "memory" else None)
+             for task, cells in (base or {}).items()}
     for t, w in rows:
         bytes_bound = w["bytes"] / t["floor_ms"] >= MEMORY_SHARE * bandwidth
         bound = "–" if not w["bytes"] else "memory" if bytes_bound else "compute"
         shipped = min(t["best_ms"], t["eager_ms"] or t["best_ms"])
-        over_compile.append(t["compile_ms"] / shipped)
-        if bound == "memory":
-            memory.append(t["best_ms"] / t["floor_ms"])
+        ratios = (t["compile_ms"] / t["floor_ms"], t["best_ms"] / t["floor_ms"], t["compile_ms"] / shipped)
         cells = [t["task"], bound, *(ms_cell(t.get(k)) for k in ("eager_ms", "compile_ms", "best_ms", "floor_ms")),
-                 *(ratio_cell(v) for v in (t["compile_ms"] / t["floor_ms"], t["best_ms"] / t["floor_ms"],
-                                           over_compile[-1])), _cell(w["what"])[:120]]
-        lines.append(f"| {' | '.join(cells)} |")
-    lines += ["", f"Geomean of the shipped time over torch.compile: {geomean(over_compile):.2f}x over {len(rows)} "
+                 *(ratio_cell(v) for v in ratios), _cell(w["what"])[:120]]
+        table[t["task"]] = (cells, ratios[2], ratios[1] if bound == "memory" else None)
+    kept = len([k for k in (base or {}) if k not in by_task])
+    lines = [f"Levels 1-2, the {len(table)} verified tasks where torch.compile is above {COMPILE_SLACK}x the floor"
+             + (f" ({kept} of them from the base table)" if base else ""),
+             "", f"{TABLE_HEAD} shipped vs compile | winner |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines += [f"| {' | '.join(cells)} |" for cells, _, _ in table.values()]
+    over_compile = [v for _, v, _ in table.values() if v is not None]
+    memory = [v for _, _, v in table.values() if v is not None]
+    lines += ["", f"Geomean of the shipped time over torch.compile: {geomean(over_compile):.2f}x over {len(table)} "
               f"tasks; best/floor on the {len(memory)} memory-bound ones: geomean "
               f"{geomean(memory) if memory else float('nan'):.2f}x, worst {max(memory, default=float('nan')):.2f}x."]
     return "\n".join(lines) + "\n"
@@ -388,6 +425,11 @@ def ms_cell(v: float | None) -> str:
 
 def ratio_cell(v: float | None) -> str:
     return "–" if v is None else f"{v:.2f}x"
+
+
+def _ratio(cell: str) -> float | None:
+    """A ratio_cell's value, or None for a dash."""
+    return float(cell.rstrip("x")) if cell.endswith("x") else None
 
 
 def _x(v: float | None, s: LevelSummary) -> str:

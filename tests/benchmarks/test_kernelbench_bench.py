@@ -278,3 +278,47 @@ def test_the_table_merges_several_later_runs_oldest_first(tmp_path, monkeypatch)
     table = (runs[0] / "compile_bound.md").read_text()
     assert table.count("2_Conv") == 1 and "| 1.500 |" in table and "template: run=latest" in table
     assert "| 4_Pool |" in table and "template: run=later" in table
+
+
+BASE_TABLE = """# an older session's results
+
+| task | bound | compile ms | best ms, before | best ms, now |
+|---|---|---:|---:|---:|
+| 5_Pool | memory | 1.000 | 2.000 | 1.000 |
+
+| task | bound | eager ms | compile ms | best ms | floor ms | compile/floor | best/floor | shipped vs compile | winner |
+|---|---|---:|---:|---:|---:|---:|---:|---:|---|
+| 2_Conv | compute | 2.500 | 2.500 | 3.000 | 1.000 | 2.50x | 3.00x | 1.00x | template: run=old |
+| 7_Norm | memory | 2.000 | 1.600 | 1.600 | 1.000 | 1.60x | 1.60x | 1.00x | template: norm |
+
+Some prose after the table, and another table that is not read:
+
+| task | bound | eager ms | compile ms | best ms | floor ms | compile/floor | best/floor | shipped vs compile | winner |
+| 9_Other | memory | 1.000 | 1.000 | 1.000 | 1.000 | 1.00x | 1.00x | 1.00x | x |
+"""
+
+
+def test_a_committed_table_is_the_base_the_runs_rows_replace(tmp_path, monkeypatch):
+    """--base: the first compile-bound table of a results file stands for the oldest run; a run's row replaces
+    its task's, the other rows stay, and the geomeans count both."""
+    run = tmp_path / "run"
+    _compile_bound_folder(run / "level2", [TaskRow("2_Conv", "2.py", best_ms=1.25, eager_ms=2.5, compile_ms=2.5,
+                                                   floor_ms=1.0, **GPU_ROW)], [(1e9, {"run": "new"})])
+    base = tmp_path / "results.md"
+    base.write_text(BASE_TABLE)
+    b = bench()
+    argv = ["kernelbench_bench.py", "--out", str(run), "--levels", "2", "--table", "--kernelbench",
+            str(tmp_path / "kb"), "--base", str(base)]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert b.main() == 0
+    table = (run / "compile_bound.md").read_text()
+    assert "the 2 verified tasks where torch.compile is above 1.15x the floor (1 of them from the base table)" in table
+    assert "template: run=new" in table and "run=old" not in table and "9_Other" not in table
+    assert "5_Pool" not in table  # a table of another head is not the base
+    assert "| 7_Norm | memory | 2.000 | 1.600 | 1.600 | 1.000 | 1.60x | 1.60x | 1.00x | template: norm |" in table
+    # the run's one row is at its own bandwidth, so memory-bound: sqrt(2.0 x 1.0) over compile, sqrt(1.25 x 1.6)
+    assert "1.41x over 2 tasks; best/floor on the 2 memory-bound ones: geomean 1.41x, worst 1.60x" in table
+    base.write_text("# no table here\n")
+    with pytest.raises(SystemExit) as stop:
+        b.main()
+    assert stop.value.code == 2  # argparse's usage error, after one sentence naming the file

@@ -348,28 +348,27 @@ class Gen(Reductions):
         """Whether a row kernel's leaf, read per element, holds one value over each chunk of BLOCK_R: every dim
         it walks (of `shape`, a reshape of the domain) steps a multiple of BLOCK_R apart in the linear index, and
         rows and chunks start on multiples of BLOCK_R (a group norm's per-channel weight, a channel a plane)."""
-        block = getattr(self, "block_r", None)
-        if self.layout != "row" or self.chunk_start is None or not block or self.R % block:
-            return False
-        lead = len(shape) - len(leaf.shape)
-        cs = contiguous_strides(shape)
-        walked = [j for j in range(len(shape)) if j >= lead and leaf.shape[j - lead] == shape[j] and shape[j] > 1
-                  and leaf.strides[j - lead]]
-        return math.prod(shape) == math.prod(self.D) and all(cs[j] % block == 0 for j in walked)
+        steps = self._chunk_walk(leaf, shape)
+        return steps is not None and self.R % self.block_r == 0 and all(s % self.block_r == 0 for s in steps)
 
     def chunk_step(self, leaf: Leaf, shape: tuple) -> int:
         """Where a row kernel's leaf, read per element, changes value at most once in a chunk: every dim it
         walks steps at least BLOCK_R apart in the linear index, so its value changes only at multiples of the
         smallest such step (returned; 0 where this does not hold). A group norm's per-channel weight over
         planes of 31 x 63 x 63 (KernelBench level 2's 60) was a division and a gather per element."""
-        block = getattr(self, "block_r", None)
-        if self.layout != "row" or self.chunk_start is None or not block or math.prod(shape) != math.prod(self.D):
-            return 0
+        steps = self._chunk_walk(leaf, shape)
+        return min(steps) if steps and min(steps) >= self.block_r else 0
+
+    def _chunk_walk(self, leaf: Leaf, shape: tuple) -> list[int] | None:
+        """The linear-index steps of the dims (of `shape`, a reshape of the domain) that a leaf read per element
+        in a row kernel's chunk loop walks; None outside a chunk loop."""
+        if self.layout != "row" or self.chunk_start is None or not getattr(self, "block_r", None) \
+                or math.prod(shape) != math.prod(self.D):
+            return None
         lead = len(shape) - len(leaf.shape)
         cs = contiguous_strides(shape)
-        walked = [cs[j] for j in range(len(shape)) if j >= lead and leaf.shape[j - lead] == shape[j] and shape[j] > 1
-                  and leaf.strides[j - lead]]
-        return min(walked) if walked and min(walked) >= block else 0
+        return [cs[j] for j in range(len(shape)) if j >= lead and leaf.shape[j - lead] == shape[j] and shape[j] > 1
+                and leaf.strides[j - lead]]
 
     def chunk_load(self, leaf: Leaf, off: str, at: str | None = None, mask: str = "rmask") -> E:
         """A chunk-constant leaf (chunk_constant) loaded once per chunk: its offset at the chunk's start, or at

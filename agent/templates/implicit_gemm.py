@@ -318,21 +318,20 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
                 f"for k0 in range(0, {k_extent}, BLOCK_K):"] + ["    " + line for line in body] + \
                [f'    {acc} += tl.dot(ta, tb, input_precision="{precision}")']
 
-    if inter:
-        lines += _interleave(dims, kernel.domain[0], cin_g, big, rows, N, k_loop)
-    elif phased:  # the output's flat (batch, position) index, and the phase's rows that are outputs
-        lines += k_loop("acc")
-        flat = "q0"
-        for i, size in enumerate(spatial):
-            flat = f"({flat}) * {size} + o{i}"
-        lines += [f"rm = ({flat})[:, None]", f"mask = {row_ok}[:, None] & (rn1[None, :] < {N})"]
-    else:
-        lines += k_loop("acc") + ["rm = rm1[:, None]", f"mask = (rm < {M}) & (rn1[None, :] < {N})"]
     rank = len(kernel.domain)
     if inter:  # [BLOCK_M, BLOCK_N, slots] tiles (_interleave)
+        lines += _interleave(dims, kernel.domain[0], cin_g, big, rows, N, k_loop)
         lines.append(f"rn = pid_g * {N} + rn1[None, :, None]")
         gen.groups = [([0] + list(range(2, rank - 1)), "rm"), ([1], "rn"), ([rank - 1], "rw")]
     else:
+        lines += k_loop("acc")
+        if phased:  # the output's flat (batch, position) index, and the phase's rows that are outputs
+            flat = "q0"
+            for i, size in enumerate(spatial):
+                flat = f"({flat}) * {size} + o{i}"
+            lines += [f"rm = ({flat})[:, None]", f"mask = {row_ok}[:, None] & (rn1[None, :] < {N})"]
+        else:
+            lines += ["rm = rm1[:, None]", f"mask = (rm < {M}) & (rn1[None, :] < {N})"]
         lines.append(f"rn = pid_g * {N} + rn1[None, :]")
         gen.groups = [([0] + list(range(2, rank)), "rm"), ([1], "rn")]
     gen.positions_last = last

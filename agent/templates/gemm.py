@@ -16,7 +16,7 @@ from agent.analysis import TaskAnalysis
 from agent.templates import base
 from agent.templates.codegen import next_pow2
 from agent.templates.implicit_gemm import gemm_dims
-from agent.templates.params import SMS, gemm_tiles, kernel_default, kernel_invalid, kernel_space
+from agent.templates.params import CONV_BLOCK_K, SMS, gemm_tiles, kernel_default, kernel_invalid, kernel_space
 from agent.templates.program import work
 
 NAME = "gemm"
@@ -76,6 +76,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         out.append({**d, "impl": "triton" if d["impl"] == "torch" else "torch"})
     if d.get("tiles") == "interleaved":  # and the channel tiles it replaced
         out.append({**d, **gemm_tiles(k), "impl": "triton", "tiles": "channels"})
+    if d.get("BLOCK_K") == 1:  # and the dot steps outer products replaced (implicit_gemm.outer_steps)
+        out.append({**d, "impl": "triton", "tiles": "positions", "BLOCK_M": 512, "BLOCK_K": CONV_BLOCK_K})
     out.append({**d, "impl": "triton", "BLOCK_M": min(64, d["BLOCK_M"]), "BLOCK_N": min(64, d["BLOCK_N"]),
                 "num_warps": 4, "num_stages": 4})
     if kk >= 4096 and k.nodes[0].fn == "mm":

@@ -14,6 +14,9 @@ they write the interleaved outputs of one region together, so its partial sector
 tiles (the default where the last dim is strided and the rows walk channels), one program takes every phase of
 the last dim instead, each a K loop of its own, and stacks their tiles so that it stores whole output rows:
 a phase's outputs alone are s elements apart, a warp's store then touching s times the sectors.
+With BLOCK_K 1 (outer products, for few input channels: outer_steps) each K step is one (channel, tap) column
+and a rank-1 update of the accumulator in FMAs, with no tl.dot: a phase of a 3-channel transposed convolution
+reads 3 to 24 columns, which 16-wide dot steps padded and gathered as [16, BLOCK_M] index tiles.
 
     batch, m, n, k = gemm_dims(node)   # a matrix-product node or a convolution node
     code = render_conv(kernel, "_gemm_kernel0", {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 32, ...})
@@ -191,11 +194,27 @@ def conv_tiles(node, p: dict) -> str:
     transposed, 81 still took 3.13 ms. With 16-wide K tiles (two steps), on one H100, the positions form still
     won on the 3-channel ones (72: 6.40 -> 4.61 ms) and lost on 75_conv_transposed_2D (1.08 -> 2.21). Some
     faster in that form were not phased (level 1's 58_conv_transposed_3D, 11.9 -> 7.1 ms at 32 wide), so
-    params["tiles"] lets the search choose either for any convolution."""
+    params["tiles"] lets the search choose either for any convolution. The rule is for 16- or 32-wide dot steps:
+    the defaults (params.gemm_tiles) give the convolutions it picks outer-product steps in named channel tiles."""
     if p.get("tiles"):
         return p["tiles"]
     dims, cin_g, k_most = _k_steps(node)
     return "positions" if dims and cin_g <= 8 and k_most <= POSITIONS_K else "channels"
+
+
+def outer_steps(node) -> bool:
+    """Whether a convolution's K steps may be outer products (BLOCK_K 1): as few input channels and columns a
+    phase as conv_tiles' positions form takes. On an H200 (session 14), level 2's six 3-channel transposed
+    convolutions, the whole candidate, outer products in channel tiles of 256 x 16 at 2 warps against 16-wide dot
+    steps in positions tiles of 512 x 16 at 4: 50, 58, 60, 72, 89, 96 2.41 -> 1.36, 2.44 -> 1.42, 3.63 -> 2.35,
+    3.64 -> 2.65, 2.59 -> 1.47, 2.37 -> 1.32 ms. Others ran slower as outer products: level 1's 81 and
+    75_conv_transposed_2D (32 input channels) 1.4-1.7x, and unphased convolutions over 3 to 8 input channels
+    (a 3x3 or 3x3x3 window) 1.7-2.8x (level 1's 54 and 59_conv_standard_3D, level 2's 21, 23, 48, 57, 69, 71,
+    87, 90)."""
+    if node.fn != "conv":
+        return False
+    dims, cin_g, k_most = _k_steps(node)
+    return bool(dims) and cin_g <= 8 and k_most <= POSITIONS_K
 
 
 def interleave_slots(node) -> int:
@@ -258,7 +277,8 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     dims, cin_g, k_most = _k_steps(g)
     phased = bool(dims)
     rows = kernel.domain[0] * math.prod(d["rows"] for d in dims) if phased else M
-    bm, bn, bk = gemm_block(p, "BLOCK_M", rows), gemm_block(p, "BLOCK_N", N), gemm_block(p, "BLOCK_K", k_most)
+    bm, bn = gemm_block(p, "BLOCK_M", rows), gemm_block(p, "BLOCK_N", N)
+    bk = 1 if p.get("BLOCK_K") == 1 else gemm_block(p, "BLOCK_K", k_most)
     last = conv_tiles(g, p) == "positions"
     row, col = _axes(last)
     sx, sw = x.strides, w.strides
@@ -309,14 +329,17 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     a_mask = " & ".join([f"{row_ok}{row}", f"(kk{col} < {k_extent})"] + conds)
     precision, cast = p.get("precision", "ieee"), dot_cast(x, w, p.get("operands", "input"))
     load = f"tl.load(x_row{row} + {a_off}, mask={a_mask}, other=0.0)"
+    if bk == 1:  # outer products: [BLOCK_M, 1] times [1, BLOCK_N], in fp32 whatever the operands' type
+        cast = ".to(tl.float32)"
     body += [f"ta = {f'tl.trans({load})' if last else load}{cast}",
              f"tb = tl.load(w_col[None, :] + {b_off}, mask=(kk[:, None] < {k_extent}) & (rn1[None, :] < {N}), "
              f"other=0.0){cast}"]
+    product = "ta * tb" if bk == 1 else f'tl.dot(ta, tb, input_precision="{precision}")'
 
     def k_loop(acc: str) -> list[str]:
         return [f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
                 f"for k0 in range(0, {k_extent}, BLOCK_K):"] + ["    " + line for line in body] + \
-               [f'    {acc} += tl.dot(ta, tb, input_precision="{precision}")']
+               [f"    {acc} += {product}"]
 
     rank = len(kernel.domain)
     if inter:  # [BLOCK_M, BLOCK_N, slots] tiles (_interleave)

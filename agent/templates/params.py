@@ -25,7 +25,7 @@ import math
 
 from agent.templates.attention_kernel import attention_dims
 from agent.templates.codegen import next_pow2, pair_rows
-from agent.templates.implicit_gemm import conv_tiles, gemm_dims, interleave_slots
+from agent.templates.implicit_gemm import conv_tiles, gemm_dims, interleave_slots, outer_steps
 from agent.templates.ir import Leaf
 from agent.templates.fold import fold_sums, foldable
 from agent.templates.kernels import reduction_stages, online_pairs, welford_pairs
@@ -92,8 +92,15 @@ def gemm_tiles(kernel: Kernel) -> dict:
     72_conv_transposed_3D 1.03 -> 0.75, 75_conv_transposed_2D 1.08 -> 0.94, 79_conv_transposed_1D 2.53 -> 1.82,
     81_conv_transposed_2D 1.34 -> 1.33; walking positions, level 2's six 3-channel transposed convolutions
     (50, 58, 60, 72, 89, 96) 2-11% faster (89: 2.90 -> 2.59). Two with 128-wide channel tiles ran slower at 256
-    rows by 16 (50_conv_standard_2D 4.47 -> 4.84, 67_conv_standard_1D 10.78 -> 11.11) and keep theirs."""
+    rows by 16 (50_conv_standard_2D 4.47 -> 4.84, 67_conv_standard_1D 10.78 -> 11.11) and keep theirs.
+    A convolution over so few input channels that its K steps may be outer products (implicit_gemm.outer_steps)
+    takes them, with channel tiles of 256 rows by 16 at 2 warps. On an H200 (session 14), level 2's six 3-channel
+    transposed convolutions at 2 warps against 4: 50 1.69 -> 1.36 ms, 60 2.69 -> 2.35, 72 2.94 -> 2.65, 89 1.85
+    -> 1.47; 512 rows at 4 warps came within 3% of it, at 8 warps 9-12% slower than 256 rows at 4."""
     node = kernel.nodes[0]
+    if outer_steps(node):
+        return {"tiles": "channels", "BLOCK_M": 256, "BLOCK_N": 16, "BLOCK_K": 1, "GROUP_M": 8, "num_warps": 2,
+                "num_stages": 3}
     _, m, n, _ = gemm_dims(node)
     bm, bn = min(128, max(16, next_pow2(m))), min(128, max(16, next_pow2(n)))
     bk = CONV_BLOCK_K if node.fn == "conv" and bn <= 64 else 32
@@ -233,6 +240,8 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
                  "GROUP_M": [1, 4, 8, 16], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5]}
         if kernel.nodes[0].fn == "conv":  # which axis the tiles walk (implicit_gemm.render_conv)
             space["tiles"] = ["channels", "positions"] + ["interleaved"] * bool(interleave_slots(kernel.nodes[0]))
+        if outer_steps(kernel.nodes[0]):
+            space["BLOCK_K"] = [1] + space["BLOCK_K"]
         return space
     o, r, i = sizes(kernel)
     rp = next_pow2(r)
@@ -359,6 +368,8 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
         if inter and not interleave_slots(kernel.nodes[0]):
             return "interleaved tiles need a transposed convolution whose last dim is strided"
         bm, bn, bk = p.get("BLOCK_M", 64), p.get("BLOCK_N", 64), p.get("BLOCK_K", 32)
+        if bk == 1 and not outer_steps(kernel.nodes[0]):
+            return "outer-product K steps (BLOCK_K 1) are for convolutions over a few input channels"
         if max(1, p.get("num_stages", 3)) * (bm * bk + bk * bn) * 4 > SMEM_BYTES:
             return "the pipelined tiles need more shared memory than a block has"
         slots = interleave_slots(kernel.nodes[0]) if inter else 1  # an accumulator a slot

@@ -135,7 +135,9 @@ def test_a_phased_convolution_of_one_k_step_walks_output_positions(runner, tmp_p
     task.write_text(RESIDUAL)
     a = analyze(str(task), small=True)
     t = BY_NAME["gemm"]
-    source = t.render(a, {**t.default(a), "impl": "triton"})
+    dot = {**t.default(a), "impl": "triton", "tiles": "positions", "BLOCK_M": 512, "BLOCK_K": 16}
+    assert dot in t.variants(a)  # the default is outer products (the next test)
+    source = t.render(a, dot)
     assert "ta = tl.trans(tl.load(x_row[None, :] + ci[:, None] * " in source
     assert re.search(r"= tl\.trans\(tl\.load\(tl\.trans\(p\d \+ ", source)  # the residual
     assert re.search(r"tl\.store\(tl\.trans\(p\d \+ \w+\), tl\.trans\(", source)
@@ -153,6 +155,29 @@ def test_a_phased_convolution_of_one_k_step_walks_output_positions(runner, tmp_p
     run_ok(runner, wide, source)
     with pytest.raises(ValueError, match="tiles must be channels, positions or interleaved"):
         t.render(a, {**t.default(a), "impl": "triton", "tiles": "rows"})
+
+
+def test_a_phased_convolution_over_few_input_channels_takes_outer_product_steps(runner, tmp_path):
+    """Four input channels, a phase's taps: K steps of one (channel, tap) column each, a rank-1 update of the
+    accumulator with no tl.dot, in every tile form; the dot steps are a variant. Unphased convolutions and
+    matrix products cannot take them."""
+    task = tmp_path / "conv_residual.py"
+    task.write_text(RESIDUAL)
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    d = t.default(a)
+    assert (d["tiles"], d["BLOCK_M"], d["BLOCK_N"], d["BLOCK_K"], d["num_warps"]) == ("channels", 256, 16, 1, 2)
+    assert t.space(a)["BLOCK_K"][0] == 1
+    for tiles in t.space(a)["tiles"]:
+        source = t.render(a, {**d, "impl": "triton", "tiles": tiles, "BLOCK_M": 16})
+        assert "acc += ta * tb" in source or "acc0 += ta * tb" in source
+        assert "tl.dot(" not in source
+        run_ok(runner, task, source)
+    for other in (task_of("conv2d", tmp_path), FIXTURES / "tpl_matmul.py"):
+        a = analyze(str(other), small=True)
+        assert t.default(a)["BLOCK_K"] > 1 and 1 not in t.space(a)["BLOCK_K"]
+        with pytest.raises(ValueError, match=r"outer-product K steps \(BLOCK_K 1\) are for convolutions"):
+            t.render(a, {**t.default(a), "BLOCK_K": 1})
 
 
 @pytest.mark.slow

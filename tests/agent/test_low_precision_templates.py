@@ -34,6 +34,7 @@ FAMILIES = [  # (family, fixture, template that renders it)
     ("pooling_nd", "pool_avg_nd", "pooling"),  # avg_pool3d: PyTorch's CPU has no 16-bit kernel
     ("gemm_epilogue", "tpl_gemm_epilogue", "gemm"),
     ("conv", "conv_kinds", "gemm"),
+    ("conv_outer", "conv_outer", "gemm"),  # K steps of outer products (BLOCK_K 1), summed in fp32
     ("recurrent", "rnn_kinds", "rnn"),  # an LSTM, then a Linear reading its fp32 sequence buffer
     ("attention", "attention_kinds", "attention"),
 ]

@@ -164,10 +164,14 @@ def test_the_fold_is_offered_where_a_selected_sum_follows_the_row_statistics():
     # layer norm, rows of mean 30: pivoted sums and per-lane Welford states merged across programs
     ("var_layer_norm", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "SPLIT": 3, "welford": 1}),
     ("var_layer_norm", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "SPLIT": 5, "GROUP": 2, "welford": 2}),
+    # the split's default form (params.split_rows): both passes' chunk loops software-pipelined
+    ("var_layer_norm", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "SPLIT": 3, "welford": 1, "pipeline": 1,
+                        "num_stages": 4}),
 ])
 def test_split_rows_with_a_remainder_combine_across_programs(task, params, runner):
     source = check(task, "rowwise", params, runner)
     assert "pid_s = tl.program_id(1)" in source and "_row_kernel0_final[(" in source
+    assert source.count("num_stages=4):") == (2 if params.get("pipeline") else 0)
     rows = {"var_cross_entropy": 7, "var_softmax_rows": 11, "var_layer_norm": 9}[task]
     if params.get("GROUP"):  # one host loop launching both kernels per group of rows
         assert f"for row0 in range(0, {rows}, {params['GROUP']}):" in source

@@ -181,7 +181,7 @@ def kernel_default(kernel: Kernel) -> dict:
                 wide["PERSIST"] = 0
             p.update(wide)
         if splittable(kernel) and o < 4 * SMS and r >= 65536:  # too few rows to fill the GPU: split_rows
-            p.update(split_rows(o, r))
+            p.update(split_rows(o, r, _rewrites_row(kernel)))
         return p
     block_i = min(next_pow2(i), 512)  # wide contiguous column chunks, but enough programs to fill the GPU
     while block_i > 32 and o * math.ceil(i / block_i) < 8 * SMS:
@@ -191,14 +191,19 @@ def kernel_default(kernel: Kernel) -> dict:
             "num_stages": 2}
 
 
-def split_rows(o: int, r: int) -> dict:
+def split_rows(o: int, r: int, rewrites: bool) -> dict:
     """The row kernel's parameters for `o` rows of `r` too few to fill the GPU: each row split over SPLIT
-    programs, in 1024-wide chunks at 4 warps, the chunk loops software-pipelined over 4 stages. On an H200
-    (session 14), against 4096-wide chunks at 8 warps unpipelined: level 2's 60 (512 group rows of 492,156), its
-    statistics 0.373 -> 0.271 ms and its output pass 0.845 -> 0.556 (1 GB read and 1 GB written); level 1's
-    37_FrobeniusNorm_ (one row of 1.9 G) 1.665 -> 1.677 and 3.892 -> 3.792."""
+    programs. Where the rows are written back whole after their statistics (`rewrites`: norms), in 1024-wide
+    chunks at 4 warps, both passes' chunk loops software-pipelined over 4 stages; else in 4096-wide chunks at 8
+    warps. On an H200 (session 14), the pipelined form against the other: level 2's 60 (512 group rows of
+    492,156), its statistics 0.373 -> 0.271 ms and its output pass 0.845 -> 0.556 (1 GB read and 1 GB written),
+    level 1's 37_FrobeniusNorm_ (one row of 1.9 G) 1.665 -> 1.677 and 3.892 -> 3.792; but a sum alone, level 2's
+    65 (128 rows of 63,504), 1.690 -> 1.889, and level 1's 98_KLDivLoss 0.617 -> 0.625."""
+    split = min(2048, next_pow2(math.ceil(8 * SMS / o)), next_pow2(r // 8192))
+    if not rewrites:
+        return {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "SPLIT": split}
     return {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 1024, "num_warps": 4, "pipeline": 1, "num_stages": 4,
-            "SPLIT": min(2048, next_pow2(math.ceil(8 * SMS / o)), next_pow2(r // 8192))}
+            "SPLIT": split}
 
 
 def unaligned_taps(kernel: Kernel) -> bool:

@@ -180,6 +180,17 @@ def test_split_rows_with_a_remainder_combine_across_programs(task, params, runne
         assert "row0" not in source
 
 
+def test_split_rows_pipeline_their_chunks_where_the_rows_are_written_back():
+    """Too few rows to fill the GPU: each split over programs. A norm, whose rows are written back after their
+    statistics, takes 1024-wide chunks pipelined over 4 stages; a loss (a sum alone) keeps 4096-wide chunks."""
+    norm = analyze(str(FIXTURES / "var_layer_norm.py"), small=False, shapes={"rows": 64, "dim": 1 << 20})
+    d = BY_NAME["rowwise"].default(norm)
+    assert (d["SPLIT"], d["BLOCK_R"], d["num_warps"], d["pipeline"], d["num_stages"]) == (32, 1024, 4, 1, 4)
+    loss = analyze(str(FIXTURES / "tpl_mse.py"), small=False, shapes={"rows": 64, "cols": 1 << 16})
+    d = BY_NAME["rowwise"].default(loss)
+    assert (d["SPLIT"], d["BLOCK_R"], d["num_warps"], d.get("pipeline", 0)) == (512, 4096, 8, 0)
+
+
 @pytest.mark.parametrize("task, params", [
     # 1500 elements in 4 splits of 384 (the last 348), 11 rows, one launch: online-softmax states combined
     ("var_softmax_rows", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "SPLIT": 4, "LAG": 1}),

@@ -208,8 +208,8 @@ def outer_steps(node) -> bool:
     convolutions, the whole candidate, outer products in channel tiles of 256 x 16 at 2 warps against 16-wide dot
     steps in positions tiles of 512 x 16 at 4: 50, 58, 60, 72, 89, 96 2.41 -> 1.36, 2.44 -> 1.42, 3.63 -> 2.35,
     3.64 -> 2.65, 2.59 -> 1.47, 2.37 -> 1.32 ms. Others ran slower as outer products: level 1's 81 and
-    75_conv_transposed_2D (32 input channels) 1.4-1.7x, and unphased convolutions over 3 to 8 input channels
-    (a 3x3 or 3x3x3 window) 1.7-2.8x (level 1's 54 and 59_conv_standard_3D, level 2's 21, 23, 48, 57, 69, 71,
+    75_conv_transposed_2D (32 input channels) 1.4-1.75x, and unphased convolutions over 3 to 8 input channels
+    (a 3x3 or 3x3x3 window) 1.6-2.8x (level 1's 54 and 59_conv_standard_3D, level 2's 21, 23, 48, 57, 69, 71,
     87, 90)."""
     if node.fn != "conv":
         return False

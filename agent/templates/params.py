@@ -96,7 +96,7 @@ def gemm_tiles(kernel: Kernel) -> dict:
     A convolution over so few input channels that its K steps may be outer products (implicit_gemm.outer_steps)
     takes them, with channel tiles of 256 rows by 16 at 2 warps. On an H200 (session 14), level 2's six 3-channel
     transposed convolutions at 2 warps against 4: 50 1.69 -> 1.36 ms, 60 2.69 -> 2.35, 72 2.94 -> 2.65, 89 1.85
-    -> 1.47; 512 rows at 4 warps came within 3% of it, at 8 warps 9-12% slower than 256 rows at 4."""
+    -> 1.47; 512 rows at 4 warps came within 3.5% of it, at 8 warps 5-10% slower than 256 rows at 4."""
     node = kernel.nodes[0]
     if outer_steps(node):
         return {"tiles": "channels", "BLOCK_M": 256, "BLOCK_N": 16, "BLOCK_K": 1, "GROUP_M": 8, "num_warps": 2,

@@ -35,7 +35,7 @@ from agent.operators.template import config_key
 from agent.templates import base
 from agent.templates.codegen import next_pow2
 from agent.templates.fold import fold_sums
-from agent.templates.implicit_gemm import conv_tiles, gemm_dims
+from agent.templates.implicit_gemm import conv_tiles, gemm_dims, outer_steps
 from agent.templates.kernels import online_pairs, point_sums, reduction_stages, welford_pairs
 from agent.templates.params import (SMS, gemm_tiles, interleaved_tiles, kernel_default, kernel_invalid, kernel_space,
                                     l2_groups, lag_split, online_form, persistent, sizes)
@@ -247,6 +247,9 @@ def _gemm(analysis, template, kernel: Kernel, p: dict) -> list[tuple[dict, str]]
     if "torch" in space.get("impl", []) and p.get("impl") != "torch":
         out.append(({"impl": "torch"}, "a Triton GEMM: try the vendor GEMM under the Triton epilogue "
                                        "(impl triton->torch)"))
+    if p.get("BLOCK_K", 1) > 1 and outer_steps(kernel.nodes[0]):  # 1.4-1.8x faster on six KernelBench tasks
+        out.append(({"impl": "triton", **gemm_tiles(kernel)}, f"a phased convolution over few input channels: try "
+                                                             f"outer-product K steps (BLOCK_K {p['BLOCK_K']}->1)"))
     if "tiles" in space:  # measured both ways on KernelBench's convolutions: 3x faster for some, 2x slower others
         now = conv_tiles(kernel.nodes[0], p)
         for other in [t for t in space["tiles"] if t != now]:  # with interleaved tiles' own sizes, or off them

@@ -163,6 +163,26 @@ def test_a_triton_convolution_tries_its_tiles_walking_the_other_axis(tmp_path):
     assert (inter.params["BLOCK_M"], inter.params["BLOCK_N"]) == (128, 16)  # eight slots (stride 5) a row
 
 
+def test_a_few_channel_convolution_in_dot_steps_tries_outer_products(tmp_path):
+    """A phased convolution over 3 input channels taken in 16-wide dot steps: outer-product steps next, at
+    their own tile sizes; from outer products no such move, and none for a convolution that cannot take them."""
+    task = tmp_path / "conv.py"
+    task.write_text((FIXTURES / "conv_kinds.py").read_text().replace('kind = "conv2d"', 'kind = "transposed3d"'))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    dot = {**t.default(a), "impl": "triton", "tiles": "positions", "BLOCK_M": 512, "BLOCK_K": 16, "num_warps": 4}
+    out = moves(a, t, dot, measured(1.8), a.to_json())
+    outer = next(m for m in out if m.params.get("BLOCK_K") == 1)
+    assert outer.reason.endswith("a phased convolution over few input channels: try outer-product K steps "
+                                 "(BLOCK_K 16->1)")
+    assert (outer.params["tiles"], outer.params["BLOCK_M"], outer.params["num_warps"]) == ("channels", 256, 2)
+    assert not any("outer-product" in m.reason for m in moves(a, t, {**t.default(a), "impl": "triton"},
+                                                              measured(1.8), a.to_json()))
+    plain = analyze(str(FIXTURES / "conv_kinds.py"), small=True)
+    assert not any("outer-product" in m.reason for m in moves(plain, t, {**t.default(plain), "impl": "triton"},
+                                                              measured(1.8), plain.to_json()))
+
+
 def test_a_gemm_whose_tiles_do_not_fill_the_gpu_splits_k():
     a = analysis_of("tpl_matmul", {"batch": 64, "d_in": 8192, "d_out": 256})
     t = BY_NAME["gemm"]

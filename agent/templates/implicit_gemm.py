@@ -266,6 +266,22 @@ def _interleave(dims: list[dict], batch: int, cin_g: int, big: str, rows: int, n
                     f" & (rw < {held['out']})"]
 
 
+def _outer_body(body: list[str], dims: int, window: int, sx, sw, ci_stride: int, cin_g: int, n: int, row_ok: str,
+                conds: list[str], last: bool) -> list[str]:
+    """An outer-product K step's lines (BLOCK_K 1): one tap a step (kk its first column, a multiple of cin_g), its
+    input offsets and bound checks computed once, then each input channel's [BLOCK_M, 1] by [1, BLOCK_N]
+    product in fp32, the channels unrolled (the caller adds each to the accumulator, indented under the loop)."""
+    x_off = " + ".join(f"i{i} * {sx[2 + i]}" for i in range(dims))
+    w_off = " + ".join(f"kw{i}[:, None] * {sw[2 + i]}" for i in range(window))
+    row = "[None, :]" if last else "[:, None]"
+    load = f"tl.load(x_tap + ci * {sx[1]}, mask=ok, other=0.0)"
+    return [line for line in body if not line.startswith("ci = ")] + [
+        f"x_tap = x_row{row} + {x_off}", f"ok = {' & '.join([row_ok] + conds)}", f"w_tap = w_col[None, :] + {w_off}",
+        f"for ci in tl.static_range({cin_g}):",
+        f"    ta = {f'tl.trans({load})' if last else load}.to(tl.float32)",
+        f"    tb = tl.load(w_tap + ci * {ci_stride}, mask=rn1[None, :] < {n}, other=0.0).to(tl.float32)"]
+
+
 def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen = Gen(kernel, name, p)
     g = kernel.nodes[0]
@@ -329,17 +345,20 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     a_mask = " & ".join([f"{row_ok}{row}", f"(kk{col} < {k_extent})"] + conds)
     precision, cast = p.get("precision", "ieee"), dot_cast(x, w, p.get("operands", "input"))
     load = f"tl.load(x_row{row} + {a_off}, mask={a_mask}, other=0.0)"
-    if bk == 1:  # outer products: [BLOCK_M, 1] times [1, BLOCK_N], in fp32 whatever the operands' type
-        cast = ".to(tl.float32)"
-    body += [f"ta = {f'tl.trans({load})' if last else load}{cast}",
-             f"tb = tl.load(w_col[None, :] + {b_off}, mask=(kk[:, None] < {k_extent}) & (rn1[None, :] < {N}), "
-             f"other=0.0){cast}"]
+    if bk == 1:  # outer products: a K step per tap, its input channels unrolled
+        body = _outer_body(body, len(spatial), len(window), sx, sw, ci_stride, cin_g, N, f"{row_ok}{row}", conds,
+                           last)
+    else:
+        body += [f"ta = {f'tl.trans({load})' if last else load}{cast}",
+                 f"tb = tl.load(w_col[None, :] + {b_off}, mask=(kk[:, None] < {k_extent}) & (rn1[None, :] < {N}), "
+                 f"other=0.0){cast}"]
     product = "ta * tb" if bk == 1 else f'tl.dot(ta, tb, input_precision="{precision}")'
+    step, depth = (cin_g, "        ") if bk == 1 else ("BLOCK_K", "    ")
 
     def k_loop(acc: str) -> list[str]:
         return [f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-                f"for k0 in range(0, {k_extent}, BLOCK_K):"] + ["    " + line for line in body] + \
-               [f"    {acc} += {product}"]
+                f"for k0 in range(0, {k_extent}, {step}):"] + ["    " + line for line in body] + \
+               [f"{depth}{acc} += {product}"]
 
     rank = len(kernel.domain)
     if inter:  # [BLOCK_M, BLOCK_N, slots] tiles (_interleave)

@@ -95,7 +95,7 @@ def gemm_tiles(kernel: Kernel) -> dict:
     rows by 16 (50_conv_standard_2D 4.47 -> 4.84, 67_conv_standard_1D 10.78 -> 11.11) and keep theirs.
     A convolution over so few input channels that its K steps may be outer products (implicit_gemm.outer_steps)
     takes them, with channel tiles of 256 rows by 16 at 2 warps. On an H200 (session 14), level 2's six 3-channel
-    transposed convolutions at 2 warps against 4: 50 1.69 -> 1.36 ms, 60 2.69 -> 2.35, 72 2.94 -> 2.65, 89 1.85
+    transposed convolutions at 2 warps against 4 (a column a step): 50 1.69 -> 1.36 ms, 60 2.69 -> 2.35, 72 2.94 -> 2.65, 89 1.85
     -> 1.47; 512 rows at 4 warps came within 3.5% of it, at 8 warps 5-10% slower than 256 rows at 4."""
     node = kernel.nodes[0]
     if outer_steps(node):

@@ -158,9 +158,9 @@ def test_a_phased_convolution_of_one_k_step_walks_output_positions(runner, tmp_p
 
 
 def test_a_phased_convolution_over_few_input_channels_takes_outer_product_steps(runner, tmp_path):
-    """Four input channels, a phase's taps: K steps of one (channel, tap) column each, a rank-1 update of the
-    accumulator with no tl.dot, in every tile form; the dot steps are a variant. Unphased convolutions and
-    matrix products cannot take them."""
+    """Four input channels, a phase's taps: K steps of one tap each, its offsets and bound checks once, then per
+    input channel (unrolled) a rank-1 update of the accumulator with no tl.dot, in every tile form; the dot
+    steps are a variant. Unphased convolutions and matrix products cannot take them."""
     task = tmp_path / "conv_residual.py"
     task.write_text(RESIDUAL)
     a = analyze(str(task), small=True)
@@ -171,6 +171,7 @@ def test_a_phased_convolution_over_few_input_channels_takes_outer_product_steps(
     for tiles in t.space(a)["tiles"]:
         source = t.render(a, {**d, "impl": "triton", "tiles": tiles, "BLOCK_M": 16})
         assert "acc += ta * tb" in source or "acc0 += ta * tb" in source
+        assert "for k0 in range(0, ktaps, 4):" in source and "for ci in tl.static_range(4):" in source
         assert "tl.dot(" not in source
         run_ok(runner, task, source)
     for other in (task_of("conv2d", tmp_path), FIXTURES / "tpl_matmul.py"):

@@ -275,7 +275,7 @@ def _outer_body(body: list[str], dims: int, window: int, sx, sw, ci_stride: int,
     product in fp32, the channels unrolled (the caller adds each to the accumulator, indented under the loop)."""
     x_off = " + ".join(f"i{i} * {sx[2 + i]}" for i in range(dims))
     w_off = " + ".join(f"kw{i}[:, None] * {sw[2 + i]}" for i in range(window))
-    row = "[None, :]" if last else "[:, None]"
+    row = _axes(last)[0]
     load = f"tl.load(x_tap + ci * {sx[1]}, mask=ok, other=0.0)"
     return [line for line in body if not line.startswith("ci = ")] + [
         f"x_tap = x_row{row} + {x_off}", f"ok = {' & '.join([row_ok] + conds)}", f"w_tap = w_col[None, :] + {w_off}",

@@ -199,8 +199,14 @@ def conv_tiles(node, p: dict) -> str:
     the defaults (params.gemm_tiles) give the convolutions it picks outer-product steps in named channel tiles."""
     if p.get("tiles"):
         return p["tiles"]
+    return "positions" if _few_columns(node) else "channels"
+
+
+def _few_columns(node) -> bool:
+    """Whether a convolution is phased and its phases read few (channel, tap) columns: at most 8 input channels a
+    group and POSITIONS_K columns a phase (conv_tiles' positions rule, outer_steps)."""
     dims, cin_g, k_most = _k_steps(node)
-    return "positions" if dims and cin_g <= 8 and k_most <= POSITIONS_K else "channels"
+    return bool(dims) and cin_g <= 8 and k_most <= POSITIONS_K
 
 
 def outer_steps(node) -> bool:
@@ -213,10 +219,7 @@ def outer_steps(node) -> bool:
     a step): level 1's 81 and 75_conv_transposed_2D (32 input channels) 1.4-1.75x, and unphased convolutions
     over 3 to 8 input channels (a 3x3 or 3x3x3 window) 1.6-2.8x (level 1's 54 and 59_conv_standard_3D, level 2's
     21, 23, 48, 57, 69, 71, 87, 90)."""
-    if node.fn != "conv":
-        return False
-    dims, cin_g, k_most = _k_steps(node)
-    return bool(dims) and cin_g <= 8 and k_most <= POSITIONS_K
+    return node.fn == "conv" and _few_columns(node)
 
 
 def interleave_slots(node) -> int:
@@ -342,20 +345,21 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     else:  # weight (C_out, C_in / groups, *window)
         lines.append(f"w_col = {wp} + {w.offset} + (pid_g * {N} + rn1) * {sw[0]}")
         ci_stride = sw[1]
-    a_off = " + ".join([f"ci{col} * {sx[1]}"] + [f"i{i} * {sx[2 + i]}" for i in range(len(spatial))])
-    b_off = " + ".join([f"ci[:, None] * {ci_stride}"] + [f"kw{i}[:, None] * {sw[2 + i]}" for i in range(len(window))])
-    a_mask = " & ".join([f"{row_ok}{row}", f"(kk{col} < {k_extent})"] + conds)
-    precision, cast = p.get("precision", "ieee"), dot_cast(x, w, p.get("operands", "input"))
-    load = f"tl.load(x_row{row} + {a_off}, mask={a_mask}, other=0.0)"
     if bk == 1:  # outer products: a K step per tap, its input channels unrolled
         body = _outer_body(body, len(spatial), len(window), sx, sw, ci_stride, cin_g, N, f"{row_ok}{row}", conds,
                            last)
-    else:
+        product, step, depth = "ta * tb", cin_g, "        "
+    else:  # a dot step: [BLOCK_M, BLOCK_K] gathered (channel, tap) columns by [BLOCK_K, BLOCK_N] weights
+        a_off = " + ".join([f"ci{col} * {sx[1]}"] + [f"i{i} * {sx[2 + i]}" for i in range(len(spatial))])
+        b_off = " + ".join([f"ci[:, None] * {ci_stride}"] +
+                           [f"kw{i}[:, None] * {sw[2 + i]}" for i in range(len(window))])
+        a_mask = " & ".join([f"{row_ok}{row}", f"(kk{col} < {k_extent})"] + conds)
+        cast = dot_cast(x, w, p.get("operands", "input"))
+        load = f"tl.load(x_row{row} + {a_off}, mask={a_mask}, other=0.0)"
         body += [f"ta = {f'tl.trans({load})' if last else load}{cast}",
                  f"tb = tl.load(w_col[None, :] + {b_off}, mask=(kk[:, None] < {k_extent}) & (rn1[None, :] < {N}), "
                  f"other=0.0){cast}"]
-    product = "ta * tb" if bk == 1 else f'tl.dot(ta, tb, input_precision="{precision}")'
-    step, depth = (cin_g, "        ") if bk == 1 else ("BLOCK_K", "    ")
+        product, step, depth = f'tl.dot(ta, tb, input_precision="{p.get("precision", "ieee")}")', "BLOCK_K", "    "
 
     def k_loop(acc: str) -> list[str]:
         return [f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",

@@ -86,17 +86,19 @@ def lag_split(kernel: Kernel) -> int:
 def gemm_tiles(kernel: Kernel) -> dict:
     """A GEMM's (or a convolution's) default tiles, its accumulator one [BLOCK_M, BLOCK_N] tile.
 
-    A convolution whose tiles are at most 64 channels wide takes 16 channels by 256 rows (512 where its rows walk
-    positions) at 4 warps. On an H200 (session 13), against 128 (or 64) rows by up to 64 channels at 8 (or 4)
-    warps: level 1's 54, 59, 66_conv_standard_3D 4.16 -> 3.19, 3.72 -> 2.98, 5.76 -> 4.52 ms;
-    72_conv_transposed_3D 1.03 -> 0.75, 75_conv_transposed_2D 1.08 -> 0.94, 79_conv_transposed_1D 2.53 -> 1.82,
-    81_conv_transposed_2D 1.34 -> 1.33; walking positions, level 2's six 3-channel transposed convolutions
-    (50, 58, 60, 72, 89, 96) 2-11% faster (89: 2.90 -> 2.59). Two with 128-wide channel tiles ran slower at 256
-    rows by 16 (50_conv_standard_2D 4.47 -> 4.84, 67_conv_standard_1D 10.78 -> 11.11) and keep theirs.
+    A convolution whose tiles are at most 64 channels wide takes 16 channels by 256 rows at 4 warps (512 where
+    its rows walk positions, as gemm.variants' dot-step form of the few-channel ones below). On an H200 (session
+    13), against 128 (or 64) rows by up to 64 channels at 8 (or 4) warps: level 1's 54, 59, 66_conv_standard_3D
+    4.16 -> 3.19, 3.72 -> 2.98, 5.76 -> 4.52 ms; 72_conv_transposed_3D 1.03 -> 0.75, 75_conv_transposed_2D
+    1.08 -> 0.94, 79_conv_transposed_1D 2.53 -> 1.82, 81_conv_transposed_2D 1.34 -> 1.33; walking positions,
+    level 2's six 3-channel transposed convolutions (50, 58, 60, 72, 89, 96) 2-11% faster (89: 2.90 -> 2.59).
+    Two with 128-wide channel tiles ran slower at 256 rows by 16 (50_conv_standard_2D 4.47 -> 4.84,
+    67_conv_standard_1D 10.78 -> 11.11) and keep theirs.
     A convolution over so few input channels that its K steps may be outer products (implicit_gemm.outer_steps)
     takes them, with channel tiles of 256 rows by 16 at 2 warps. On an H200 (session 14), level 2's six 3-channel
-    transposed convolutions at 2 warps against 4 (a column a step): 50 1.69 -> 1.36 ms, 60 2.69 -> 2.35, 72 2.94 -> 2.65, 89 1.85
-    -> 1.47; 512 rows at 4 warps came within 3.5% of it, at 8 warps 5-10% slower than 256 rows at 4."""
+    transposed convolutions at 2 warps against 4 (a column a step): 50 1.69 -> 1.36 ms, 60 2.69 -> 2.35, 72
+    2.94 -> 2.65, 89 1.85 -> 1.47; 512 rows at 4 warps came within 3.5% of it, at 8 warps 5-10% slower than 256
+    rows at 4."""
     node = kernel.nodes[0]
     if outer_steps(node):
         return {"tiles": "channels", "BLOCK_M": 256, "BLOCK_N": 16, "BLOCK_K": 1, "GROUP_M": 8, "num_warps": 2,
@@ -105,8 +107,7 @@ def gemm_tiles(kernel: Kernel) -> dict:
     bm, bn = min(128, max(16, next_pow2(m))), min(128, max(16, next_pow2(n)))
     bk = CONV_BLOCK_K if node.fn == "conv" and bn <= 64 else 32
     if node.fn == "conv" and bn <= 64:
-        rows = 256 if conv_tiles(node, {}) == "channels" else 512
-        return {"BLOCK_M": min(rows, max(16, next_pow2(m))), "BLOCK_N": 16, "BLOCK_K": bk, "GROUP_M": 8,
+        return {"BLOCK_M": min(256, max(16, next_pow2(m))), "BLOCK_N": 16, "BLOCK_K": bk, "GROUP_M": 8,
                 "num_warps": 4, "num_stages": 3}
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": 8 if bm * bn >= 8192 else 4,
             "num_stages": 3}

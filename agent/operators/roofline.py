@@ -37,8 +37,8 @@ from agent.templates.codegen import next_pow2
 from agent.templates.fold import fold_sums
 from agent.templates.implicit_gemm import conv_tiles, gemm_dims, outer_steps
 from agent.templates.kernels import online_pairs, point_sums, reduction_stages, welford_pairs
-from agent.templates.params import (SMS, gemm_tiles, interleaved_tiles, kernel_default, kernel_invalid, kernel_space,
-                                    l2_groups, lag_split, online_form, persistent, sizes)
+from agent.templates.params import (SMS, gemm_tiles, held_split, interleaved_tiles, kernel_default, kernel_invalid,
+                                    kernel_space, l2_groups, lag_split, online_form, persistent, sizes)
 from agent.templates.schedule import Kernel
 from tools.results import EvalResult
 
@@ -107,10 +107,10 @@ def hot_kernel(pl: base.Plan, kernel_ms: dict[str, float]) -> int:
 def row_reads(kernel: Kernel, p: dict) -> int:
     """How often a row kernel under parameters `p` reads each row: once held in registers, else once per reduction
     stage left after the pass fusions (kernels.py), plus a pass writing the row; a split reads its chunk, then
-    again to write it."""
+    again to write it, unless it holds the chunk (COOP)."""
     full = any(kernel.level[m] == "full" for m in kernel.stores)
     if p.get("SPLIT", 1) > 1:
-        return 1 + full
+        return 1 + (full and not p.get("COOP"))
     if p.get("mode") == "one_pass" or p.get("BLOCK_R", 1024) >= sizes(kernel)[1]:
         return 1
     k = fold_sums(kernel) if p.get("fold", 1) else kernel
@@ -171,15 +171,19 @@ def _reads(kernel: Kernel, p: dict) -> list[tuple[dict, str]]:
                              f"the rows in flight within L2 (its later reads from L2)"))
     groups = l2_groups(kernel) if "SPLIT" in space and any(kernel.level[m] == "full" for m in kernel.stores) else []
     fused = {k: p.get(k) or 1 for k, _ in FUSIONS if k in space}  # a split takes one pass
+    held = {**held_split(kernel), **fused}
+    if groups and kernel_invalid(kernel, {**p, **held}) is None:
+        out.append((held, f"{fact}: try a chunk a program, held in registers while the row's statistics are "
+                          f"combined, so the row is read once (SPLIT {held['SPLIT']}, COOP 0->1)"))
     lagged = {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": min(4096, max(space["BLOCK_R"])), "num_warps": 8, "GROUP": 0,
-              "LAG": 1, "SPLIT": lag_split(kernel), **fused}
+              "LAG": 1, "SPLIT": lag_split(kernel), "COOP": 0, **fused}
     if groups and not p.get("LAG") and kernel_invalid(kernel, {**p, **lagged}) is None:
         out.append((lagged, f"{fact}: try the split in one launch, each chunk's second read a row behind its "
                             f"first, from L2 (SPLIT {lagged['SPLIT']}, LAG 0->1)"))
     if groups and not p.get("GROUP"):
         group = groups[-1]
         grouped = {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": min(4096, max(space["BLOCK_R"])), "num_warps": 8,
-                   "GROUP": group, "LAG": 0, **fused}
+                   "GROUP": group, "LAG": 0, "COOP": 0, **fused}
         valid = [s for s in space["SPLIT"] if s > 1 and kernel_invalid(kernel, {**p, **grouped, "SPLIT": s}) is None]
         split = min((s for s in valid if s * group >= 4 * SMS), default=max(valid, default=0))
         if split:

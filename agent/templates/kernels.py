@@ -24,7 +24,7 @@ from agent.templates.fold import fold_sums, is_zero, reads_reduction
 from agent.templates.implicit_gemm import gemm_block, render_conv
 from agent.templates.ir import Leaf, Node, contiguous_strides
 from agent.templates.rnn_kernel import render_rnn
-from agent.templates.reductions import chan_merge
+from agent.templates.reductions import chan_merge, shifted_merge
 from agent.templates.schedule import Kernel
 
 
@@ -284,19 +284,23 @@ def point_sums(kernel: Kernel, p: dict) -> set[Node]:
     return {r for r in kernel.nodes if r.op == "reduce" and _point_sum(probe, r, emit=False)}
 
 
-def _accumulate(gen: Gen, plain: list, fused: list) -> list[str]:
+def _accumulate(gen: Gen, plain: list, fused: list, one_chunk: bool = False) -> Scope:
     """Starts the accumulators of these reductions (plain ones, and fused online-softmax or Welford pairs)
-    before the loop, and returns the loop body that updates them chunk by chunk."""
+    before the loop, and returns the loop body: its lines update them chunk by chunk, its cache names the
+    chunk's loaded and computed values. With `one_chunk` the body runs once, on the chunk a Welford pivot
+    was taken from: it uses the values the pivot loaded."""
     for r in plain:
         gen.reduce_start(r)
     for kind, second, first in fused:
         getattr(gen, f"{kind}_start")(second, first)
     gen.body = Scope()
+    if one_chunk:
+        gen.body.cache.update(gen.pivot_values)
     for r in plain:
         gen.reduce_step(r)
     for kind, second, first in fused:
         getattr(gen, f"{kind}_step")(second, first)
-    body, gen.body = gen.body.lines, gen.top
+    body, gen.body = gen.body, gen.top
     return body
 
 
@@ -345,7 +349,7 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
             plain = [r for r in todo if r not in {x for _, a, b in fused for x in (a, b)} and not _point_sum(gen, r)]
             if not plain and not fused:
                 continue
-            gen.top.lines += _loop(gen, _accumulate(gen, plain, fused))
+            gen.top.lines += _loop(gen, _accumulate(gen, plain, fused).lines)
             for r in plain:
                 gen.reduce_end(r)
             for kind, second, first in fused:
@@ -422,11 +426,17 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     plain = [r for r in kernel.nodes if r.op == "reduce" and r not in done]
     rng, stages = _range(p)
     loop = f"for r0 in {rng}(pid_s * {chunk}, pid_s * {chunk} + {chunk}, BLOCK_R{stages}):"
-    lag = bool(p.get("LAG"))
-    block, pid_s = (f"t // {split}", f"t % {split}") if lag else ("tl.program_id(0)", "tl.program_id(1)")
+    lag, held = bool(p.get("LAG")), bool(p.get("COOP"))
+    one_launch = lag or held
+    block, pid_s = (f"t // {split}", f"t % {split}") if one_launch else ("tl.program_id(0)", "tl.program_id(1)")
     gen.evict = "evict_last" if lag else ""  # kept in L2 for the second read
     gen.top.lines += _prologue(gen, {**p, **meta}, block) + [f"pid_s = {pid_s}"]
-    gen.top.lines += [loop] + _indent(_chunk(gen, "r0") + _accumulate(gen, plain, fused))
+    if held:  # a chunk a program, one block, kept in registers for the output (_held)
+        gen.joint_sums = True
+        steps = _accumulate(gen, plain, fused, one_chunk=True)
+        gen.top.lines += ([] if gen.pivot_values else _chunk(gen, gen.first_chunk)) + steps.lines
+    else:
+        gen.top.lines += [loop] + _indent(_chunk(gen, "r0") + _accumulate(gen, plain, fused).lines)
     parts: list[tuple[str, str]] = []  # (buffer, value) per partial result
 
     def part(value: str) -> str:
@@ -452,7 +462,7 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
 
     # the combining kernel: row statistics from the partials, then this program's chunk of the output
     comb = Gen(kernel, name + "_final", p)
-    if lag:  # one kernel: the same pointers, and names that go on from the first part's
+    if one_launch:  # one kernel: the same pointers, and names that go on from the first part's
         comb.ptrs, comb.count = gen.ptrs, gen.count
     comb.block_r = meta["BLOCK_R"]
     full = [(m, b) for m, b in kernel.stores.items() if kernel.level[m] == "full"]
@@ -466,35 +476,52 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
         return [f"ro = ({start}{block} * BLOCK_O + tl.arange(0, BLOCK_O)[:, None]){big}",
                 f"rmask = ro < {_times(BATCH_ARG, gen.O // gen.D[0]) if dyn else gen.O}", f"pid_s = {pid_s}"]
 
-    lines += [] if lag else head(block, pid_s)
-    lines += [f"rs = tl.arange(0, {sp})[None, :]", f"pm = rmask & (rs < {split})"]
+    lines += [] if one_launch else head(block, pid_s)
+    # a held split (one row a program) combines its row's partials as one vector into scalars: as [1, SPLIT]
+    # tiles, the combine, which the row's other programs wait for, took level 1's 34_InstanceNorm from 4.28 to
+    # 6.40 ms (H200, session 15)
+    index, tile, axis = (f"{block} * {split} + rs", "", None) if held else (f"ro * {split} + rs", "[None, :]", 1)
+    lines += [f"rs = tl.arange(0, {sp}){tile}"] + ([] if held and sp == split else
+                                                   [f"pm = {'' if held else 'rmask & '}(rs < {split})"])
     it = iter(parts)
-    fresh = ", volatile=True" if lag else ""  # written by other programs of this launch: not from L1
+    fresh = ", volatile=True" if one_launch else ""  # written by other programs of this launch: not from L1
+    keep = "" if held else ", axis=1, keep_dims=True"
+
+    source = {}  # each loaded vector's buffer
 
     def load(neutral: str) -> str:
         buf, _ = next(it)
         var = comb.fresh("pt")
-        lines.append(f"{var} = tl.load({comb.ptr(buf)} + ro * {split} + rs, mask=pm, other={neutral}{fresh})")
+        source[var] = buf
+        mask = "" if held and sp == split else f", mask=pm, other={neutral}"
+        lines.append(f"{var} = tl.load({comb.ptr(buf)} + {index}{mask}{fresh})")
         return var
 
     for r in plain:
         fn = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}[r.fn]
         comb.top.cache[r] = comb.fresh("r")
-        lines.append(f"{comb.top.cache[r]} = {fn}({load(NEUTRAL[r.fn])}, axis=1, keep_dims=True)")
+        lines.append(f"{comb.top.cache[r]} = {fn}({load(NEUTRAL[r.fn])}{keep})")
     for kind, second, first in fused:
         a, b_ = comb.fresh("r"), comb.fresh("r")
         if kind == "online":
             m, s = load("-3.0e38"), load("0.0")
-            lines += [f"{a} = tl.max({m}, axis=1, keep_dims=True)",
-                      f"{b_} = tl.sum({s} * tl.exp({m} - {a}), axis=1, keep_dims=True)"]
+            lines += [f"{a} = tl.max({m}{keep})", f"{b_} = tl.sum({s} * tl.exp({m} - {a}){keep})"]
         else:
             states = load("0.0"), load("0.0"), load("0.0")
-            lines += chan_merge(states, 1, (comb.fresh("wc"), comb.fresh("wa"), a, b_))
+            if held:  # the row's first mean as the shift: one reduction (reductions.shifted_merge)
+                shift = comb.fresh("ws")
+                lines.append(f"{shift} = tl.load({comb.ptr(source[states[1]])} + {block} * {split}{fresh})")
+                lines += shifted_merge(states, shift, (comb.fresh("wc"), comb.fresh("wa"), a, b_))
+            else:
+                lines += chan_merge(states, axis, (comb.fresh("wc"), comb.fresh("wa"), a, b_))
         comb.top.cache[first], comb.top.cache[second] = a, b_
     for r in kernel.nodes:
         if r.op == "reduce":
             comb.kinds[r] = "f"
     comb.chunk_start = "r0"  # the output's chunk loop
+    if held:
+        comb.kinds.update({m: k for m, k in gen.kinds.items() if m not in comb.kinds})
+        return _held(kernel, name, p, gen, comb, (full, red), parts, meta, steps)
     if lag:
         return _lagged(kernel, name, p, gen, comb, (head, full, red, loop), parts, meta)
     if full:
@@ -567,6 +594,109 @@ def _lagged(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, pieces: tup
     temps.update({buf: ((gen.O,), torch.float32) for buf, _ in kept})
     temps[f"{name}_sync"] = ((blocks + 1,), torch.int32)
     return KernelCode("\n".join(src), [launch], temps)
+
+
+# polls for a row's statistics before a held chunk is left to the row's last program, where programs run at
+# once (a GPU): a second or more. A row's other chunks, started just before or after, take microseconds; a
+# bound near that (256 polls) made programs give up under load, and the last programs' re-reads then held
+# the GPU (level 1's 34_InstanceNorm 4.2 -> 47 ms, session 15). In the interpreter, which runs programs one
+# at a time, a program never waits (the launch passes SPINS 0 for tensors on a CPU).
+HELD_SPINS = 1 << 24
+HELD_SWEEP = 1024  # elements at a time in the last program's re-read of chunks left to it
+READY = 1 << 30  # a row's state once its statistics are in; below it, the count of chunks left to be re-read
+
+
+def _held(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, stores: tuple, parts: list, meta: dict,
+          steps: Scope) -> KernelCode:
+    """A split whose chunks stay in registers (COOP): each program takes a ticket t, loads chunk t (one block,
+    row block t // SPLIT), stores its partials and counts itself in. The row's last program in combines the
+    partials into the row's statistics and marks the row READY; every program then writes its chunk's output
+    from the values it holds, so the input is read once. On an H200 (session 15), level 1's 34_InstanceNorm
+    ran in 4.26 ms and 35_GroupNorm_ in 5.21 (chunks of 8192 at 4 warps), where the lagged split (its second
+    read from L2) ran 5.35 and 5.63 and torch.compile 5.50 and 5.39; hand-written forms of the same schedule
+    ran 4.20 and 4.54. The row's other programs wait for its last one: its combine is one vector reduction
+    into scalars (_split, reductions.shifted_merge). Hand-edited, 34 ran in 4.28 ms so and in 6.40 where the
+    combine took [1, SPLIT] tiles and the statistics came back as [1, 1] tiles.
+    A program polls for its row's statistics at most SPINS times (HELD_SPINS on a GPU, 0 in the interpreter).
+    If they are not in by then (its peers never started: the GPU is shared, or the interpreter runs programs
+    one at a time), it marks its chunk and counts it into the row's state, and the last program, which never
+    waits, re-reads and writes every chunk counted in before it set READY; a chunk counted in after READY is
+    written by its own program. Both sides change the one state word atomically, so each chunk is written
+    once, and no wait is unbounded: the launch cannot deadlock."""
+    full, red = stores
+    split = p["SPLIT"]
+    blocks = math.ceil(comb.O / meta["BLOCK_O"])
+    sync, claims = comb.ptr(f"{name}_sync"), comb.ptr(f"{name}_claim")
+    row, state = f"t // {split}", f"{sync} + {blocks} + t // {split}"
+    stats = [r for r in kernel.nodes if r.op == "reduce"]
+    kept = [(f"{name}_stat{i}", comb.top.cache[r]) for i, r in enumerate(stats)]  # each row's statistics
+    store_lines(comb, red)  # the row's own outputs, by its last program
+    combine = comb.top.lines + [f"tl.store({comb.ptr(buf)} + {row}, {value})" for buf, value in kept]
+    cache = {r: comb.top.cache[r] for r in stats}
+
+    def output(values: Scope, start: str) -> list[str]:  # a chunk's output, from `values` or loaded afresh
+        comb.top, comb.body = Scope(), values
+        comb.top.cache.update(cache)
+        chunk = _chunk(comb, start)  # first: a value constant along the chunk is loaded at its start
+        store_lines(comb, full)
+        return chunk + comb.top.lines + comb.body.lines
+
+    c, sub, arrived, old, seen, spins, mine = (comb.fresh(v) for v in
+                                               ("c", "s", "arrived", "old", "seen", "spins", "mine"))
+    # The chunks counted in before READY are re-read HELD_SWEEP elements at a time (a kernel's registers are its
+    # most at any point), under names of their own: rr and mask assigned in the loop would be carried through
+    # it (on sm_90 254 registers a thread). A held chunk's output uses the rr and mask of the first part.
+    width = min(HELD_SWEEP, meta["BLOCK_R"])
+    swept = output(Scope(), f"{c} * {meta['BLOCK_R']} + {sub} * {width}")
+    swept = [re.sub(r"\bBLOCK_R\b", str(width), re.sub(r"\b(rr|mask)\b(?!=)", r"\1_c", line)) for line in swept]
+    sweep = [f"for {c} in range(0, {split}):",
+             f"    if tl.load({claims} + {row} * {split} + {c}, volatile=True) != 0:",
+             f"        for {sub} in range(0, {meta['BLOCK_R'] // width}):"] + _indent(swept, 3)
+    wait = [f"{seen} = tl.atomic_add({state}, 0, sem=\"acquire\")", f"{spins} = 0",
+            f"while ({seen} < {READY}) & ({spins} < SPINS):",
+            f"    {seen} = tl.atomic_add({state}, 0, sem=\"acquire\")", f"    {spins} += 1",
+            f"{mine} = {seen} >= {READY}", f"if {seen} < {READY}:",
+            f"    tl.store({claims} + {row} * {split} + pid_s, 1)", "    tl.debug_barrier()",
+            f"    {old} = tl.atomic_add({state}, 1, sem=\"acq_rel\")", f"    {mine} = {old} >= {READY}"]
+    reload = [f"{value} = tl.load({comb.ptr(buf)} + {row}, volatile=True)" for buf, value in kept]
+
+    def own() -> list[str]:  # this program's chunk, from the values it holds, at the indices the first part set
+        held = Scope()
+        held.cache.update(steps.cache)
+        return _pointer_first(output(held, "pid_s * BLOCK_R")[2:])
+
+    # the sweep comes after the held chunk's output, where no chunk is held
+    lines = [f"t = tl.atomic_add({sync} + {2 * blocks}, 1)"] + gen.top.lines + [
+        "tl.debug_barrier()", f"{arrived} = tl.atomic_add({sync} + {row}, 1, sem=\"acq_rel\")",
+        f"{mine} = {arrived} == {split - 1}", f"{old} = {arrived} * 0", f"if {mine}:"]
+    lines += _indent(combine + ["tl.debug_barrier()", f"{old} = tl.atomic_or({state}, {READY}, sem=\"acq_rel\")"])
+    lines += ["else:"] + _indent(wait) + [f"if {mine}:"] + _indent(
+        reload + own() + [f"if ({arrived} == {split - 1}) & ({old} > 0):"] + _indent(sweep))
+    src = kernel_header(name, comb, ["BLOCK_O", "BLOCK_R", "SPINS"]) + _indent(lines)
+    spins = f"{HELD_SPINS} if {next(iter(comb.ptrs))}.is_cuda else 0"
+    launch = Launch(name, (blocks * split,), list(comb.ptrs), {**meta, "SPINS": spins}, p.get("num_warps", 4), 1)
+    temps = {buf: ((comb.O, split), torch.float32) for buf, _ in parts}
+    temps.update({buf: ((comb.O,), torch.float32) for buf, _ in kept})
+    temps[f"{name}_sync"] = ((2 * blocks + 1,), torch.int32)
+    temps[f"{name}_claim"] = ((blocks * split,), torch.int32)
+    return KernelCode("\n".join(src), [launch], temps)
+
+
+def _pointer_first(lines: list[str]) -> list[str]:
+    """`lines` with each linear index used only as a store's offset written into the store, so that the
+    pointer takes the row's offset first: tl.store(p + ro * R + rr, ...). Kept as its own tensor, lin = ro * R
+    + rr, it took 32-70 registers a thread more in a held split (sm_90, level 1's 34_InstanceNorm and
+    38_L1Norm_)."""
+    out = list(lines)
+    for line in lines:
+        m = re.fullmatch(r"(lin\d+) = (.*)", line)
+        uses = [i for i, x in enumerate(out) if m and re.search(rf"\b{m.group(1)}\b", x)]
+        stores = [i for i in uses[1:] if re.match(rf"tl\.store\(\w+ \+ {m.group(1)}, ", out[i])]
+        if m and stores and len(stores) == len(uses) - 1:
+            for i in stores:
+                out[i] = out[i].replace(f" + {m.group(1)}, ", f" + {m.group(2)}, ", 1)
+            out.remove(line)
+    return out
 
 
 def _blocks(rows: int | str, block: int) -> int | str:

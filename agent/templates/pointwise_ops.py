@@ -330,6 +330,10 @@ def _pairs(u, s):
 def _mul_combine(a, b):
     return a * b
 ''',
+    "_sum3": '''@triton.jit
+def _sum3(a0, b0, c0, a1, b1, c1):
+    return a0 + a1, b0 + b1, c0 + c1
+''',
 }
 
 
@@ -339,7 +343,7 @@ def helpers_for(source: str) -> list[str]:
 
     def visit(text: str) -> None:
         for name, code in HELPERS.items():
-            if name not in found and (name + "(" in text or name + "," in text):
+            if name not in found and any(name + c in text for c in "(,)"):  # called, or a combine function
                 visit(code.split("\n", 2)[2])  # the body: past the decorator and the def line
                 found.append(name)
     visit(source)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from agent.analysis import TaskAnalysis
 from agent.templates import base
 from agent.templates.codegen import narrow_rows, next_pow2, pair_rows
-from agent.templates.params import SMS, kernel_invalid, l2_groups, lag_split, sizes
+from agent.templates.params import SMS, held_split, kernel_invalid, l2_groups, lag_split, sizes
 
 NAME = "rowwise"
 FAMILIES = ("softmax", "norm", "reduction", "argreduce", "loss", "matvec")
@@ -33,8 +33,9 @@ def default(analysis: TaskAnalysis) -> dict:
 def variants(analysis: TaskAnalysis) -> list[dict]:
     """The default, the other row strategy (one-pass vs looped; a one-pass row held at bf16 takes 8 warps, not
     16: codegen.narrow_rows; one with per-element outputs holds bf16 pairs: codegen.pair_rows), split rows
-    where they apply, and, where the rows of a two-pass kernel outgrow L2, a split in one launch whose second
-    read trails the first (LAG, second) and a split run in groups of rows that fit L2; where the default's rows
+    where they apply, and, where the rows of a two-pass kernel outgrow L2, a split whose chunks stay in
+    registers across the row's combine (COOP, second: the input read once), a split in one launch whose second
+    read trails the first (LAG, third) and a split run in groups of rows that fit L2; where the default's rows
     are read twice and many, persistent programs second (params.persistent)."""
     d = default(analysis)
     main = base.plan(analysis).main
@@ -50,8 +51,10 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     out.append(other)
     groups = l2_groups(main) if "GROUP" in space(analysis) and d["mode"] == "looped" else []
     if groups and any(main.level[m] == "full" for m in main.stores):
-        # first: the split's passes in one launch, the second read a row behind the first, from L2
-        out.insert(1, {**d, "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "LAG": 1, "SPLIT": lag_split(main)})
+        # first: a chunk a program, held in registers across the row's combine (the input read once); then the
+        # split's passes in one launch, the second read a row behind the first, from L2
+        out.insert(1, {**d, **held_split(main)})
+        out.insert(2, {**d, "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "LAG": 1, "SPLIT": lag_split(main)})
         group = groups[-1]
         split = min(2048, max(8, next_pow2(-(-4 * SMS // group))))
         while split > 8 and 2 * -(-sizes(main)[1] // split) < 4096:  # each split at least half a block

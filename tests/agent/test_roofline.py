@@ -75,21 +75,28 @@ def test_a_two_pass_row_reduction_tries_the_one_pass_forms_first():
     assert all(m.kernel is None and base.invalid(a, m.params) is None for m in out)
 
 
-def test_rows_that_outgrow_l2_try_the_lagged_then_the_grouped_split():
+def test_rows_that_outgrow_l2_try_the_held_the_lagged_then_the_grouped_split():
     a = analysis_of("tpl_softmax_param", BIG_SOFTMAX)
     out = rowwise_moves(a, {}, measured(1.5))  # the default: looped, online softmax, then a pass writing the row
-    assert out[0].params["LAG"] == 1 and out[0].params["SPLIT"] == 393216 // 16384 and not out[0].params["GROUP"]
-    assert out[0].reason == ("memory-bound at 1.50x the floor, 2 reads per row: try the split in one launch, each "
+    assert out[0].params["COOP"] == 1 and out[0].params["SPLIT"] == 393216 // 8192 and out[0].params["BLOCK_R"] == 8192
+    assert out[0].reason == ("memory-bound at 1.50x the floor, 2 reads per row: try a chunk a program, held in "
+                             "registers while the row's statistics are combined, so the row is read once "
+                             "(SPLIT 48, COOP 0->1)")
+    assert out[1].params["LAG"] == 1 and out[1].params["SPLIT"] == 393216 // 16384 and not out[1].params["GROUP"]
+    assert out[1].reason == ("memory-bound at 1.50x the floor, 2 reads per row: try the split in one launch, each "
                              "chunk's second read a row behind its first, from L2 (SPLIT 24, LAG 0->1)")
-    assert base.invalid(a, out[0].params) is None
+    assert base.invalid(a, out[0].params) is None and base.invalid(a, out[1].params) is None
     grouped = [m for m in out if m.params.get("GROUP")]
-    assert grouped and grouped[0] is out[1] and not grouped[0].params["LAG"]
+    assert grouped and grouped[0] is out[2] and not grouped[0].params["LAG"] and not grouped[0].params["COOP"]
     assert grouped[0].params["SPLIT"] > 1 and grouped[0].params["GROUP"] == 16
     assert grouped[0].reason.startswith("memory-bound at 1.50x the floor, 2 reads per row: try a split run 16 rows "
                                         "at a time, its second read from L2 (SPLIT ")
-    three = rowwise_moves(a, {"online": 0}, measured(1.5))  # the max first: a split needs the online form too
-    assert [m.params["online"] for m in three[:3]] == [1, 1, 1] and three[1].params["LAG"] == 1
-    assert three[2].params["GROUP"] == 16
+    four = rowwise_moves(a, {"online": 0}, measured(1.5))  # the max first: a split needs the online form too
+    assert [m.params["online"] for m in four[:4]] == [1, 1, 1, 1] and four[1].params["COOP"] == 1
+    assert four[2].params["LAG"] == 1 and four[3].params["GROUP"] == 16
+    # held, the split reads each row once: the move is not offered again
+    held = rowwise_moves(a, out[0].params, measured(1.5))
+    assert not any(m.params.get("COOP") for m in held)
 
 
 def test_a_kernel_that_spills_tries_more_warps_then_a_smaller_tile():

@@ -208,6 +208,37 @@ def test_a_lagged_split_runs_both_passes_in_one_launch(task, params, runner):
     assert re.search(r"_row_kernel0_sync = torch\.zeros\(\(\d+,\), device=", source)
 
 
+@pytest.mark.parametrize("task, params", [
+    # 1300 elements in 11 chunks of 128 (the last 20), 9 rows: Welford states around each chunk's own mean
+    ("var_layer_norm", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "SPLIT": 11, "welford": 1, "COOP": 1}),
+    # per-lane Welford states, 6 chunks of 256 (the last 20): its partials masked to 6 of 8
+    ("var_layer_norm", {"mode": "looped", "BLOCK_R": 256, "BLOCK_O": 1, "SPLIT": 6, "welford": 2, "COOP": 1}),
+    # 1500 elements in 6 chunks of 256 (the last 220): online-softmax states
+    ("var_softmax_rows", {"mode": "looped", "BLOCK_R": 256, "BLOCK_O": 1, "SPLIT": 6, "COOP": 1}),
+])
+def test_a_held_split_reads_its_input_once(task, params, runner):
+    """COOP: a chunk a program, held in registers until its row's statistics are in. The interpreter runs the
+    programs one at a time, so every chunk but each row's last is left to that last program, which re-reads
+    and writes them; the last chunk itself is written from the values held."""
+    source = check(task, "rowwise", params, runner)
+    kernel = source.split("def _row_kernel0(", 1)[1].split("class ModelNew", 1)[0]
+    assert "_row_kernel0_final" not in source and "for r0 in" not in kernel
+    assert "tl.atomic_or(" in kernel and "while (seen" in kernel
+    # the first pass loads the input once; the re-read is inside the sweep of chunks counted in before READY
+    first_part = kernel.split("tl.debug_barrier()", 1)[0]
+    assert len(re.findall(r"tl\.load\(p0 \+", first_part)) == 1
+    assert re.search(r"_row_kernel0_claim = torch\.zeros\(\(\d+,\), device=", source)
+
+
+def test_a_held_split_takes_one_block_a_chunk():
+    a = analyze(str(FIXTURES / "var_layer_norm.py"), small=True)
+    p = {**BY_NAME["rowwise"].default(a), "mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "COOP": 1}
+    assert "SPLIT must be 11" in base.invalid(a, {**p, "SPLIT": 4})
+    assert "no LAG" in base.invalid(a, {**p, "SPLIT": 11, "LAG": 1})
+    assert "BLOCK_O 1" in base.invalid(a, {**p, "SPLIT": 11, "BLOCK_O": 2})
+    assert base.invalid(a, {**p, "SPLIT": 11}) is None
+
+
 def test_a_lagged_split_also_writes_each_rows_own_outputs(runner, tmp_path):
     """A row's statistic that is an output itself (here its log-sum-exp beside the softmax) is written once,
     by the program that combined the row's partials."""
@@ -297,6 +328,22 @@ def test_a_per_channel_weight_loads_once_per_chunk(side, params, loads, runner, 
     hoisted = re.findall(r"tl\.load\(p\d+ \+ \(\(\(ro \* \d+ \+ \(r0\)\) // \d+\) % 4\), mask=rmask", source)
     at_edge = re.findall(r"tl\.load\(p\d+ \+ \(\(\(ro \* \d+ \+ \(r0 \+ edge\d+ - start\d+\)\) // 36\) % 4\)", source)
     assert (len(hoisted), len(at_edge)) == loads
+    out = runner.run(task, source)
+    assert out["error"] is None and all(e <= 1e-4 for e in out["rel_errors"]), out
+
+
+@pytest.mark.parametrize("side, split", [(8, 4), (6, 3)])  # planes of 64 (two chunks each), of 36 (chunks span two)
+def test_a_held_group_norm_loads_its_weights_per_chunk(side, split, runner, tmp_path):
+    """A held split's output (its own chunk, and the chunks its row's last program re-reads) takes a group
+    norm's weight and bias per chunk, as the looped forms do."""
+    task = tmp_path / "group_norm.py"
+    task.write_text(GROUP_NORM.replace("SIDE", str(side)))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["rowwise"]
+    p = {**t.default(a), "mode": "looped", "BLOCK_R": 32, "BLOCK_O": 1, "SPLIT": split, "COOP": 1}
+    assert base.invalid(a, p) is None, base.invalid(a, p)
+    source = t.render(a, p)
+    assert re.search(r"tl\.load\(p\d+ \+ \(\(\(ro \* \d+ \+ \(pid_s \* BLOCK_R\)\) // \d+\) % 4\)", source)
     out = runner.run(task, source)
     assert out["error"] is None and all(e <= 1e-4 for e in out["rel_errors"]), out
 

@@ -133,7 +133,8 @@ class Gen(Reductions):
         self.chunk_start = None  # a row kernel's chunk start where per-element code runs (r0 in a chunk loop)
         self.pivot_values: dict = {}  # the values a Welford pivot's chunk loaded (a held split reuses them)
         # Welford sums in one tl.reduce: a held split keeps its chunk, and three reductions over its deviations
-        # kept them too (on sm_90 160 registers a thread at 8192 elements over 4 warps, 96 so)
+        # kept them too (ptxas for sm_90 under the CPU's Triton 3.9: 160 registers a thread at 8192 elements
+        # over 4 warps, 96 so)
         self.joint_sums = False
         kept = [d for d in range(len(self.D)) if d not in kernel.rdims]
         if self.layout == "flat":

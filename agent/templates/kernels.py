@@ -480,7 +480,7 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     # a held split (one row a program) combines its row's partials as one vector into scalars: as [1, SPLIT]
     # tiles, the combine, which the row's other programs wait for, took level 1's 34_InstanceNorm from 4.28 to
     # 6.40 ms (H200, session 15)
-    index, tile, axis = (f"{block} * {split} + rs", "", None) if held else (f"ro * {split} + rs", "[None, :]", 1)
+    index, tile = (f"{block} * {split} + rs", "") if held else (f"ro * {split} + rs", "[None, :]")
     lines += [f"rs = tl.arange(0, {sp}){tile}"] + ([] if held and sp == split else
                                                    [f"pm = {'' if held else 'rmask & '}(rs < {split})"])
     it = iter(parts)
@@ -513,7 +513,7 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
                 lines.append(f"{shift} = tl.load({comb.ptr(source[states[1]])} + {block} * {split}{fresh})")
                 lines += shifted_merge(states, shift, (comb.fresh("wc"), comb.fresh("wa"), a, b_))
             else:
-                lines += chan_merge(states, axis, (comb.fresh("wc"), comb.fresh("wa"), a, b_))
+                lines += chan_merge(states, 1, (comb.fresh("wc"), comb.fresh("wa"), a, b_))
         comb.top.cache[first], comb.top.cache[second] = a, b_
     for r in kernel.nodes:
         if r.op == "reduce":
@@ -685,8 +685,8 @@ def _held(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, stores: tuple
 def _pointer_first(lines: list[str]) -> list[str]:
     """`lines` with each linear index used only as a store's offset written into the store, so that the
     pointer takes the row's offset first: tl.store(p + ro * R + rr, ...). Kept as its own tensor, lin = ro * R
-    + rr, it took 32-70 registers a thread more in a held split (sm_90, level 1's 34_InstanceNorm and
-    38_L1Norm_)."""
+    + rr, it took more registers in a held split (ptxas for sm_90 under the CPU's Triton 3.9: level 1's
+    34_InstanceNorm 167 a thread, 128 so)."""
     out = list(lines)
     for line in lines:
         m = re.fullmatch(r"(lin\d+) = (.*)", line)

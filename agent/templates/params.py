@@ -78,7 +78,7 @@ CONV_BLOCK_K = 16
 LAG_CHUNK = 16384  # elements a lagged split's ticket reads (on an H200: 16384-32768 alike, 8192 4% slower)
 
 
-HELD_CHUNK, HELD_WARPS = 8192, 4  # a held split's chunk and warps (on an H200: 16384 at 8 warps 6% slower)
+HELD_CHUNK, HELD_WARPS = 8192, 4  # a held split's chunk and warps (on an H200: 16384 at 8 warps 2-6% slower)
 
 
 def held_split(kernel: Kernel) -> dict:

@@ -712,7 +712,7 @@ def small_batch(kernel: Kernel, name: str, p: dict, split: int) -> KernelCode:
     kernel tuned for the traced batch where a call has fewer rows than the GPU has SMs and than that batch."""
     r = math.prod(kernel.domain[d] for d in kernel.rdims)
     q = {**p, "mode": "looped", "BLOCK_O": 1, "BLOCK_R": min(4096, next_pow2(math.ceil(r / split))), "SPLIT": split,
-         "GROUP": 0, "LAG": 0, "num_warps": 8, "num_stages": 2, "shapes": "dynamic"}
+         "GROUP": 0, "LAG": 0, "COOP": 0, "num_warps": 8, "num_stages": 2, "shapes": "dynamic"}
     return _split(fold_sums(kernel) if q.get("fold", 1) else kernel, name, q)
 
 

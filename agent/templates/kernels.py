@@ -621,8 +621,9 @@ def _held(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, stores: tuple
     If they are not in by then (its peers never started: the GPU is shared, or the interpreter runs programs
     one at a time), it marks its chunk and counts it into the row's state, and the last program, which never
     waits, re-reads and writes every chunk counted in before it set READY; a chunk counted in after READY is
-    written by its own program. Both sides change the one state word atomically, so each chunk is written
-    once, and no wait is unbounded: the launch cannot deadlock."""
+    written by its own program. The state word orders the two, and each marked chunk is then taken by one
+    exchange of its mark (the sweep's or its own program's), so each chunk is written once, and no wait is
+    unbounded: the launch cannot deadlock."""
     full, red = stores
     split = p["SPLIT"]
     blocks = math.ceil(comb.O / meta["BLOCK_O"])
@@ -650,14 +651,16 @@ def _held(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, stores: tuple
     swept = output(Scope(), f"{c} * {meta['BLOCK_R']} + {sub} * {width}")
     swept = [re.sub(r"\bBLOCK_R\b", str(width), re.sub(r"\b(rr|mask)\b(?!=)", r"\1_c", line)) for line in swept]
     sweep = [f"for {c} in range(0, {split}):",
-             f"    if tl.load({claims} + {row} * {split} + {c}, volatile=True) != 0:",
+             f"    if tl.atomic_xchg({claims} + {row} * {split} + {c}, 2) == 1:",
              f"        for {sub} in range(0, {meta['BLOCK_R'] // width}):"] + _indent(swept, 3)
     wait = [f"{seen} = tl.atomic_add({state}, 0, sem=\"acquire\")", f"{spins} = 0",
             f"while ({seen} < {READY}) & ({spins} < SPINS):",
             f"    {seen} = tl.atomic_add({state}, 0, sem=\"acquire\")", f"    {spins} += 1",
             f"{mine} = {seen} >= {READY}", f"if {seen} < {READY}:",
             f"    tl.store({claims} + {row} * {split} + pid_s, 1)", "    tl.debug_barrier()",
-            f"    {old} = tl.atomic_add({state}, 1, sem=\"acq_rel\")", f"    {mine} = {old} >= {READY}"]
+            f"    {old} = tl.atomic_add({state}, 1, sem=\"acq_rel\")",
+            f"    if {old} >= {READY}:",  # READY came first: this program writes its chunk, unless the sweep took it
+            f"        {mine} = tl.atomic_xchg({claims} + {row} * {split} + pid_s, 0) == 1"]
     reload = [f"{value} = tl.load({comb.ptr(buf)} + {row}, volatile=True)" for buf, value in kept]
 
     def own() -> list[str]:  # this program's chunk, from the values it holds, at the indices the first part set

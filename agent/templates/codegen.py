@@ -132,10 +132,6 @@ class Gen(Reductions):
         self.evict = ""  # an eviction policy for per-element loads and stores (a lagged split's, kernels._lagged)
         self.chunk_start = None  # a row kernel's chunk start where per-element code runs (r0 in a chunk loop)
         self.pivot_values: dict = {}  # the values a Welford pivot's chunk loaded (a held split reuses them)
-        # Welford sums in one tl.reduce: a held split keeps its chunk, and three reductions over its deviations
-        # kept them too (ptxas for sm_90 under the CPU's Triton 3.9: 160 registers a thread at 8192 elements
-        # over 4 warps, 96 so)
-        self.joint_sums = False
         kept = [d for d in range(len(self.D)) if d not in kernel.rdims]
         if self.layout == "flat":
             self.groups = [(list(range(len(self.D))), "offs")]

@@ -273,9 +273,14 @@ def _point_sum(gen: Gen, r: Node, emit: bool = True) -> bool:
     gen.body.lines += [f"rr = tl.broadcast_to({t.code}, [BLOCK_O, 1])", f"mask = rmask & (rr >= 0) & (rr < {gen.R})"]
     gen.reduce_now(r)
     # its own names for the index and mask: a chunk loop's rr and mask must not be assigned before the loop
-    gen.top.lines += [re.sub(r"\b(rr|mask)\b(?!=)", r"\1_t", line) for line in gen.body.lines]
+    gen.top.lines += _own_indices(gen.body.lines, "_t")
     gen.body, gen.chunk_start = outer, start
     return True
+
+
+def _own_indices(lines: list[str], suffix: str) -> list[str]:
+    """`lines` with a chunk's index and mask (rr, mask; not the mask= keyword) renamed with `suffix`."""
+    return [re.sub(r"\b(rr|mask)\b(?!=)", rf"\1{suffix}", line) for line in lines]
 
 
 def point_sums(kernel: Kernel, p: dict) -> set[Node]:
@@ -432,7 +437,6 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen.evict = "evict_last" if lag else ""  # kept in L2 for the second read
     gen.top.lines += _prologue(gen, {**p, **meta}, block) + [f"pid_s = {pid_s}"]
     if held:  # a chunk a program, one block, kept in registers for the output (_held)
-        gen.joint_sums = True
         steps = _accumulate(gen, plain, fused, one_chunk=True)
         gen.top.lines += ([] if gen.pivot_values else _chunk(gen, gen.first_chunk)) + steps.lines
     else:
@@ -481,8 +485,8 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     # tiles, the combine, which the row's other programs wait for, took level 1's 34_InstanceNorm from 4.28 to
     # 6.40 ms (H200, session 15)
     index, tile = (f"{block} * {split} + rs", "") if held else (f"ro * {split} + rs", "[None, :]")
-    lines += [f"rs = tl.arange(0, {sp}){tile}"] + ([] if held and sp == split else
-                                                   [f"pm = {'' if held else 'rmask & '}(rs < {split})"])
+    masked = not held or sp > split
+    lines += [f"rs = tl.arange(0, {sp}){tile}"] + [f"pm = {'' if held else 'rmask & '}(rs < {split})"] * masked
     it = iter(parts)
     fresh = ", volatile=True" if one_launch else ""  # written by other programs of this launch: not from L1
     keep = "" if held else ", axis=1, keep_dims=True"
@@ -493,7 +497,7 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
         buf, _ = next(it)
         var = comb.fresh("pt")
         source[var] = buf
-        mask = "" if held and sp == split else f", mask=pm, other={neutral}"
+        mask = f", mask=pm, other={neutral}" if masked else ""
         lines.append(f"{var} = tl.load({comb.ptr(buf)} + {index}{mask}{fresh})")
         return var
 
@@ -649,7 +653,7 @@ def _held(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, stores: tuple
     # it (on sm_90 254 registers a thread). A held chunk's output uses the rr and mask of the first part.
     width = min(HELD_SWEEP, meta["BLOCK_R"])
     swept = output(Scope(), f"{c} * {meta['BLOCK_R']} + {sub} * {width}")
-    swept = [re.sub(r"\bBLOCK_R\b", str(width), re.sub(r"\b(rr|mask)\b(?!=)", r"\1_c", line)) for line in swept]
+    swept = [re.sub(r"\bBLOCK_R\b", str(width), line) for line in _own_indices(swept, "_c")]
     sweep = [f"for {c} in range(0, {split}):",
              f"    if tl.atomic_xchg({claims} + {row} * {split} + {c}, 2) == 1:",
              f"        for {sub} in range(0, {meta['BLOCK_R'] // width}):"] + _indent(swept, 3)

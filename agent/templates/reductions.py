@@ -152,7 +152,10 @@ class Reductions:
         pivot, n, s1, s2 = self.top.cache[("acc", total)]
         ax = self.axis
         count, t1, t2, avg, rs, rq = (self.fresh(x) for x in ("wc", "wt", "wu", "wa", "r", "r"))
-        if self.joint_sums:  # one reduction of the three: the deviations are not kept for a second one
+        # a held split (COOP) keeps its chunk: one reduction of the three, or the deviations are kept for the
+        # next one too (ptxas for sm_90 under the CPU's Triton 3.9: 160 registers a thread at 8192 elements over
+        # 4 warps, 96 so)
+        if self.p.get("COOP"):
             self.top.lines.append(f"{count}, {t1}, {t2} = tl.reduce(({n}, {s1}, {s2}), {ax}, _sum3, keep_dims=True)")
         else:
             self.top.lines += [f"{count} = tl.sum({n}, axis={ax}, keep_dims=True)",

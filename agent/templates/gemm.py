@@ -1,7 +1,7 @@
 """GEMM template: mm/bmm/addmm/Linear, and every convolution as an implicit GEMM (implicit_gemm.py), with the
 following pointwise ops fused as an epilogue. Tiles of
-BLOCK_M x BLOCK_N accumulate tl.dot products in fp32 (input_precision "ieee" unless the task allows TF32),
-programs walk the output in GROUP_M-row groups for L2 reuse, and SPLIT_K > 1 splits a long K over programs
+BLOCK_M x BLOCK_N accumulate tl.dot products in fp32 (input_precision "ieee" unless the task allows TF32, or
+"tf32x3" for a convolution's dot steps: split_products), programs walk the output in GROUP_M-row groups for L2 reuse, and SPLIT_K > 1 splits a long K over programs
 (the partial products are summed by a reduction kernel that also runs the epilogue). The epilogue runs in
 fp32 and the output rounds once, on the store. bf16/fp16 operands go to tl.dot as they are (tensor cores) or
 upcast to fp32, the `operands` parameter (base.default_operands says which is the default, and why the CPU's
@@ -37,12 +37,27 @@ def _gemm(analysis: TaskAnalysis):
     return pl, k, m, kk, n, batch, epilogue
 
 
+def split_products(analysis: TaskAnalysis, pl, k) -> bool:
+    """Whether a convolution's fp32 dot steps default to input_precision "tf32x3": each fp32 operand split into a
+    TF32 high part and a TF32 remainder, three tensor-core products summed in fp32 (the remainders' product
+    dropped). Its error stays at fp32's scale: on an H200 (session 16), against a float64 run, the norm error of
+    25 of level 1's convolutions in this form was 0.4-1.2x cuDNN's own fp32 result's (each a single convolution),
+    where one TF32 product was 7000x it. It ran 1.1-2.3x faster than the same tiles in "ieee" (FMA) products: 50,
+    64, 67, 76_conv_standard 4.46 -> 1.99, 22.9 -> 10.5, 10.8 -> 4.9, 28.9 -> 13.3 ms, 81_conv_transposed_2D 0.725
+    -> 0.489, 70_conv_transposed_3D 44.0 -> 36.7; slower on one, 72_conv_transposed_3D (0.726 -> 0.798), which
+    variants() still gives the "ieee" form. With one pipeline stage: 81 0.583 at three. Outer-product steps
+    (BLOCK_K 1) have no tl.dot; a plain matrix product stays "ieee" (level 1's 2_Standard_matrix_multiplication_
+    ran 3.82 ms at three stages, against 3.27 in "ieee"), and a task that allows TF32 takes "tf32"."""
+    return (k.nodes[0].fn == "conv" and not analysis.tf32 and not pl.half_products()
+            and kernel_default(k).get("BLOCK_K") != 1)
+
+
 def space(analysis: TaskAnalysis) -> dict[str, list]:
     pl, k, m, kk, n, batch, epilogue = _gemm(analysis)
     s = dict(kernel_space(k))
     s["SPLIT_K"] = [1, 2, 4, 8, 16] if kk >= 2048 and k.nodes[0].fn == "mm" else [1]
     s["impl"] = ["triton", "torch"] if epilogue else ["triton"]
-    s["precision"] = ["ieee", "tf32"] if analysis.tf32 else ["ieee"]
+    s["precision"] = ["ieee", "tf32"] if analysis.tf32 else ["ieee"] + ["tf32x3"] * (not pl.half_products())
     if pl.half_products():
         s["operands"] = ["input", "fp32"]
     return s
@@ -63,8 +78,11 @@ def default(analysis: TaskAnalysis) -> dict:
     # 39 of its 60 Triton convolutions at 0.02-0.99x (most 3-D ones won, which variants() still tries second).
     flops = sum(2 * math.prod(gemm_dims(x.nodes[0])) for x in pl.kernels if x.kind == "gemm")
     vendor = epilogue and not (analysis.tf32 and not pl.half_products()) and flops >= 2**30
+    split_fp32 = split_products(analysis, pl, k)
+    if split_fp32:
+        d["num_stages"] = 1
     return {**d, "SPLIT_K": split, "impl": "torch" if vendor else "triton",
-            "precision": "tf32" if analysis.tf32 else "ieee",
+            "precision": "tf32" if analysis.tf32 else "tf32x3" if split_fp32 else "ieee",
             **({"operands": base.default_operands(analysis)} if pl.half_products() else {})}
 
 
@@ -74,6 +92,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     out = [d]
     if epilogue and "torch" in space(analysis)["impl"]:  # the other implementation second: a budget of two tries both
         out.append({**d, "impl": "triton" if d["impl"] == "torch" else "torch"})
+    if d["precision"] == "tf32x3":  # and FMA products at the tiles' own stages
+        out.append({**d, "impl": "triton", "precision": "ieee", "num_stages": kernel_default(k)["num_stages"]})
     if d.get("tiles") == "interleaved":  # and the channel tiles it replaced
         out.append({**d, **gemm_tiles(k), "impl": "triton", "tiles": "channels"})
     if d.get("BLOCK_K") == 1:  # and the dot steps outer products replaced (implicit_gemm.outer_steps)

@@ -70,15 +70,15 @@ def test_a_strided_transposed_convolution_reads_only_its_phases_taps(runner, tmp
 def test_a_transposed_convolution_strided_along_its_last_dim_stores_its_rows_whole(runner, tmp_path):
     """Interleaved tiles by default: a program takes every phase of the last dim (stride 5: eight slots, two of
     them no tap reaches and three past the stride), so its output rows are stored whole; the channel tiles
-    they replace are the second variant. Other convolutions cannot take them."""
+    they replace follow the FMA form of the default's products. Other convolutions cannot take them."""
     task = tmp_path / "conv_sparse_wide.py"  # 12 input channels: more than the positions rule takes
     task.write_text(task_of("transposed2d_sparse", tmp_path).read_text().replace(
         "nn.ConvTranspose2d(3, 5,", "nn.ConvTranspose2d(12, 5,").replace("(n, 3, 4, 6)", "(n, 12, 4, 6)"))
     a = analyze(str(task), small=True)
     t = BY_NAME["gemm"]
-    first, second = t.variants(a)[:2]
+    first, second, third = t.variants(a)[:3]
     assert (first["tiles"], first["BLOCK_M"], first["BLOCK_N"], first["num_warps"]) == ("interleaved", 128, 16, 4)
-    assert second["tiles"] == "channels"
+    assert (second["tiles"], second["precision"], third["tiles"]) == ("interleaved", "ieee", "channels")
     source = t.render(a, first)
     assert "acc = tl.reshape(j2_0, (BLOCK_M, BLOCK_N, 8))" in source
     assert "rw = (q2 * 5)[:, None, None] + slot" in source
@@ -243,3 +243,24 @@ def test_a_convolution_of_narrow_output_tiles_takes_a_narrow_k_tile(tmp_path):
     assert (d["BLOCK_N"], d["BLOCK_K"]) == (128, 32)
     mm = analyze(str(FIXTURES / "tpl_matmul.py"), small=True)
     assert t.default(mm)["BLOCK_K"] == 32
+
+
+def test_fp32_dot_steps_of_a_convolution_split_each_operand_into_two_tf32_parts(runner, tmp_path):
+    """A convolution's fp32 dot steps default to input_precision "tf32x3" at one pipeline stage, with the FMA
+    ("ieee") form next; outer-product steps, a matrix product and a task that allows TF32 keep theirs."""
+    t = BY_NAME["gemm"]
+    task = task_of("conv3d", tmp_path)
+    a = analyze(str(task), small=True)
+    first, second = t.variants(a)[:2]
+    assert (first["precision"], first["num_stages"]) == ("tf32x3", 1)
+    assert (second["precision"], second["num_stages"]) == ("ieee", 3)
+    assert {**first, "precision": "ieee", "num_stages": 3} == second
+    assert t.space(a)["precision"] == ["ieee", "tf32x3"]
+    source = t.render(a, first)
+    assert 'tl.dot(ta, tb, input_precision="tf32x3")' in source and 'input_precision="ieee"' not in source
+    run_ok(runner, task, source)
+    outer = tmp_path / "conv_residual.py"
+    outer.write_text(RESIDUAL)
+    for other in (outer, FIXTURES / "tpl_matmul.py"):
+        assert t.default(analyze(str(other), small=True))["precision"] == "ieee"
+    assert t.default(analyze(str(task), small=True, tf32=True))["precision"] == "tf32"

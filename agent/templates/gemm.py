@@ -1,13 +1,14 @@
 """GEMM template: mm/bmm/addmm/Linear, and every convolution as an implicit GEMM (implicit_gemm.py), with the
 following pointwise ops fused as an epilogue. Tiles of
 BLOCK_M x BLOCK_N accumulate tl.dot products in fp32 (input_precision "ieee" unless the task allows TF32, or
-"tf32x3" for a convolution's dot steps: split_products), programs walk the output in GROUP_M-row groups for L2 reuse, and SPLIT_K > 1 splits a long K over programs
-(the partial products are summed by a reduction kernel that also runs the epilogue). The epilogue runs in
-fp32 and the output rounds once, on the store. bf16/fp16 operands go to tl.dot as they are (tensor cores) or
-upcast to fp32, the `operands` parameter (base.default_operands says which is the default, and why the CPU's
-differs). With impl="torch" the product stays a vendor GEMM or cuDNN convolution (declared in
-KERNELWRIGHT_TORCH_OPS) and only the epilogue is Triton, for shapes where a Triton GEMM cannot win; never when
-the GEMM or convolution (with its own bias) is all the task does, which the evaluator would reject."""
+"tf32x3" for a convolution's dot steps: split_products), programs walk the output in GROUP_M-row groups for L2
+reuse, and SPLIT_K > 1 splits a long K over programs (the partial products are summed by a reduction kernel
+that also runs the epilogue). The epilogue runs in fp32 and the output rounds once, on the store. bf16/fp16
+operands go to tl.dot as they are (tensor cores) or upcast to fp32, the `operands` parameter
+(base.default_operands says which is the default, and why the CPU's differs). With impl="torch" the product
+stays a vendor GEMM or cuDNN convolution (declared in KERNELWRIGHT_TORCH_OPS) and only the epilogue is Triton,
+for shapes where a Triton GEMM cannot win; never when the GEMM or convolution (with its own bias) is all the
+task does, which the evaluator would reject."""
 from __future__ import annotations
 
 import math
@@ -40,14 +41,15 @@ def _gemm(analysis: TaskAnalysis):
 def split_products(analysis: TaskAnalysis, pl, k) -> bool:
     """Whether a convolution's fp32 dot steps default to input_precision "tf32x3": each fp32 operand split into a
     TF32 high part and a TF32 remainder, three tensor-core products summed in fp32 (the remainders' product
-    dropped). Its error stays at fp32's scale: on an H200 (session 16), against a float64 run, the norm error of
-    25 of level 1's convolutions in this form was 0.4-1.2x cuDNN's own fp32 result's (each a single convolution),
-    where one TF32 product was 7000x it. It ran 1.1-2.3x faster than the same tiles in "ieee" (FMA) products: 50,
-    64, 67, 76_conv_standard 4.46 -> 1.99, 22.9 -> 10.5, 10.8 -> 4.9, 28.9 -> 13.3 ms, 81_conv_transposed_2D 0.725
-    -> 0.489, 70_conv_transposed_3D 44.0 -> 36.7; slower on one, 72_conv_transposed_3D (0.726 -> 0.798), which
-    variants() still gives the "ieee" form. With one pipeline stage: 81 0.583 at three. Outer-product steps
-    (BLOCK_K 1) have no tl.dot; a plain matrix product stays "ieee" (level 1's 2_Standard_matrix_multiplication_
-    ran 3.82 ms at three stages, against 3.27 in "ieee"), and a task that allows TF32 takes "tf32"."""
+    dropped). Its error stays at fp32's scale: on an H200 (session 16), against a float64 run, the norm error of 25
+    of level 1's convolutions in this form was 0.24-1.26x cuDNN's own fp32 result's, where one TF32 product was
+    7,000-10,000x it. Against the same tiles in "ieee" (FMA) products it ran 1.17-2.31x faster on 26 of 28: 50,
+    64, 67, 76_conv_standard 4.46 -> 1.99, 22.9 -> 10.5, 10.8 -> 4.9, 28.9 -> 13.3 ms, 81_conv_transposed_2D
+    0.725 -> 0.489, 70_conv_transposed_3D 44.0 -> 36.7; slower on 72_conv_transposed_3D (0.726 -> 0.798), which
+    variants() still gives the "ieee" form (and 86's main convolution stays cuDNN's). One pipeline stage: 81 ran
+    0.583 ms at three. Outer-product steps (BLOCK_K 1) have no tl.dot; a plain matrix product stays "ieee" (level
+    1's 2_Standard_matrix_multiplication_ ran 3.82 ms at three stages, against 3.27 in "ieee"), and a task that
+    allows TF32 takes "tf32"."""
     return (k.nodes[0].fn == "conv" and not analysis.tf32 and not pl.half_products()
             and kernel_default(k).get("BLOCK_K") != 1)
 

@@ -319,3 +319,19 @@ def test_rows_read_twice_that_outgrow_l2_take_wide_chunks_then_persistent_progra
     assert "132 persistent programs" in out[0].reason and base.invalid(a, out[0].params) is None
     assert not any(m.params.get("PERSIST") for m in rowwise_moves(a, out[0].params, measured(1.5)))
 
+
+
+def test_a_convolution_in_fma_products_tries_split_tf32_products():
+    """A Triton convolution whose dot steps run in "ieee" (FMA) products tries tf32x3 at one stage; one in tf32x3
+    does not, nor does a matrix product."""
+    a = analyze(str(FIXTURES / "conv_kinds.py"), small=True)
+    t = BY_NAME["gemm"]
+    fma = {**t.default(a), "impl": "triton", "precision": "ieee", "num_stages": 3}
+    split = next(m for m in moves(a, t, fma, measured(1.8), a.to_json()) if "tf32x3" in m.reason)
+    assert (split.params["precision"], split.params["num_stages"]) == ("tf32x3", 1)
+    assert split.reason.endswith("(precision ieee->tf32x3, one pipeline stage)")
+    assert not any("tf32x3" in m.reason for m in moves(a, t, {**t.default(a), "impl": "triton"}, measured(1.8),
+                                                       a.to_json()))
+    mm = analysis_of("tpl_gemm_epilogue", {"batch": 4096, "d_in": 4096, "d_out": 4096})
+    assert not any("tf32x3" in m.reason for m in moves(mm, t, {**t.default(mm), "impl": "triton"}, measured(1.8),
+                                                       mm.to_json()))

@@ -16,7 +16,7 @@ import math
 from agent.analysis import TaskAnalysis
 from agent.templates import base
 from agent.templates.codegen import next_pow2
-from agent.templates.implicit_gemm import gemm_dims
+from agent.templates.implicit_gemm import gemm_dims, outer_steps
 from agent.templates.params import CONV_BLOCK_K, SMS, gemm_tiles, kernel_default, kernel_invalid, kernel_space
 from agent.templates.program import work
 
@@ -50,8 +50,7 @@ def split_products(analysis: TaskAnalysis, pl, k) -> bool:
     0.583 ms at three. Outer-product steps (BLOCK_K 1) have no tl.dot; a plain matrix product stays "ieee" (level
     1's 2_Standard_matrix_multiplication_ ran 3.82 ms at three stages, against 3.27 in "ieee"), and a task that
     allows TF32 takes "tf32"."""
-    return (k.nodes[0].fn == "conv" and not analysis.tf32 and not pl.half_products()
-            and kernel_default(k).get("BLOCK_K") != 1)
+    return k.nodes[0].fn == "conv" and not outer_steps(k.nodes[0]) and not analysis.tf32 and not pl.half_products()
 
 
 def space(analysis: TaskAnalysis) -> dict[str, list]:

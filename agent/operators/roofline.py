@@ -38,8 +38,8 @@ from agent.templates.codegen import next_pow2
 from agent.templates.fold import fold_sums
 from agent.templates.implicit_gemm import conv_tiles, gemm_dims, outer_steps
 from agent.templates.kernels import online_pairs, point_sums, reduction_stages, welford_pairs
-from agent.templates.params import (SMS, gemm_tiles, held_split, interleaved_tiles, kernel_default, kernel_invalid,
-                                    kernel_space, l2_groups, lag_split, online_form, persistent, sizes)
+from agent.templates.params import (ROWS_TILES, SMS, gemm_tiles, held_split, interleaved_tiles, kernel_default,
+                                    kernel_invalid, kernel_space, l2_groups, lag_split, online_form, persistent, sizes)
 from agent.templates.schedule import Kernel
 from tools.results import EvalResult
 
@@ -263,8 +263,8 @@ def _gemm(analysis, template, kernel: Kernel, p: dict) -> list[tuple[dict, str]]
     if "tiles" in space:  # measured both ways on KernelBench's convolutions: 3x faster for some, 2x slower others
         now = conv_tiles(kernel.nodes[0], p)
         for other in [t for t in space["tiles"] if t != now]:  # with interleaved tiles' own sizes, or off them
-            sizes_of = interleaved_tiles(kernel) if other == "interleaved" else \
-                gemm_tiles(kernel) if now == "interleaved" else {}
+            sizes_of = interleaved_tiles(kernel) if other == "interleaved" else ROWS_TILES if other == "rows" else \
+                gemm_tiles(kernel) if now in ("interleaved", "rows") else {}
             out.append(({"impl": "triton", **sizes_of, "tiles": other}, f"a Triton convolution: try {other} tiles "
                                                                         f"(tiles {now}->{other})"))
     splits = [s for s in space.get("SPLIT_K", [1]) if s > 1]

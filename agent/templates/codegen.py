@@ -129,6 +129,7 @@ class Gen(Reductions):
         # full tiles loaded and stored transposed, their rows the last axis: a phased convolution of one K step
         # over a few input channels, whose rows are output positions (implicit_gemm.render_conv says why)
         self.positions_last = False
+        self.channel_mask = ""  # a rows tile's mask of its channels alone (implicit_gemm._render_rows)
         self.evict = ""  # an eviction policy for per-element loads and stores (a lagged split's, kernels._lagged)
         self.chunk_start = None  # a row kernel's chunk start where per-element code runs (r0 in a chunk loop)
         self.pivot_values: dict = {}  # the values a Welford pivot's chunk loaded (a held split reuses them)
@@ -300,6 +301,8 @@ class Gen(Reductions):
         if key not in scope.cache:
             name = self.fresh("x")
             mask = "mask" if level == "full" else "rmask"
+            if self.channel_mask and level == "full" and not self.is_block(re.sub(r"\brn\b", "", off)):
+                mask = self.channel_mask  # a per-channel value: loaded once a channel, not once an element
             if inside:
                 mask = f"{mask} & {inside}" if self.is_block(off + inside) else inside
             # a tile of the rows, loaded as stores store it (store_lines)

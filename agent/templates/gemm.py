@@ -17,7 +17,8 @@ from agent.analysis import TaskAnalysis
 from agent.templates import base
 from agent.templates.codegen import next_pow2
 from agent.templates.implicit_gemm import gemm_dims, outer_steps
-from agent.templates.params import CONV_BLOCK_K, SMS, gemm_tiles, kernel_default, kernel_invalid, kernel_space
+from agent.templates.params import (CONV_BLOCK_K, ROWS_TILES, SMS, gemm_tiles, kernel_default, kernel_invalid,
+                                    kernel_space)
 from agent.templates.program import work
 
 NAME = "gemm"
@@ -64,9 +65,10 @@ def space(analysis: TaskAnalysis) -> dict[str, list]:
     return s
 
 
-def default(analysis: TaskAnalysis) -> dict:
+def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
+    """The first parameters; without `rows`, those a convolution took before rows tiles (its next variant)."""
     pl, k, m, kk, n, batch, epilogue = _gemm(analysis)
-    d = dict(kernel_default(k))
+    d = dict(kernel_default(k, rows))
     tiles = math.ceil(m / d["BLOCK_M"]) * math.ceil(n / d["BLOCK_N"]) * batch
     split = 1
     while tiles * split < SMS and kk // (split * 2) >= 1024 and split < 16 and k.nodes[0].fn == "mm":
@@ -79,7 +81,7 @@ def default(analysis: TaskAnalysis) -> dict:
     # 39 of its 60 Triton convolutions at 0.02-0.99x (most 3-D ones won, which variants() still tries second).
     flops = sum(2 * math.prod(gemm_dims(x.nodes[0])) for x in pl.kernels if x.kind == "gemm")
     vendor = epilogue and not (analysis.tf32 and not pl.half_products()) and flops >= 2**30
-    split_fp32 = split_products(analysis, pl, k)
+    split_fp32 = split_products(analysis, pl, k) and d.get("tiles") != "rows"  # rows tiles have no tl.dot
     if split_fp32:
         d["num_stages"] = 1
     return {**d, "SPLIT_K": split, "impl": "torch" if vendor else "triton",
@@ -93,6 +95,9 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     out = [d]
     if epilogue and "torch" in space(analysis)["impl"]:  # the other implementation second: a budget of two tries both
         out.append({**d, "impl": "triton" if d["impl"] == "torch" else "torch"})
+    if d.get("tiles") == "rows":  # then the tiles rows replaced, and the variants of those
+        d = default(analysis, rows=False)
+        out.append({**d, "impl": "triton"})
     if d["precision"] == "tf32x3":  # and FMA products at the tiles' own stages
         out.append({**d, "impl": "triton", "precision": "ieee", "num_stages": kernel_default(k)["num_stages"]})
     if d.get("tiles") == "interleaved":  # and the channel tiles it replaced
@@ -105,6 +110,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         out.append({**d, "impl": "triton", "SPLIT_K": 1 if d["SPLIT_K"] > 1 else min(8, next_pow2(kk // 2048))})
     if d.get("operands") == "input":  # exact fp32 products of 16-bit operands, slower (no "input" on a CPU)
         out.append({**d, "operands": "fp32"})
+    if "rows" in space(analysis).get("tiles", []) and out[0].get("tiles") != "rows":  # 128 a row: params.rows_tiles
+        out.append({**d, **ROWS_TILES, "impl": "triton", "BLOCK_M": 128})
     return [p for p in out if kernel_invalid(k, base._kernel_params(p)) is None]
 
 

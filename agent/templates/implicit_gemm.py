@@ -229,10 +229,10 @@ def interleave_slots(node) -> int:
     return next_pow2(dims[-1]["s"]) if dims and dims[-1]["s"] > 1 else 0
 
 
-def _joined(accs: list[str]) -> list[str]:
+def _joined(accs: list[str], shape: str = "") -> list[str]:
     """Lines stacking equal [BLOCK_M, BLOCK_N] tiles (a power of two of them) along a new last axis, in
-    order, into `acc`: tl.join's nesting puts the first join's axis outermost, so the leaves go in
-    bit-reversed order."""
+    order, into `acc` (reshaped to `shape` where given): tl.join's nesting puts the first join's axis
+    outermost, so the leaves go in bit-reversed order."""
     bits = len(accs).bit_length() - 1
     level = [accs[int(f"{i:0{bits}b}"[::-1], 2)] for i in range(len(accs))]
     lines = []
@@ -240,7 +240,7 @@ def _joined(accs: list[str]) -> list[str]:
         names = [f"j{len(level)}_{i}" for i in range(len(level) // 2)]
         lines += [f"{n} = tl.join({a}, {b})" for n, a, b in zip(names, level[::2], level[1::2])]
         level = names
-    return lines + [f"acc = tl.reshape({level[0]}, (BLOCK_M, BLOCK_N, {len(accs)}))"]
+    return lines + [f"acc = tl.reshape({level[0]}, {shape or f'(BLOCK_M, BLOCK_N, {len(accs)})'})"]
 
 
 def _interleave(dims: list[dict], batch: int, cin_g: int, big: str, rows: int, n: int, k_loop) -> list[str]:
@@ -287,7 +287,159 @@ def _outer_body(body: list[str], dims: int, window: int, sx, sw, ci_stride: int,
         f"    tb = tl.load(w_tap + ci * {ci_stride}, mask=rn1[None, :] < {n}, other=0.0).to(tl.float32)"]
 
 
+ROWS_CIN = 8  # the most input channels a group that rows tiles unroll in each K step
+
+
+def rows_fit(node) -> bool:
+    """Whether a convolution can take rows tiles (_render_rows): few input channels a group, each K step
+    unrolling them with the last dim's taps."""
+    return node.fn == "conv" and node.args[0].shape[1] // node.attrs["groups"] <= ROWS_CIN
+
+
+def rows_first(node) -> bool:
+    """Whether rows tiles are a convolution's default: it can take them and it is phased (a strided transposed
+    convolution). params.rows_tiles says what was measured."""
+    return rows_fit(node) and bool(_k_steps(node)[0])
+
+
+def _last_taps(attrs: dict, k: int) -> list[list[tuple[int, int]]]:
+    """Per slot of a rows tile's last dim, each tap's (tap, c): the input column q * a + c feeds output s * q +
+    slot of a strided transposed convolution (a = 1), output q of any other (a = its stride, one slot)."""
+    i = len(attrs["stride"]) - 1
+    s, pad, d = attrs["stride"][i], attrs["padding"][i], attrs["dilation"][i]
+    if not attrs["transposed"]:  # input = output * stride - pad + tap * dilation
+        return [[(t, t * d - pad) for t in range(k)]]
+    if s == 1:  # input = output + pad - tap * dilation
+        return [[(t, pad - t * d) for t in range(k)]]
+    dim = {"s": s, "pad": pad, "d": d, "k": k, "step": s // math.gcd(d, s)}
+    return [[(t, (f + pad - t * d) // s) for t in range(_slot_taps(dim, f)[1], k, dim["step"])] for f in range(s)]
+
+
+def _row_taps(attrs: dict, window: tuple, in_sizes: tuple) -> tuple[list[str], list[str], list[str]]:
+    """A rows tile's scalar lines for every spatial dim but the last (the row's output coordinates o{i} are
+    named already): before the K loop (each dim's first tap t0{i}, count n{i} and step), in it (the tap kw{i}
+    of step m and the input coordinate i{i}), and the conditions that the input coordinates hold."""
+    head, body, conds, counts = [], [], [], []
+    dims = len(in_sizes) - 1
+    for i in range(dims):
+        s, pad, d, k = attrs["stride"][i], attrs["padding"][i], attrs["dilation"][i], window[i]
+        if attrs["transposed"] and s > 1:  # the taps t with t * d = o + pad (mod s), step apart
+            step = s // math.gcd(d, s)
+            first = k
+            for t in reversed(range(min(step, k))):
+                first = f"tl.where(r{i} == {t * d % s}, {t}, {first})"
+            head += [f"r{i} = (o{i} + {pad}) % {s}", f"t0{i} = {first}", f"n{i} = ({k + step - 1} - t0{i}) // {step}"]
+            counts.append((f"n{i}", f"t0{i} + ", f" * {step}"))
+        else:
+            counts.append((str(k), "", ""))
+    for i, (n, start, step) in enumerate(counts):
+        inner = " * ".join(c[0] for c in counts[i + 1:])
+        index = f"(m // ({inner}))" if inner else "m"
+        body.append(f"kw{i} = {start}({index} % {n}){step}")
+        s, pad, d = attrs["stride"][i], attrs["padding"][i], attrs["dilation"][i]
+        tap = f"kw{i}" if d == 1 else f"kw{i} * {d}"
+        if not attrs["transposed"]:
+            body.append(f"i{i} = o{i}" + (f" * {s}" if s > 1 else "") + f" + {tap}" + (f" - {pad}" if pad else ""))
+            if pad:
+                conds += [f"(i{i} >= 0)", f"(i{i} < {in_sizes[i]})"]
+        elif s == 1:
+            body.append(f"i{i} = o{i} + {pad} - {tap}" if pad else f"i{i} = o{i} - {tap}")
+            conds += [f"(i{i} >= 0)", f"(i{i} < {in_sizes[i]})"]
+        else:  # o + pad - tap * d is a multiple of s: exact, and checked before dividing
+            body += [f"j{i} = o{i} + {pad} - {tap}", f"i{i} = j{i} // {s}"]
+            conds += [f"(j{i} >= 0)", f"(i{i} < {in_sizes[i]})"]
+    taps = " * ".join(c[0] for c in counts) or "1"
+    return head + [f"taps = {taps}"], body, conds
+
+
+def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
+    """Rows tiles: a program takes BLOCK_N output channels by BLOCK_M outputs along one row of the output's
+    last dim, every other coordinate (batch, the other spatial dims) one scalar, so its stores walk the row and
+    its input loads walk input rows. A strided transposed convolution's last dim takes its phases as slots,
+    each an accumulator whose taps are constants, stacked so that the tile holds whole rows. The other dims'
+    taps are a loop of scalar steps (a strided transposed one's phase is the row's own); each step unrolls
+    the input channels and the last dim's taps as outer products."""
+    gen = Gen(kernel, name, p)
+    g = kernel.nodes[0]
+    x, w = g.args
+    attrs = g.attrs
+    groups, _, n, _ = gemm_dims(g)
+    cin_g, window = x.shape[1] // attrs["groups"], tuple(w.shape[2:])
+    spatial, in_sizes = kernel.domain[2:], tuple(x.shape[2:])
+    out_w, in_w = spatial[-1], in_sizes[-1]
+    slots = _last_taps(attrs, window[-1])
+    s, s2 = len(slots), next_pow2(len(slots))
+    bm, bn = max(s2, min(p.get("BLOCK_M", 64), next_pow2(out_w))), gemm_block(p, "BLOCK_N", n)
+    bq = bm // s2
+    num_w = math.ceil(out_w / (bq * s))  # a tile's outputs: bq of each slot
+    a = 1 if attrs["transposed"] else attrs["stride"][-1]  # the input column's step per output
+    sx, sw = x.strides, w.strides
+    big = ".to(tl.int64)" if gen.big else ""
+    xp, wp = gen.ptr(x.base), gen.ptr(w.base)
+    rows = kernel.domain[0] * math.prod(spatial[:-1])
+    lines = [f"pid = tl.program_id(0){big}", f"pid_g = tl.program_id(1){big}", f"wt = pid % {num_w}",
+             f"pid_n = (pid // {num_w}) % {math.ceil(n / bn)}", f"row = pid // {num_w * math.ceil(n / bn)}"]
+    lines += _split_index("row", (kernel.domain[0],) + tuple(spatial[:-1]), "q")
+    lines += [f"o{i} = q{i + 1}" for i in range(len(spatial) - 1)]
+    head, body, conds = _row_taps(attrs, window, in_sizes)
+    lines += head + [f"rn1 = pid_n * BLOCK_N + tl.arange(0, BLOCK_N){big}",
+                     f"q = (wt * {bq} + tl.arange(0, {bq}){big})[None, :]",
+                     f"x_row = {xp} + {x.offset} + q0 * {sx[0]} + pid_g * {cin_g * sx[1]}"]
+    if attrs["transposed"]:  # weight (C_in, C_out / groups, *window)
+        lines.append(f"w_col = {wp} + {w.offset} + pid_g * {cin_g * sw[0]} + rn1[:, None] * {sw[1]}")
+        ci_stride = sw[0]
+    else:  # weight (C_out, C_in / groups, *window)
+        lines.append(f"w_col = {wp} + {w.offset} + (pid_g * {n} + rn1[:, None]) * {sw[0]}")
+        ci_stride = sw[1]
+    accs = [f"acc{f}" for f in range(s)]
+    lines += [f"{acc} = tl.zeros((BLOCK_N, {bq}), dtype=tl.float32)" for acc in accs]
+    x_off = " + ".join([f"i{i} * {sx[2 + i]}" for i in range(len(spatial) - 1)] or ["0"])
+    w_off = " + ".join([f"kw{i} * {sw[2 + i]}" for i in range(len(window) - 1)] or ["0"])
+    step = ["m = k0"] + body
+    # a scalar condition goes into the loads' masks as a bound on the column: Triton's interpreter takes no
+    # scalar-and-tile masks
+    step += [f"lim = tl.where({' & '.join(conds)}, {in_w}, 0)" if conds else f"lim = {in_w}",
+             f"x_tap = x_row + {x_off}", f"w_tap = w_col + {w_off}"]
+    most = (num_w * bq - 1) * a  # the largest q * a any lane takes
+    for ci in range(cin_g):
+        for f, taps in enumerate(slots):
+            for t, c in taps:
+                col = "q" if a == 1 else f"q * {a}"
+                col = f"{col} + {c}" if c > 0 else f"{col} - {-c}" if c < 0 else col
+                mask = [f"({col} < lim)"] * bool(conds or most + c >= in_w) + [f"({col} >= 0)"] * (c < 0)
+                mask = f", mask={' & '.join(mask)}, other=0.0" if mask else ""
+                xv = f"tl.load(x_tap + {ci * sx[1]} + ({col}) * {sx[-1]}{mask})"
+                wv = f"tl.load(w_tap + {ci * ci_stride + t * sw[-1]}, mask=rn1[:, None] < {n}, other=0.0)"
+                step.append(f"{accs[f]} += {xv}.to(tl.float32) * {wv}.to(tl.float32)")
+    lines += ["for k0 in range(0, taps):"] + ["    " + line for line in step]
+    if s2 > 1:
+        accs += ["zero"] * (s2 - s)
+        if s2 > s:
+            lines.append(f"zero = tl.zeros((BLOCK_N, {bq}), dtype=tl.float32)")
+        lines += _joined(accs, "(BLOCK_N, BLOCK_M)")
+    else:
+        lines.append("acc = acc0")
+    k = "tl.arange(0, BLOCK_M)[None, :]"
+    lines += [f"rw = wt * {bq * s} + {k}" if s2 == s else f"rw = (wt * {bq} + {k} // {s2}) * {s} + {k} % {s2}",
+              f"rm = row + tl.zeros((1, 1), dtype=tl.int32){big}", f"rn = pid_g * {n} + rn1[:, None]",
+              f"mask = (rn1[:, None] < {n}) & (rw < {out_w})" + (f" & ({k} % {s2} < {s})" if s2 > s else "")]
+    rank = len(kernel.domain)
+    gen.groups = [([0] + list(range(2, rank - 1)), "rm"), ([1], "rn"), ([rank - 1], "rw")]
+    gen.channel_mask = f"rn1[:, None] < {n}"
+    gen.top.lines += lines
+    gen.top.cache[g] = "acc"
+    gen.kinds[g] = "f"
+    store_lines(gen, list(kernel.stores.items()))
+    src = kernel_header(name, gen, ["BLOCK_M", "BLOCK_N"]) + ["    " + line for line in gen.top.lines]
+    grid = (rows * math.ceil(n / bn) * num_w, groups)
+    launch = Launch(name, grid, list(gen.ptrs), {"BLOCK_M": bm, "BLOCK_N": bn}, p.get("num_warps", 1),
+                    p.get("num_stages", 1))
+    return KernelCode("\n".join(src), [launch])
+
+
 def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
+    if conv_tiles(kernel.nodes[0], p) == "rows":
+        return _render_rows(kernel, name, p)
     gen = Gen(kernel, name, p)
     g = kernel.nodes[0]
     x, w = g.args

@@ -14,8 +14,9 @@ how many programs run.
   col   BLOCK_I, BLOCK_R, num_warps, num_stages
   gemm  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages (+ SPLIT_K, impl, precision at plan level, and
         operands, input or fp32, where bf16/fp16 operands meet tl.dot: base.default_operands); a convolution's
-        tiles, channels, positions or interleaved (the axis its tiles walk, or a transposed convolution's
-        last dim's phases in one program: implicit_gemm.render_conv; by default its rule)
+        tiles, channels, positions, interleaved or rows (the axis its tiles walk, a transposed convolution's
+        last dim's phases in one program, or channels by one row of outputs: implicit_gemm.render_conv; by
+        default its rule)
   rnn   BLOCK_H hidden units per program, BLOCK_K, num_warps
   attention  BLOCK_M queries per program, BLOCK_N keys per step, num_warps, num_stages (+ precision)
 """
@@ -25,7 +26,7 @@ import math
 
 from agent.templates.attention_kernel import attention_dims
 from agent.templates.codegen import next_pow2, pair_rows
-from agent.templates.implicit_gemm import conv_tiles, gemm_dims, interleave_slots, outer_steps
+from agent.templates.implicit_gemm import conv_tiles, gemm_dims, interleave_slots, outer_steps, rows_first, rows_fit
 from agent.templates.ir import Leaf
 from agent.templates.fold import fold_sums, foldable
 from agent.templates.kernels import reduction_stages, online_pairs, welford_pairs
@@ -150,7 +151,24 @@ def interleaved_tiles(kernel: Kernel) -> dict:
             "num_warps": 4}
 
 
-def kernel_default(kernel: Kernel) -> dict:
+ROWS_TILES = {"tiles": "rows", "BLOCK_M": 64, "BLOCK_N": 16, "BLOCK_K": 1, "num_warps": 1, "num_stages": 1}
+
+
+def rows_tiles(kernel: Kernel) -> dict:
+    """Rows tiles (implicit_gemm._render_rows) for a strided transposed convolution over at most 8 input channels
+    a group (implicit_gemm.rows_first; {} for others): 16 channels by 64 outputs of a row at one warp. On an H200
+    (session 17), the whole candidate, against the tiles they replace: level 2's six 3-channel ones (outer
+    products in channel tiles) 50, 58, 60, 72, 89, 96 1.170 -> 0.821, 1.202 -> 0.859, 1.826 -> 1.419, 2.298 ->
+    1.928, 1.316 -> 1.057, 1.130 -> 0.783 ms, their convolutions 0.83-1.00 -> 0.54-0.58 ms (the stores of 60's
+    1 GB output: 106 M L2 sectors before); level 1's 72_conv_transposed_3D (8 channels a group, interleaved tiles
+    in tf32x3) 0.797 -> 0.580. At 2 warps, or 128 outputs a row, they were 5-20% slower. Unstrided ones are mixed
+    (a variant, gemm.variants): 3-channel 2-D convolutions 1.04 -> 0.81 ms (level 2's 57 and 71, 128 a row), 3-D
+    ones and an 11x11 window 1.3-2.6x slower (level 1's 50, 54, 59; level 2's 23, 90)."""
+    return dict(ROWS_TILES) if kernel.nodes[0].fn == "conv" and rows_first(kernel.nodes[0]) else {}
+
+
+def kernel_default(kernel: Kernel, rows: bool = True) -> dict:
+    """A kernel's default parameters; without `rows`, a convolution's default were rows tiles not a form."""
     layout = kernel.layout
     if layout == "rnn":
         return {"BLOCK_H": 32, "BLOCK_K": 32, "num_warps": 4}
@@ -174,7 +192,8 @@ def kernel_default(kernel: Kernel) -> dict:
     if layout in ("gemm", "torch"):
         node = kernel.nodes[0]
         walks = conv_tiles(node, {}) if node.fn == "conv" else None
-        return {**gemm_tiles(kernel), **(interleaved_tiles(kernel) if walks == "channels" else {})}
+        return {**gemm_tiles(kernel), **(interleaved_tiles(kernel) if walks == "channels" else {}),
+                **(rows_tiles(kernel) if rows else {})}
     o, r, i = sizes(kernel)
     rp = next_pow2(r)
     if layout == "row":
@@ -276,7 +295,8 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
         space = {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128],
                  "GROUP_M": [1, 4, 8, 16], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5]}
         if kernel.nodes[0].fn == "conv":  # which axis the tiles walk (implicit_gemm.render_conv)
-            space["tiles"] = ["channels", "positions"] + ["interleaved"] * bool(interleave_slots(kernel.nodes[0]))
+            space["tiles"] = ["channels", "positions"] + ["interleaved"] * bool(interleave_slots(kernel.nodes[0])) \
+                + ["rows"] * rows_fit(kernel.nodes[0])
         if outer_steps(kernel.nodes[0]):
             space["BLOCK_K"] = [1] + space["BLOCK_K"]
         return space
@@ -404,17 +424,19 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
     if layout == "col" and p.get("BLOCK_I", 64) * p.get("BLOCK_R", 32) > 65536:
         return "the tile holds more than 65536 elements"
     if layout == "gemm":
-        inter = p.get("tiles") == "interleaved"
-        if p.get("tiles", "channels") not in ("channels", "positions", "interleaved"):
-            return "tiles must be channels, positions or interleaved"
+        inter, rows = p.get("tiles") == "interleaved", p.get("tiles") == "rows"
+        if p.get("tiles", "channels") not in ("channels", "positions", "interleaved", "rows"):
+            return "tiles must be channels, positions, interleaved or rows"
         if inter and not interleave_slots(kernel.nodes[0]):
             return "interleaved tiles need a transposed convolution whose last dim is strided"
+        if rows and not rows_fit(kernel.nodes[0]):
+            return "rows tiles are for convolutions over at most 8 input channels a group"
         bm, bn, bk = p.get("BLOCK_M", 64), p.get("BLOCK_N", 64), p.get("BLOCK_K", 32)
-        if bk == 1 and not outer_steps(kernel.nodes[0]):
+        if bk == 1 and not outer_steps(kernel.nodes[0]) and not rows:  # rows tiles take outer products only
             return "outer-product K steps (BLOCK_K 1) are for convolutions over a few input channels"
-        if max(1, p.get("num_stages", 3)) * (bm * bk + bk * bn) * 4 > SMEM_BYTES:
+        if not rows and max(1, p.get("num_stages", 3)) * (bm * bk + bk * bn) * 4 > SMEM_BYTES:
             return "the pipelined tiles need more shared memory than a block has"
-        slots = interleave_slots(kernel.nodes[0]) if inter else 1  # an accumulator a slot
+        slots = interleave_slots(kernel.nodes[0]) if inter else 1  # an accumulator a slot (in a rows tile's BLOCK_M)
         if bm * bn * slots > 128 * 32 * p.get("num_warps", 4):
             return "the accumulator needs more than 128 registers per thread"
     if layout == "attention":

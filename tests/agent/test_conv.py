@@ -37,9 +37,10 @@ def test_every_convolution_kind_is_an_implicit_gemm(kind, runner, tmp_path):
     assert [t.NAME for t in matching(a)] == ["gemm"]
     t = BY_NAME["gemm"]
     assert t.space(a)["impl"] == ["triton"]  # a bare convolution (with its bias) must be Triton to count
-    first = t.variants(a)[0]
+    first = t.default(a, rows=False)  # the tiles rows tiles replace where they are the default
     forms = [{**first, "tiles": tiles, **({"BLOCK_M": 64} if tiles == "interleaved" else {})}  # a slot's registers
              for tiles in t.space(a)["tiles"]]
+    forms.append({**first, "tiles": "rows", "BLOCK_M": 8})  # rows of several tiles, each a few of every slot
     for params in t.variants(a)[:2] + forms:
         source = t.render(a, params)
         assert "KERNELWRIGHT_TORCH_OPS" not in source and "torch.convolution(" not in source
@@ -61,7 +62,7 @@ def test_a_strided_transposed_convolution_reads_only_its_phases_taps(runner, tmp
     task = task_of("transposed2d_sparse", tmp_path)
     a = analyze(str(task), small=True)
     t = BY_NAME["gemm"]
-    source = t.render(a, {**t.default(a), "BLOCK_M": 16, "BLOCK_K": 16})
+    source = t.render(a, {**t.default(a, rows=False), "BLOCK_M": 16, "BLOCK_K": 16})
     assert "ktaps = 3 * n0 * n1" in source and "for k0 in range(0, ktaps, BLOCK_K)" in source
     assert "[(75, 1)]" in source  # an 18 x 28 output: 2 x 4 x 6 rows a phase, 16 a program, 25 phases each
     run_ok(runner, task, source)
@@ -135,7 +136,7 @@ def test_a_phased_convolution_of_one_k_step_walks_output_positions(runner, tmp_p
     task.write_text(RESIDUAL)
     a = analyze(str(task), small=True)
     t = BY_NAME["gemm"]
-    dot = {**t.default(a), "impl": "triton", "tiles": "positions", "BLOCK_M": 512, "BLOCK_K": 16}
+    dot = {**t.default(a, rows=False), "impl": "triton", "tiles": "positions", "BLOCK_M": 512, "BLOCK_K": 16}
     assert dot in t.variants(a)  # the default is outer products (the next test)
     source = t.render(a, dot)
     assert "ta = tl.trans(tl.load(x_row[None, :] + ci[:, None] * " in source
@@ -153,7 +154,9 @@ def test_a_phased_convolution_of_one_k_step_walks_output_positions(runner, tmp_p
     source = t.render(a, {**t.default(a), "impl": "triton", "tiles": "positions"})
     assert "ta = tl.trans(tl.load(x_row[None, :] + ci[:, None] * " in source
     run_ok(runner, wide, source)
-    with pytest.raises(ValueError, match="tiles must be channels, positions or interleaved"):
+    with pytest.raises(ValueError, match="tiles must be channels, positions, interleaved or rows"):
+        t.render(a, {**t.default(a), "impl": "triton", "tiles": "diagonal"})
+    with pytest.raises(ValueError, match="rows tiles are for convolutions over at most 8 input channels a group"):
         t.render(a, {**t.default(a), "impl": "triton", "tiles": "rows"})
 
 
@@ -165,10 +168,10 @@ def test_a_phased_convolution_over_few_input_channels_takes_outer_product_steps(
     task.write_text(RESIDUAL)
     a = analyze(str(task), small=True)
     t = BY_NAME["gemm"]
-    d = t.default(a)
+    d = t.default(a, rows=False)  # rows tiles come first (the next test)
     assert (d["tiles"], d["BLOCK_M"], d["BLOCK_N"], d["BLOCK_K"], d["num_warps"]) == ("channels", 256, 16, 1, 2)
     assert t.space(a)["BLOCK_K"][0] == 1
-    for tiles in t.space(a)["tiles"]:
+    for tiles in [x for x in t.space(a)["tiles"] if x != "rows"]:
         source = t.render(a, {**d, "impl": "triton", "tiles": tiles, "BLOCK_M": 16})
         assert "acc += ta * tb" in source or "acc0 += ta * tb" in source
         assert "for k0 in range(0, ktaps, 4):" in source and "for ci in tl.static_range(4):" in source
@@ -179,6 +182,33 @@ def test_a_phased_convolution_over_few_input_channels_takes_outer_product_steps(
         assert t.default(a)["BLOCK_K"] > 1 and 1 not in t.space(a)["BLOCK_K"]
         with pytest.raises(ValueError, match=r"outer-product K steps \(BLOCK_K 1\) are for convolutions"):
             t.render(a, {**t.default(a), "BLOCK_K": 1})
+
+
+def test_a_strided_transposed_convolution_over_few_channels_takes_rows_tiles(runner, tmp_path):
+    """Rows tiles by default: 16 channels by up to 64 outputs of one output row a program, at one warp, the
+    row's other coordinates scalars; the last dim's phases (stride 2) two accumulators stacked into whole rows;
+    per-channel values (the bias) loaded once a channel. The tiles they replace follow cuDNN's. At 8 a row
+    (several tiles a row, the residual read in the epilogue) and in every kind of convolution (the first test)
+    they match the reference; an unstrided convolution takes them last (one over 40 channels not: a test above)."""
+    task = tmp_path / "conv_residual.py"
+    task.write_text(RESIDUAL)
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    first, second, third = t.variants(a)[:3]
+    assert (first["tiles"], first["BLOCK_M"], first["BLOCK_N"], first["num_warps"]) == ("rows", 64, 16, 1)
+    assert (first["impl"], second["impl"], third["tiles"]) == ("triton", "torch", "channels")  # cuDNN's: tiles none
+    source = t.render(a, first)
+    assert "acc = tl.reshape(j2_0, (BLOCK_N, BLOCK_M))" in source and "tl.dot(" not in source
+    assert "rw = wt * 16 + tl.arange(0, BLOCK_M)[None, :]" in source  # 11 outputs a row: 16 a tile
+    assert re.search(r"= tl\.load\(p\d \+ rn, mask=rn1\[:, None\] < 6, other=0\)", source)  # the bias
+    run_ok(runner, task, source)
+    narrow = t.render(a, {**first, "BLOCK_M": 8})
+    assert re.search(r"_gemm_kernel0\[\(\d+, 1\)\]", narrow) and "wt = pid % 2" in narrow  # two tiles a row
+    run_ok(runner, task, narrow)
+    plain = task_of("conv2d", tmp_path)
+    a = analyze(str(plain), small=True)
+    assert "tiles" not in t.default(a) and t.variants(a)[-1]["tiles"] == "rows"
+    run_ok(runner, plain, t.render(a, t.variants(a)[-1]))
 
 
 @pytest.mark.slow

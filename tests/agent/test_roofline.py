@@ -159,7 +159,9 @@ def test_a_triton_convolution_tries_its_tiles_walking_the_other_axis(tmp_path):
     flip = next(m for m in out if "tiles" in m.params)
     assert flip.params["tiles"] == "positions" and flip.reason.endswith(
         "a Triton convolution: try positions tiles (tiles channels->positions)")
-    assert [m.params["tiles"] for m in out if "tiles" in m.params] == ["positions"]  # not transposed: no interleave
+    tiles = [m.params for m in out if "tiles" in m.params]  # not transposed: no interleave
+    assert [p["tiles"] for p in tiles] == ["positions", "rows"]
+    assert (tiles[1]["BLOCK_M"], tiles[1]["BLOCK_N"], tiles[1]["num_warps"]) == (64, 16, 1)  # at rows' own sizes
     back = moves(a, t, {**t.default(a), "impl": "triton", "tiles": "positions"}, measured(1.8), a.to_json())
     assert next(m for m in back if "tiles" in m.params).params["tiles"] == "channels"
     task.write_text((FIXTURES / "conv_kinds.py").read_text().replace('kind = "conv2d"', 'kind = "transposed2d_sparse"'))

@@ -16,7 +16,7 @@ import math
 from agent.analysis import TaskAnalysis
 from agent.templates import base
 from agent.templates.codegen import next_pow2
-from agent.templates.implicit_gemm import gemm_dims, outer_steps
+from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased
 from agent.templates.params import (CONV_BLOCK_K, ROWS_TILES, SMS, gemm_tiles, kernel_default, kernel_invalid,
                                     kernel_space)
 from agent.templates.program import work
@@ -89,11 +89,29 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
             **({"operands": base.default_operands(analysis)} if pl.half_products() else {})}
 
 
+def _rows_second(analysis: TaskAnalysis, node) -> dict:
+    """Rows tiles as a convolution's second variant, where they are not its default ({} elsewhere): a strided
+    transposed one, or an unstrided 2-D one, over at most 8 input channels a group. On an H200 (session 17),
+    against the candidates they displace: level 1's 72 and 75_conv_transposed_3D/2D 0.797 -> 0.580 and 0.587 ->
+    0.730 ms (interleaved tiles in tf32x3); level 2's 11 convolutions of 8 channels in 3x3 windows under an
+    epilogue, against cuDNN's: 8 faster (57, 69, 71 0.914 -> 0.62-0.64 ms; 21, 65, 73, 85, 92 1.07-1.34x), 3
+    slower (67, 82, 87: 254-wide rows, 1.06-1.31x). Other convolutions that can take them take them last, 128 a
+    row: those measured ran 1.3-2.6x slower (params.rows_tiles)."""
+    if "rows" not in space(analysis).get("tiles", []):
+        return {}
+    flat = len(node.shape) == 4 and not node.attrs["transposed"] and set(node.attrs["stride"]) == {1}
+    return {**ROWS_TILES, "impl": "triton", **({} if phased(node) else {"BLOCK_M": 128})} \
+        if phased(node) or flat else {}
+
+
 def variants(analysis: TaskAnalysis) -> list[dict]:
     _, k, m, kk, n, batch, epilogue = _gemm(analysis)
     d = default(analysis)
     out = [d]
-    if epilogue and "torch" in space(analysis)["impl"]:  # the other implementation second: a budget of two tries both
+    second = {} if d.get("tiles") == "rows" else _rows_second(analysis, k.nodes[0])
+    if second:
+        out.append({**d, **second})
+    if epilogue and "torch" in space(analysis)["impl"]:  # the other implementation next: a budget of two tries both
         out.append({**d, "impl": "triton" if d["impl"] == "torch" else "torch"})
     if d.get("tiles") == "rows":  # then the tiles rows replaced, and the variants of those
         d = default(analysis, rows=False)
@@ -110,8 +128,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         out.append({**d, "impl": "triton", "SPLIT_K": 1 if d["SPLIT_K"] > 1 else min(8, next_pow2(kk // 2048))})
     if d.get("operands") == "input":  # exact fp32 products of 16-bit operands, slower (no "input" on a CPU)
         out.append({**d, "operands": "fp32"})
-    if "rows" in space(analysis).get("tiles", []) and out[0].get("tiles") != "rows":  # 128 a row: params.rows_tiles
-        out.append({**d, **ROWS_TILES, "impl": "triton", "BLOCK_M": 128})
+    if "rows" in space(analysis).get("tiles", []) and not second and out[0].get("tiles") != "rows":
+        out.append({**d, **ROWS_TILES, "impl": "triton", "BLOCK_M": 128})  # last (_rows_second)
     return [p for p in out if kernel_invalid(k, base._kernel_params(p)) is None]
 
 

@@ -296,10 +296,9 @@ def rows_fit(node) -> bool:
     return node.fn == "conv" and node.args[0].shape[1] // node.attrs["groups"] <= ROWS_CIN
 
 
-def rows_first(node) -> bool:
-    """Whether rows tiles are a convolution's default: it can take them and it is phased (a strided transposed
-    convolution). params.rows_tiles says what was measured."""
-    return rows_fit(node) and bool(_k_steps(node)[0])
+def phased(node) -> bool:
+    """Whether a convolution is a strided transposed one, taken in phases (_phases)."""
+    return node.fn == "conv" and bool(_k_steps(node)[0])
 
 
 def _last_taps(attrs: dict, k: int) -> list[list[tuple[int, int]]]:

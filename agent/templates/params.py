@@ -26,7 +26,7 @@ import math
 
 from agent.templates.attention_kernel import attention_dims
 from agent.templates.codegen import next_pow2, pair_rows
-from agent.templates.implicit_gemm import conv_tiles, gemm_dims, interleave_slots, outer_steps, rows_first, rows_fit
+from agent.templates.implicit_gemm import conv_tiles, gemm_dims, interleave_slots, outer_steps, rows_fit
 from agent.templates.ir import Leaf
 from agent.templates.fold import fold_sums, foldable
 from agent.templates.kernels import reduction_stages, online_pairs, welford_pairs
@@ -155,16 +155,18 @@ ROWS_TILES = {"tiles": "rows", "BLOCK_M": 64, "BLOCK_N": 16, "BLOCK_K": 1, "num_
 
 
 def rows_tiles(kernel: Kernel) -> dict:
-    """Rows tiles (implicit_gemm._render_rows) for a strided transposed convolution over at most 8 input channels
-    a group (implicit_gemm.rows_first; {} for others): 16 channels by 64 outputs of a row at one warp. On an H200
-    (session 17), the whole candidate, against the tiles they replace: level 2's six 3-channel ones (outer
-    products in channel tiles) 50, 58, 60, 72, 89, 96 1.170 -> 0.821, 1.202 -> 0.859, 1.826 -> 1.419, 2.298 ->
-    1.928, 1.316 -> 1.057, 1.130 -> 0.783 ms, their convolutions 0.83-1.00 -> 0.54-0.58 ms (the stores of 60's
-    1 GB output: 106 M L2 sectors before); level 1's 72_conv_transposed_3D (8 channels a group, interleaved tiles
-    in tf32x3) 0.797 -> 0.580. At 2 warps, or 128 outputs a row, they were 5-20% slower. Unstrided ones are mixed
-    (a variant, gemm.variants): 3-channel 2-D convolutions 1.04 -> 0.81 ms (level 2's 57 and 71, 128 a row), 3-D
-    ones and an 11x11 window 1.3-2.6x slower (level 1's 50, 54, 59; level 2's 23, 90)."""
-    return dict(ROWS_TILES) if kernel.nodes[0].fn == "conv" and rows_first(kernel.nodes[0]) else {}
+    """Rows tiles (implicit_gemm._render_rows) for a convolution whose K steps may be outer products
+    (implicit_gemm.outer_steps: strided, transposed, over a few input channels; {} for others): 16 channels by 64
+    outputs of a row at one warp. On an H200 (session 17), the whole candidate, against the channel tiles they
+    replace: level 2's six 3-channel ones 50, 58, 60, 72, 89, 96 1.170 -> 0.821, 1.202 -> 0.859, 1.826 -> 1.382,
+    2.298 -> 1.928, 1.316 -> 1.057, 1.130 -> 0.783 ms, their convolutions 0.83-1.00 -> 0.54-0.58 ms (60's wrote its
+    1 GB output in 3.2x the L2 sectors it needs); at 2 warps, or 128 outputs a row, 5-20% slower. Over 8 channels
+    a group (gemm.variants gives them second) level 1's 72_conv_transposed_3D ran 0.797 -> 0.580 against its
+    interleaved tiles in tf32x3 and 75_conv_transposed_2D 0.587 -> 0.730 (32 to 256 a row at 1-4 warps:
+    0.73-0.99). Unstrided ones are mixed (last among the variants): 3-channel 2-D convolutions 1.04 -> 0.81 ms
+    (level 2's 57 and 71, 128 a row), 3-D ones and an 11x11 window 1.3-2.6x slower (level 1's 50, 54, 59; level
+    2's 23, 90)."""
+    return dict(ROWS_TILES) if kernel.nodes[0].fn == "conv" and outer_steps(kernel.nodes[0]) else {}
 
 
 def kernel_default(kernel: Kernel, rows: bool = True) -> dict:

@@ -189,7 +189,8 @@ def test_a_strided_transposed_convolution_over_few_channels_takes_rows_tiles(run
     row's other coordinates scalars; the last dim's phases (stride 2) two accumulators stacked into whole rows;
     per-channel values (the bias) loaded once a channel. The tiles they replace follow cuDNN's. At 8 a row
     (several tiles a row, the residual read in the epilogue) and in every kind of convolution (the first test)
-    they match the reference; an unstrided convolution takes them last (one over 40 channels not: a test above)."""
+    they match the reference. One over 8 channels and 25 taps takes them second, as an unstrided 2-D one does;
+    a convolution strided along its last dim last, one over 40 channels not at all (a test above)."""
     task = tmp_path / "conv_residual.py"
     task.write_text(RESIDUAL)
     a = analyze(str(task), small=True)
@@ -205,9 +206,19 @@ def test_a_strided_transposed_convolution_over_few_channels_takes_rows_tiles(run
     narrow = t.render(a, {**first, "BLOCK_M": 8})
     assert re.search(r"_gemm_kernel0\[\(\d+, 1\)\]", narrow) and "wt = pid % 2" in narrow  # two tiles a row
     run_ok(runner, task, narrow)
-    plain = task_of("conv2d", tmp_path)
+    wide = tmp_path / "conv_residual_wide.py"  # 8 input channels, 5x5 taps: 72 a phase, too many for outer products
+    wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6, 3,", "ConvTranspose2d(8, 6, 5,").replace(
+        "(2, 4, 5, 6), torch.randn(2, 6, 9, 11)", "(2, 8, 5, 6), torch.randn(2, 6, 11, 13)"))
+    a = analyze(str(wide), small=True)
+    assert [(v["tiles"], v["impl"]) for v in t.variants(a)[:3]] == [("interleaved", "triton"), ("rows", "triton"),
+                                                                    ("interleaved", "torch")]
+    grouped = task_of("conv2d_grouped", tmp_path)  # unstrided, 2-D: second, 128 a row
+    a = analyze(str(grouped), small=True)
+    assert "tiles" not in t.default(a) and (t.variants(a)[1]["tiles"], t.variants(a)[1]["BLOCK_M"]) == ("rows", 128)
+    plain = task_of("conv2d", tmp_path)  # strided along its last dim: last
     a = analyze(str(plain), small=True)
-    assert "tiles" not in t.default(a) and t.variants(a)[-1]["tiles"] == "rows"
+    assert "tiles" not in t.default(a) and [v.get("tiles") for v in t.variants(a)].index("rows") > 1
+    assert t.variants(a)[-1]["tiles"] == "rows"
     run_ok(runner, plain, t.render(a, t.variants(a)[-1]))
 
 

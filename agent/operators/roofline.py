@@ -263,8 +263,9 @@ def _gemm(analysis, template, kernel: Kernel, p: dict) -> list[tuple[dict, str]]
     if "tiles" in space:  # measured both ways on KernelBench's convolutions: 3x faster for some, 2x slower others
         now = conv_tiles(kernel.nodes[0], p)
         for other in [t for t in space["tiles"] if t != now]:  # with interleaved tiles' own sizes, or off them
-            sizes_of = interleaved_tiles(kernel) if other == "interleaved" else ROWS_TILES if other == "rows" else \
-                gemm_tiles(kernel) if now in ("interleaved", "rows") else {}
+            split = p.get("precision") == "tf32x3"  # tiles of their own (params.interleaved_tiles)
+            sizes_of = interleaved_tiles(kernel, split) if other == "interleaved" else \
+                ROWS_TILES if other == "rows" else gemm_tiles(kernel) if now in ("interleaved", "rows") else {}
             out.append(({"impl": "triton", **sizes_of, "tiles": other}, f"a Triton convolution: try {other} tiles "
                                                                         f"(tiles {now}->{other})"))
     splits = [s for s in space.get("SPLIT_K", [1]) if s > 1]

@@ -17,8 +17,8 @@ from agent.analysis import TaskAnalysis
 from agent.templates import base
 from agent.templates.codegen import next_pow2
 from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased
-from agent.templates.params import (CONV_BLOCK_K, ROWS_TILES, SMS, gemm_tiles, kernel_default, kernel_invalid,
-                                    kernel_space)
+from agent.templates.params import (CONV_BLOCK_K, ROWS_TILES, SMS, gemm_tiles, interleaved_tiles, kernel_default,
+                                    kernel_invalid, kernel_space)
 from agent.templates.program import work
 
 NAME = "gemm"
@@ -84,6 +84,8 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
     split_fp32 = split_products(analysis, pl, k) and d.get("tiles") != "rows"  # rows tiles have no tl.dot
     if split_fp32:
         d["num_stages"] = 1
+        if d.get("tiles") == "interleaved":  # tiles of their own (params.interleaved_tiles)
+            d.update(interleaved_tiles(k, split=True))
     return {**d, "SPLIT_K": split, "impl": "torch" if vendor else "triton",
             "precision": "tf32" if analysis.tf32 else "tf32x3" if split_fp32 else "ieee",
             **({"operands": base.default_operands(analysis)} if pl.half_products() else {})}
@@ -116,8 +118,10 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     if d.get("tiles") == "rows":  # then the tiles rows replaced, and the variants of those
         d = default(analysis, rows=False)
         out.append({**d, "impl": "triton"})
-    if d["precision"] == "tf32x3":  # and FMA products at the tiles' own stages
-        out.append({**d, "impl": "triton", "precision": "ieee", "num_stages": kernel_default(k)["num_stages"]})
+    if d["precision"] == "tf32x3":  # and FMA products at their own tiles and stages
+        fma = kernel_default(k, rows=False)
+        out.append({**d, "impl": "triton", "precision": "ieee",
+                    **{key: fma[key] for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")}})
     if d.get("tiles") == "interleaved":  # and the channel tiles it replaced
         out.append({**d, **gemm_tiles(k), "impl": "triton", "tiles": "channels"})
     if d.get("BLOCK_K") == 1:  # and the dot steps outer products replaced (implicit_gemm.outer_steps)

@@ -136,17 +136,25 @@ def gemm_tiles(kernel: Kernel) -> dict:
             "num_stages": 3}
 
 
-def interleaved_tiles(kernel: Kernel) -> dict:
+def interleaved_tiles(kernel: Kernel, split: bool = False) -> dict:
     """Interleaved tiles (implicit_gemm._interleave) for a transposed convolution strided along its last dim
     ({} for others), the default unless its rows walk positions (implicit_gemm.conv_tiles): 16 channels by as
     many rows as 128 registers a thread hold for every slot's accumulator at 4 warps, up to 256. On an H200
     (session 13), against the channel tiles' defaults: level 1's 81_conv_transposed_2D 1.346 -> 0.726 ms
     (stride 5, 128 rows), 75_conv_transposed_2D 1.075 -> 0.812, 72/73/77_conv_transposed_3D 1.034 -> 0.726,
     5.35 -> 3.67, 3.36 -> 2.10, 79_conv_transposed_1D 2.53 -> 1.61; level 2's 3-channel ones, whose rows walk
-    positions, 3.99 -> 4.12 and 3.87 -> 3.95."""
+    positions, 3.99 -> 4.12 and 3.87 -> 3.95.
+    With `split` (tf32x3 dot steps: gemm.split_products) 32 channels by up to 128 rows, as many as 128 registers
+    a thread hold at 4 warps. On an H200 (session 17), against 16 channels by 256 rows (128 at stride 5): level 1's
+    72, 73, 75, 77, 79, 81 0.797 -> 0.739, 3.068 -> 2.223, 0.586 -> 0.485, 1.766 -> 1.405, 1.259 -> 0.949, 0.486
+    -> 0.423 ms; level 2's 2, 3, 5, 16, 26 (the Triton candidate) 6.78 -> 5.00, 3.95 -> 3.73, 12.66 -> 9.01, 8.95
+    -> 7.93, 3.25 -> 3.14. At 64 rows by 32, or 64 by 64, most ran slower than the default."""
     slots = interleave_slots(kernel.nodes[0]) if kernel.nodes[0].fn == "conv" else 0
     if not slots:
         return {}
+    if split:
+        return {"tiles": "interleaved", "BLOCK_M": min(128, 512 // slots), "BLOCK_N": 32, "BLOCK_K": CONV_BLOCK_K,
+                "num_warps": 4}
     return {"tiles": "interleaved", "BLOCK_M": min(256, 1024 // slots), "BLOCK_N": 16, "BLOCK_K": CONV_BLOCK_K,
             "num_warps": 4}
 

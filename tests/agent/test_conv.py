@@ -70,16 +70,18 @@ def test_a_strided_transposed_convolution_reads_only_its_phases_taps(runner, tmp
 
 def test_a_transposed_convolution_strided_along_its_last_dim_stores_its_rows_whole(runner, tmp_path):
     """Interleaved tiles by default: a program takes every phase of the last dim (stride 5: eight slots, two of
-    them no tap reaches and three past the stride), so its output rows are stored whole; the channel tiles
-    they replace follow the FMA form of the default's products. Other convolutions cannot take them."""
+    them no tap reaches and three past the stride), so its output rows are stored whole; split-fp32 products
+    take 32 channels by 64 rows, the FMA form next its own 16 by 128, then the channel tiles they replace.
+    Other convolutions cannot take them."""
     task = tmp_path / "conv_sparse_wide.py"  # 12 input channels: more than the positions rule takes
     task.write_text(task_of("transposed2d_sparse", tmp_path).read_text().replace(
         "nn.ConvTranspose2d(3, 5,", "nn.ConvTranspose2d(12, 5,").replace("(n, 3, 4, 6)", "(n, 12, 4, 6)"))
     a = analyze(str(task), small=True)
     t = BY_NAME["gemm"]
     first, second, third = t.variants(a)[:3]
-    assert (first["tiles"], first["BLOCK_M"], first["BLOCK_N"], first["num_warps"]) == ("interleaved", 128, 16, 4)
+    assert (first["tiles"], first["BLOCK_M"], first["BLOCK_N"], first["precision"]) == ("interleaved", 64, 32, "tf32x3")
     assert (second["tiles"], second["precision"], third["tiles"]) == ("interleaved", "ieee", "channels")
+    assert (second["BLOCK_M"], second["BLOCK_N"], second["num_stages"]) == (128, 16, 3)  # FMA products' own tiles
     source = t.render(a, first)
     assert "acc = tl.reshape(j2_0, (BLOCK_M, BLOCK_N, 8))" in source
     assert "rw = (q2 * 5)[:, None, None] + slot" in source

@@ -94,16 +94,15 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
 def _rows_second(analysis: TaskAnalysis, node) -> dict:
     """Rows tiles as a convolution's second variant, where they are not its default ({} elsewhere): a strided
     transposed one, or an unstrided 2-D one, over at most 8 input channels a group. On an H200 (session 17),
-    against the candidates they displace: level 1's 72 and 75_conv_transposed_3D/2D 0.797 -> 0.580 and 0.587 ->
-    0.730 ms (interleaved tiles in tf32x3); level 2's 11 convolutions of 8 channels in 3x3 windows under an
+    against the candidates they displace: level 1's 72 and 75_conv_transposed_3D/2D 0.739 -> 0.580 and 0.485 ->
+    0.730 ms (interleaved tiles in tf32x3, 32 by 128); level 2's 11 convolutions of 8 channels in 3x3 windows under an
     epilogue, against cuDNN's: 8 faster (57, 69, 71 0.914 -> 0.62-0.64 ms; 21, 65, 73, 85, 92 1.07-1.34x), 3
-    slower (67, 82, 87: 254-wide rows, 1.06-1.31x). Other convolutions that can take them take them last, 128 a
-    row: those measured ran 1.3-2.6x slower (params.rows_tiles)."""
-    if "rows" not in space(analysis).get("tiles", []):
-        return {}
+    slower (67, 82, 87: 254-wide rows, 1.06-1.56x). Other convolutions that can take them take them last, 128 a
+    row: level 1's 50, 54, 59 and level 2's 23, 90 (3-D, or an 11x11 window at stride 4) ran 1.2-2.6x slower."""
     flat = len(node.shape) == 4 and not node.attrs["transposed"] and set(node.attrs["stride"]) == {1}
-    return {**ROWS_TILES, "impl": "triton", **({} if phased(node) else {"BLOCK_M": 128})} \
-        if phased(node) or flat else {}
+    if "rows" not in space(analysis).get("tiles", []) or not (phased(node) or flat):
+        return {}
+    return {**ROWS_TILES, "impl": "triton", **({} if phased(node) else {"BLOCK_M": 128})}
 
 
 def variants(analysis: TaskAnalysis) -> list[dict]:

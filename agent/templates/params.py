@@ -165,20 +165,17 @@ ROWS_TILES = {"tiles": "rows", "BLOCK_M": 64, "BLOCK_N": 16, "BLOCK_K": 1, "num_
 def rows_tiles(kernel: Kernel) -> dict:
     """Rows tiles (implicit_gemm._render_rows) for a convolution whose K steps may be outer products
     (implicit_gemm.outer_steps: strided, transposed, over a few input channels; {} for others): 16 channels by 64
-    outputs of a row at one warp. On an H200 (session 17), the whole candidate, against the channel tiles they
-    replace: level 2's six 3-channel ones 50, 58, 60, 72, 89, 96 1.170 -> 0.821, 1.202 -> 0.859, 1.826 -> 1.382,
-    2.298 -> 1.928, 1.316 -> 1.057, 1.130 -> 0.783 ms, their convolutions 0.83-1.00 -> 0.54-0.58 ms (60's wrote its
-    1 GB output in 3.2x the L2 sectors it needs); at 2 warps, or 128 outputs a row, 5-20% slower. Over 8 channels
-    a group (gemm.variants gives them second) level 1's 72_conv_transposed_3D ran 0.797 -> 0.580 against its
-    interleaved tiles in tf32x3 and 75_conv_transposed_2D 0.587 -> 0.730 (32 to 256 a row at 1-4 warps:
-    0.73-0.99). Unstrided ones are mixed (last among the variants): 3-channel 2-D convolutions 1.04 -> 0.81 ms
-    (level 2's 57 and 71, 128 a row), 3-D ones and an 11x11 window 1.3-2.6x slower (level 1's 50, 54, 59; level
-    2's 23, 90)."""
+    outputs of a row at one warp. On an H200 (session 17, kernelbench_bench at a budget of 2), against the channel
+    tiles they replace: level 2's six 3-channel ones 50, 58, 60, 72, 89, 96 1.170 -> 0.758, 1.196 -> 0.782, 1.826
+    -> 1.380, 2.307 -> 1.869, 1.317 -> 0.982, 1.130 -> 0.714 ms, their convolutions 0.83-1.00 -> 0.54-0.58 ms
+    (60's wrote its 1 GB output in 3.2x the L2 sectors it needs); at 2 warps, or 128 outputs a row, 5-20% slower.
+    Where else they go among the variants, and what was measured there: gemm._rows_second."""
     return dict(ROWS_TILES) if kernel.nodes[0].fn == "conv" and outer_steps(kernel.nodes[0]) else {}
 
 
 def kernel_default(kernel: Kernel, rows: bool = True) -> dict:
-    """A kernel's default parameters; without `rows`, a convolution's default were rows tiles not a form."""
+    """A kernel's default parameters; with `rows` False, a convolution's as if rows tiles were not a form (the
+    tiles they replace: gemm.variants gives those next)."""
     layout = kernel.layout
     if layout == "rnn":
         return {"BLOCK_H": 32, "BLOCK_K": 32, "num_warps": 4}

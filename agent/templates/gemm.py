@@ -91,7 +91,7 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
             **({"operands": base.default_operands(analysis)} if pl.half_products() else {})}
 
 
-def _rows_second(analysis: TaskAnalysis, node) -> dict:
+def _rows_second(tiles: list, node) -> dict:
     """Rows tiles as a convolution's second variant, where they are not its default ({} elsewhere): a strided
     transposed one, or an unstrided 2-D one, over at most 8 input channels a group. On an H200 (session 17),
     against the candidates they displace: level 1's 72 and 75_conv_transposed_3D/2D 0.739 -> 0.580 and 0.485 ->
@@ -100,19 +100,19 @@ def _rows_second(analysis: TaskAnalysis, node) -> dict:
     slower (67, 82, 87: 254-wide rows, 1.06-1.56x). Other convolutions that can take them take them last, 128 a
     row: level 1's 50, 54, 59 and level 2's 23, 90 (3-D, or an 11x11 window at stride 4) ran 1.2-2.6x slower."""
     flat = len(node.shape) == 4 and not node.attrs["transposed"] and set(node.attrs["stride"]) == {1}
-    if "rows" not in space(analysis).get("tiles", []) or not (phased(node) or flat):
+    if "rows" not in tiles or not (phased(node) or flat):
         return {}
     return {**ROWS_TILES, "impl": "triton", **({} if phased(node) else {"BLOCK_M": 128})}
 
 
 def variants(analysis: TaskAnalysis) -> list[dict]:
     _, k, m, kk, n, batch, epilogue = _gemm(analysis)
-    d = default(analysis)
+    d, sp = default(analysis), space(analysis)
     out = [d]
-    second = {} if d.get("tiles") == "rows" else _rows_second(analysis, k.nodes[0])
+    second = {} if d.get("tiles") == "rows" else _rows_second(sp.get("tiles", []), k.nodes[0])
     if second:
         out.append({**d, **second})
-    if epilogue and "torch" in space(analysis)["impl"]:  # the other implementation next: a budget of two tries both
+    if epilogue and "torch" in sp["impl"]:  # the other implementation next: a budget of two tries both
         out.append({**d, "impl": "triton" if d["impl"] == "torch" else "torch"})
     if d.get("tiles") == "rows":  # then the tiles rows replaced, and the variants of those
         d = default(analysis, rows=False)
@@ -131,7 +131,7 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         out.append({**d, "impl": "triton", "SPLIT_K": 1 if d["SPLIT_K"] > 1 else min(8, next_pow2(kk // 2048))})
     if d.get("operands") == "input":  # exact fp32 products of 16-bit operands, slower (no "input" on a CPU)
         out.append({**d, "operands": "fp32"})
-    if "rows" in space(analysis).get("tiles", []) and not second and out[0].get("tiles") != "rows":
+    if "rows" in sp.get("tiles", []) and not second and out[0].get("tiles") != "rows":
         out.append({**d, **ROWS_TILES, "impl": "triton", "BLOCK_M": 128})  # last (_rows_second)
     return [p for p in out if kernel_invalid(k, base._kernel_params(p)) is None]
 

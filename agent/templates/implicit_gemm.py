@@ -301,6 +301,16 @@ def phased(node) -> bool:
     return node.fn == "conv" and bool(_k_steps(node)[0])
 
 
+def _bases(x, w, transposed: bool, xp: str, wp: str, cin_g: int, n: int, rn: str) -> tuple[list[str], int]:
+    """Lines naming a program's input row (x_row: batch q0, group pid_g) and weight columns (w_col: the group's
+    output channels `rn`), and the weight's stride from one input channel to the next."""
+    sx, sw = x.strides, w.strides
+    row = f"x_row = {xp} + {x.offset} + q0 * {sx[0]} + pid_g * {cin_g * sx[1]}"
+    if transposed:  # weight (C_in, C_out / groups, *window)
+        return [row, f"w_col = {wp} + {w.offset} + pid_g * {cin_g * sw[0]} + {rn} * {sw[1]}"], sw[0]
+    return [row, f"w_col = {wp} + {w.offset} + (pid_g * {n} + {rn}) * {sw[0]}"], sw[1]  # (C_out, C_in / groups, ...)
+
+
 def _last_taps(attrs: dict, k: int) -> list[list[tuple[int, int]]]:
     """Per slot of a rows tile's last dim, each tap's (tap, c): the input column q * a + c feeds output s * q +
     slot of a strided transposed convolution (a = 1), output q of any other (a = its stride, one slot)."""
@@ -376,20 +386,15 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     big = ".to(tl.int64)" if gen.big else ""
     xp, wp = gen.ptr(x.base), gen.ptr(w.base)
     rows = kernel.domain[0] * math.prod(spatial[:-1])
+    num_n = math.ceil(n / bn)
     lines = [f"pid = tl.program_id(0){big}", f"pid_g = tl.program_id(1){big}", f"wt = pid % {num_w}",
-             f"pid_n = (pid // {num_w}) % {math.ceil(n / bn)}", f"row = pid // {num_w * math.ceil(n / bn)}"]
+             f"pid_n = (pid // {num_w}) % {num_n}", f"row = pid // {num_w * num_n}"]
     lines += _split_index("row", (kernel.domain[0],) + tuple(spatial[:-1]), "q")
     lines += [f"o{i} = q{i + 1}" for i in range(len(spatial) - 1)]
     head, body, conds = _row_taps(attrs, window, in_sizes)
+    bases, ci_stride = _bases(x, w, attrs["transposed"], xp, wp, cin_g, n, "rn1[:, None]")
     lines += head + [f"rn1 = pid_n * BLOCK_N + tl.arange(0, BLOCK_N){big}",
-                     f"q = (wt * {bq} + tl.arange(0, {bq}){big})[None, :]",
-                     f"x_row = {xp} + {x.offset} + q0 * {sx[0]} + pid_g * {cin_g * sx[1]}"]
-    if attrs["transposed"]:  # weight (C_in, C_out / groups, *window)
-        lines.append(f"w_col = {wp} + {w.offset} + pid_g * {cin_g * sw[0]} + rn1[:, None] * {sw[1]}")
-        ci_stride = sw[0]
-    else:  # weight (C_out, C_in / groups, *window)
-        lines.append(f"w_col = {wp} + {w.offset} + (pid_g * {n} + rn1[:, None]) * {sw[0]}")
-        ci_stride = sw[1]
+                     f"q = (wt * {bq} + tl.arange(0, {bq}){big})[None, :]"] + bases
     accs = [f"acc{f}" for f in range(s)]
     lines += [f"{acc} = tl.zeros((BLOCK_N, {bq}), dtype=tl.float32)" for acc in accs]
     x_off = " + ".join([f"i{i} * {sx[2 + i]}" for i in range(len(spatial) - 1)] or ["0"])
@@ -430,7 +435,7 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen.kinds[g] = "f"
     store_lines(gen, list(kernel.stores.items()))
     src = kernel_header(name, gen, ["BLOCK_M", "BLOCK_N"]) + ["    " + line for line in gen.top.lines]
-    grid = (rows * math.ceil(n / bn) * num_w, groups)
+    grid = (rows * num_n * num_w, groups)
     launch = Launch(name, grid, list(gen.ptrs), {"BLOCK_M": bm, "BLOCK_N": bn}, p.get("num_warps", 1),
                     p.get("num_stages", 1))
     return KernelCode("\n".join(src), [launch])
@@ -489,13 +494,8 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
         tap_lines, conds = _input_taps(attrs, tuple(x.shape[2:]), last)
         body += tap_lines
         k_extent, row_ok = str(K), f"(rm1 < {M})"
-    lines.append(f"x_row = {xp} + {x.offset} + q0 * {sx[0]} + pid_g * {cin_g * sx[1]}")
-    if attrs["transposed"]:  # weight (C_in, C_out / groups, *window)
-        lines.append(f"w_col = {wp} + {w.offset} + pid_g * {cin_g * sw[0]} + rn1 * {sw[1]}")
-        ci_stride = sw[0]
-    else:  # weight (C_out, C_in / groups, *window)
-        lines.append(f"w_col = {wp} + {w.offset} + (pid_g * {N} + rn1) * {sw[0]}")
-        ci_stride = sw[1]
+    bases, ci_stride = _bases(x, w, attrs["transposed"], xp, wp, cin_g, N, "rn1")
+    lines += bases
     if bk == 1:  # outer products: a K step per tap, its input channels unrolled
         body = _outer_body(body, len(spatial), len(window), sx, sw, ci_stride, cin_g, N, f"{row_ok}{row}", conds,
                            last)

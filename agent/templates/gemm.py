@@ -133,7 +133,11 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         out.append({**d, "operands": "fp32"})
     if "rows" in sp.get("tiles", []) and not second and out[0].get("tiles") != "rows":
         out.append({**d, **ROWS_TILES, "impl": "triton", "BLOCK_M": 128})  # last (_rows_second)
-    return [p for p in out if kernel_invalid(k, base._kernel_params(p)) is None]
+    out = [p for p in out if kernel_invalid(k, base._kernel_params(p)) is None]
+    rows = next((i for i, p in enumerate(out) if p.get("tiles") == "rows" and p["impl"] == "triton"), None)
+    if rows is not None and base.invalid(analysis, {**out[rows], "stats": 1}) is None:
+        out.insert(rows, {**out[rows], "stats": 1})  # the next norm's statistics in its epilogue, first
+    return out
 
 
 def render(analysis: TaskAnalysis, params: dict) -> str:

@@ -361,6 +361,14 @@ def _row_taps(attrs: dict, window: tuple, in_sizes: tuple) -> tuple[list[str], l
     return head + [f"taps = {taps}"], body, conds
 
 
+def rows_tiles(node, p: dict) -> tuple[list, int, int, int]:
+    """A rows tile's slots (_last_taps), BLOCK_M, BLOCK_N, and the tiles a row of the output's last dim takes."""
+    slots = _last_taps(node.attrs, node.args[1].shape[-1])
+    s2 = next_pow2(len(slots))
+    bm = max(s2, min(p.get("BLOCK_M", 64), next_pow2(node.shape[-1])))
+    return slots, bm, gemm_block(p, "BLOCK_N", gemm_dims(node)[2]), math.ceil(node.shape[-1] / (bm // s2 * len(slots)))
+
+
 def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     """Rows tiles: a program takes BLOCK_N output channels by BLOCK_M outputs along one row of the output's
     last dim, every other coordinate (batch, the other spatial dims) one scalar, so its stores walk the row and
@@ -376,11 +384,9 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     cin_g, window = x.shape[1] // attrs["groups"], tuple(w.shape[2:])
     spatial, in_sizes = kernel.domain[2:], tuple(x.shape[2:])
     out_w, in_w = spatial[-1], in_sizes[-1]
-    slots = _last_taps(attrs, window[-1])
+    slots, bm, bn, num_w = rows_tiles(g, p)
     s, s2 = len(slots), next_pow2(len(slots))
-    bm, bn = max(s2, min(p.get("BLOCK_M", 64), next_pow2(out_w))), gemm_block(p, "BLOCK_N", n)
     bq = bm // s2
-    num_w = math.ceil(out_w / (bq * s))  # a tile's outputs: bq of each slot
     a = 1 if attrs["transposed"] else attrs["stride"][-1]  # the input column's step per output
     sx, sw = x.strides, w.strides
     big = ".to(tl.int64)" if gen.big else ""
@@ -434,6 +440,10 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen.top.cache[g] = "acc"
     gen.kinds[g] = "f"
     store_lines(gen, list(kernel.stores.items()))
+    if p.get("stats"):  # the next row kernel's partial statistics (stats_epilogue)
+        stored = next(m for m, b in kernel.stores.items() if b == p["stats"].buffer)
+        gen.top.lines += p["stats"].tile_lines(gen.value(stored), [gen.ptr(b) for b in p["stats"].parts],
+                                               math.prod(spatial[:-1]), num_w, bn, num_n)
     src = kernel_header(name, gen, ["BLOCK_M", "BLOCK_N"]) + ["    " + line for line in gen.top.lines]
     grid = (rows * num_n * num_w, groups)
     launch = Launch(name, grid, list(gen.ptrs), {"BLOCK_M": bm, "BLOCK_N": bn}, p.get("num_warps", 1),

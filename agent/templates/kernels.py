@@ -136,7 +136,7 @@ def render_kernel(kernel: Kernel, name: str, p: dict) -> KernelCode:
         return _plane(kernel, name, p)
     if kernel.layout == "row" and p.get("fold", 1):
         kernel = fold_sums(kernel)  # a selected sum (cross-entropy's target) joins the first pass
-    if p.get("SPLIT", 1) > 1 and kernel.layout == "row":
+    if (p.get("SPLIT", 1) > 1 or "EPI_PARTS" in p) and kernel.layout == "row":
         code = _split(kernel, name, p)
         return _row_groups(code, Gen(kernel, name, p).O, p["GROUP"]) if p.get("GROUP") else code
     return _reduction(kernel, name, p)
@@ -411,7 +411,9 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     remainder) and write partial results (sums, maxima, online-softmax or Welford states); a second kernel,
     again SPLIT programs per row, combines them into the row's statistics and writes its chunk of the
     per-element output. With GROUP, both kernels take a row0 argument and cover GROUP rows from it. Under
-    shapes="dynamic" (small_batch only) both take the batch n0; the rows, grids and partial buffers follow it."""
+    shapes="dynamic" (small_batch only) both take the batch n0; the rows, grids and partial buffers follow it.
+    With EPI_PARTS, a convolution's epilogue wrote that many partials a row (stats_epilogue): only the second
+    kernel runs, over SPLIT chunks a row."""
     gen = Gen(kernel, name, p)
     group = p.get("GROUP", 0)
     dyn = p.get("shapes") == "dynamic"
@@ -421,7 +423,9 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     rows = min(group, gen.O) if group else gen.O
     n_rows = _times(BATCH_HOST, gen.O // gen.D[0]) if dyn else rows  # host code: the rows of this call
     gen.block_r = meta["BLOCK_R"]
-    split, sp = p["SPLIT"], next_pow2(p["SPLIT"])
+    split = p.get("SPLIT", 1)
+    nparts = p.get("EPI_PARTS", split)  # partials a row
+    sp = next_pow2(nparts)
     chunk = math.ceil(math.ceil(gen.R / split) / meta["BLOCK_R"]) * meta["BLOCK_R"]
     gen.chunk, gen.first_chunk = (lambda start: _chunk(gen, start)), f"pid_s * {chunk}"
     online = online_pairs(kernel) if p.get("online", 1) else {}
@@ -484,9 +488,9 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     # a held split (one row a program) combines its row's partials as one vector into scalars: as [1, SPLIT]
     # tiles, the combine, which the row's other programs wait for, took level 1's 34_InstanceNorm from 4.28 to
     # 6.40 ms (H200, session 15)
-    index, tile = (f"{block} * {split} + rs", "") if held else (f"ro * {split} + rs", "[None, :]")
+    index, tile = (f"{block} * {split} + rs", "") if held else (f"ro * {nparts} + rs", "[None, :]")
     masked = not held or sp > split
-    lines += [f"rs = tl.arange(0, {sp}){tile}"] + [f"pm = {'' if held else 'rmask & '}(rs < {split})"] * masked
+    lines += [f"rs = tl.arange(0, {sp}){tile}"] + [f"pm = {'' if held else 'rmask & '}(rs < {nparts})"] * masked
     it = iter(parts)
     fresh = ", volatile=True" if one_launch else ""  # written by other programs of this launch: not from L1
     keep = "" if held else ", axis=1, keep_dims=True"
@@ -541,7 +545,9 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
                       list(comb.ptrs) + ([BATCH_HOST] if dyn else []),
                       {"BLOCK_O": block_o, **({"BLOCK_R": meta["BLOCK_R"]} if full else {})},
                       p.get("num_warps", 4) if full else 4, 1)
-    temps = {buf: (f"({n_rows}, {split})" if dyn else (gen.O, split), torch.float32) for buf, _ in parts}
+    temps = {buf: (f"({n_rows}, {nparts})" if dyn else (gen.O, nparts), torch.float32) for buf, _ in parts}
+    if "EPI_PARTS" in p:
+        return KernelCode("\n".join(second_src), [launch_b], temps)
     return KernelCode("\n".join(first_src) + "\n\n\n" + "\n".join(second_src), [launch_a, launch_b], temps)
 
 

@@ -33,6 +33,7 @@ from agent.templates.params import SMS, kernel_default, sizes, splittable
 from agent.templates.pointwise_ops import helpers_for
 from agent.templates.reductions import INT32_MAX
 from agent.templates.schedule import Kernel
+from agent.templates.stats_epilogue import combine_params, stats_pair
 
 SHAPES = ("static", "dynamic")  # params["shapes"]: sizes baked in, or the batch a run-time argument
 BATCH = "kw_batch"  # the forward's name for the batch under shapes="dynamic"
@@ -75,6 +76,9 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     inputs = [b for b, leaf in program.bases.items() if not _from_self(b)]
     tensor_inputs = [b for b in inputs if b in program.arg_names]
     batch = batch_of(program, kernels, tensor_inputs) if shapes_of(params) == "dynamic" else None
+    stats = stats_pair(kernels, primary, params) if params.get("stats") else None
+    if isinstance(stats, str):
+        raise ValueError(f"stats: {stats}")
     codes: list[KernelCode | None] = []
     smalls: dict[int, tuple[str, KernelCode]] = {}  # kernel index -> (when, its form for a call with few rows)
     torch_ops = []
@@ -85,6 +89,10 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
             continue
         p = params if i == primary else {**kernel_default(k), **(overrides or {}).get(i, {}), **(products or {})}
         p = {key: v for key, v in p.items() if key != "shapes"}
+        if stats and i == primary:  # the row kernel's statistics in this convolution's epilogue
+            p["stats"] = stats
+        elif stats and i == stats.row_kernel:
+            p = combine_params(p, stats, k.domain)
         if batch is not None and i in batch.kernels:
             p["shapes"] = "dynamic"
             p["offsets64"] = i in batch.wide

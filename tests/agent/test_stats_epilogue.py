@@ -1,0 +1,55 @@
+"""A group norm's statistics in its convolution's epilogue (agent/templates/stats_epilogue.py), in the
+interpreter: each rows tile stores a Welford state of every row it meets, the norm runs only its combining
+kernel, and the output matches the reference wherever the rows fall on the tiles."""
+import re
+from pathlib import Path
+
+import pytest
+
+from agent.analysis import analyze
+from agent.templates import BY_NAME, base
+from tests.agent.test_conv import run_ok
+
+FIXTURES = Path(__file__).parent / "fixtures"
+T = BY_NAME["gemm"]
+
+
+def task_of(kind: str, folder: Path) -> Path:
+    path = folder / f"conv_norm_{kind}.py"
+    path.write_text((FIXTURES / "conv_norm.py").read_text().replace('kind = "transposed3d"', f'kind = "{kind}"'))
+    return path
+
+
+# kind: (partials a row at the variant's tiles, whether the last channel tile is guarded, partials at 8 a tile)
+CASES = {"transposed3d": (35, False, 70),  # output 5 x 7 x 9: 35 rows of positions, one 16-wide tile or two 8-wide
+         "conv2d": (4, False, 12),  # output 4 x 19, 4 channels a row: 4 tiles of 4 rows each
+         "conv2d_wide_rows": (10, False, 20),  # 32 channels a row: two 16-channel blocks of each of 5 rows
+         "conv2d_ragged": (3, True, 3)}  # 8 channels a row, 24 channels: the second tile's second row is none
+
+
+@pytest.mark.parametrize("kind", CASES)
+def test_the_norm_reads_its_convolution_once_and_matches(kind, runner, tmp_path):
+    task = task_of(kind, tmp_path)
+    a = analyze(str(task), small=True)
+    stats = next(v for v in T.variants(a) if v.get("stats"))
+    plain = T.variants(a)[T.variants(a).index(stats) + 1]
+    assert {**stats, "stats": None} == {**plain, "stats": None}  # just before the same rows tiles without it
+    parts, guard, narrow_parts = CASES[kind]
+    for params, count in ((stats, parts), ({**stats, "BLOCK_M": 8}, narrow_parts)):
+        source = T.render(a, params)
+        assert re.search(r"_row_kernel1_final\[\(\d+, \d+\)\]", source) and "_row_kernel1[" not in source
+        assert re.search(rf"_row_kernel1_part0 = torch.empty\(\(\d+, {count}\)", source)
+        assert ("if pid_n * " in source) == guard
+        run_ok(runner, task, source)
+
+
+def test_where_the_rows_do_not_fall_on_the_tiles_it_says_why(tmp_path):
+    task = task_of("conv2d", tmp_path)
+    a = analyze(str(task), small=True)
+    stats = next(v for v in T.variants(a) if v.get("stats"))
+    cuts = {**stats, "BLOCK_N": 32}  # 4 channels a row still divide 32: fine
+    assert base.invalid(a, cuts) is None
+    dot_tiles = {**T.default(a, rows=False), "stats": 1}
+    assert base.invalid(a, dot_tiles) == "stats: statistics in the epilogue need a convolution in rows tiles, of one group"
+    with pytest.raises(ValueError, match="statistics in the epilogue need a convolution in rows tiles"):
+        T.render(a, dot_tiles)

@@ -20,6 +20,7 @@ from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased
 from agent.templates.params import (CONV_BLOCK_K, ROWS_TILES, SMS, gemm_tiles, interleaved_tiles, kernel_default,
                                     kernel_invalid, kernel_space)
 from agent.templates.program import work
+from agent.templates.stats_epilogue import worth_it
 
 NAME = "gemm"
 FAMILIES = ("matmul", "gemm_epilogue", "matvec", "conv")
@@ -135,7 +136,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         out.append({**d, **ROWS_TILES, "impl": "triton", "BLOCK_M": 128})  # last (_rows_second)
     out = [p for p in out if kernel_invalid(k, base._kernel_params(p)) is None]
     rows = next((i for i, p in enumerate(out) if p.get("tiles") == "rows" and p["impl"] == "triton"), None)
-    if rows is not None and base.invalid(analysis, {**out[rows], "stats": 1}) is None:
+    rp = base.plan(analysis, out[rows]) if rows is not None else None
+    if rp and worth_it(rp.kernels, rp.primary, out[rows]):
         out.insert(rows, {**out[rows], "stats": 1})  # the next norm's statistics in its epilogue, first
     return out
 

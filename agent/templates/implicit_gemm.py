@@ -432,7 +432,8 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     k = "tl.arange(0, BLOCK_M)[None, :]"
     lines += [f"rw = wt * {bq * s} + {k}" if s2 == s else f"rw = (wt * {bq} + {k} // {s2}) * {s} + {k} % {s2}",
               f"rm = row + tl.zeros((1, 1), dtype=tl.int32){big}", f"rn = pid_g * {n} + rn1[:, None]",
-              f"mask = (rn1[:, None] < {n}) & (rw < {out_w})" + (f" & ({k} % {s2} < {s})" if s2 > s else "")]
+              f"cols = (rw < {out_w})" + (f" & ({k} % {s2} < {s})" if s2 > s else ""),
+              f"mask = (rn1[:, None] < {n}) & cols"]
     rank = len(kernel.domain)
     gen.groups = [([0] + list(range(2, rank - 1)), "rm"), ([1], "rn"), ([rank - 1], "rw")]
     gen.channel_mask = f"rn1[:, None] < {n}"
@@ -443,7 +444,7 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     if p.get("stats"):  # the next row kernel's partial statistics (stats_epilogue)
         stored = next(m for m, b in kernel.stores.items() if b == p["stats"].buffer)
         gen.top.lines += p["stats"].tile_lines(gen.value(stored), [gen.ptr(b) for b in p["stats"].parts],
-                                               math.prod(spatial[:-1]), num_w, bn, num_n)
+                                               math.prod(spatial[:-1]), num_w, bn, num_n, s2 > 1)
     src = kernel_header(name, gen, ["BLOCK_M", "BLOCK_N"]) + ["    " + line for line in gen.top.lines]
     grid = (rows * num_n * num_w, groups)
     launch = Launch(name, grid, list(gen.ptrs), {"BLOCK_M": bm, "BLOCK_N": bn}, p.get("num_warps", 1),

@@ -485,6 +485,12 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
                 f"rmask = ro < {_times(BATCH_ARG, gen.O // gen.D[0]) if dyn else gen.O}", f"pid_s = {pid_s}"]
 
     lines += [] if one_launch else head(block, pid_s)
+    merged = None
+    if nparts > MERGE_PARTS:  # a convolution's partials (EPI_PARTS), first merged MERGE_PARTS at a time
+        merged = _merge(name, [buf for buf, _ in parts], gen.O, nparts)
+        parts = [(f"{name}_merged{t}", v) for t, (_, v) in enumerate(parts)]
+        nparts = merged.launches[0].grid[1]
+        sp = next_pow2(nparts)
     # a held split (one row a program) combines its row's partials as one vector into scalars: as [1, SPLIT]
     # tiles, the combine, which the row's other programs wait for, took level 1's 34_InstanceNorm from 4.28 to
     # 6.40 ms (H200, session 15)
@@ -546,9 +552,33 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
                       {"BLOCK_O": block_o, **({"BLOCK_R": meta["BLOCK_R"]} if full else {})},
                       p.get("num_warps", 4) if full else 4, 1)
     temps = {buf: (f"({n_rows}, {nparts})" if dyn else (gen.O, nparts), torch.float32) for buf, _ in parts}
+    if merged:
+        return KernelCode(merged.source + "\n\n\n" + "\n".join(second_src), merged.launches + [launch_b],
+                          {**merged.temps, **temps})
     if "EPI_PARTS" in p:
         return KernelCode("\n".join(second_src), [launch_b], temps)
     return KernelCode("\n".join(first_src) + "\n\n\n" + "\n".join(second_src), [launch_a, launch_b], temps)
+
+
+MERGE_PARTS = 4096  # a row's partials one program of a combining kernel merges as one vector
+
+
+def _merge(name: str, bufs: list[str], rows: int, parts: int) -> KernelCode:
+    """A kernel merging each row's `parts` Welford states (count, mean, sum of squared deviations in `bufs`)
+    MERGE_PARTS at a time into one state each, for a combining kernel to merge those (a batch norm's partials from
+    a convolution's epilogue: stats_epilogue)."""
+    chunks = math.ceil(parts / MERGE_PARTS)
+    index = f"ro * {chunks} + tl.program_id(1) + tl.arange(0, 1)"
+    lines = ["ro = tl.program_id(0)", "rs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)", f"pm = rs < {parts}"]
+    lines += [f"{v} = tl.load({b} + ro * {parts} + rs, mask=pm, other=0.0)" for v, b in zip("nmq", ("p0", "p1", "p2"))]
+    lines += chan_merge(("n", "m", "q"), 0, ("count", "mean", "total", "squares"))
+    lines += [f"tl.store({b} + {index}, {v})" for b, v in zip(("p3", "p4", "p5"), ("count", "mean", "squares"))]
+    src = ["@triton.jit", f"def {name}_merge(p0, p1, p2, p3, p4, p5, BLOCK: tl.constexpr):"] + _indent(lines)
+    out = [f"{name}_merged{t}" for t in range(3)]
+    return KernelCode("\n".join(src), [Launch(f"{name}_merge", (rows, chunks), bufs + out, {"BLOCK": MERGE_PARTS}, 8,
+                                               1)],
+                      {b: ((rows, parts), torch.float32) for b in bufs} | {b: ((rows, chunks), torch.float32)
+                                                                         for b in out})
 
 
 LAG_PROGRAMS = 2 * SMS  # a lagged split's persistent programs (on an H200: 264 and 528 alike, 132 no faster)

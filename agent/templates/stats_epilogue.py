@@ -1,20 +1,22 @@
 """Row statistics in a convolution's epilogue.
 
-A group or instance norm right after a convolution is a split row kernel (kernels._split): its first kernel
-reads the convolution's output for each row's Welford statistics, its second reads it again for the output.
-Where the convolution is Triton's, in rows tiles (implicit_gemm._render_rows), each tile already holds its
-outputs: it reduces those of each row it meets to a Welford state (count, mean, sum of squared deviations about
-that mean) and stores the state as one of the row's partials. The row kernel then runs only its combining kernel
-(EPI_PARTS partials a row, merged as kernels._split merges its own), and the buffer is read once, not twice.
+A group, instance or batch norm right after a convolution is a split row kernel (kernels._split): its first
+kernel reads the convolution's output for each row's Welford statistics, its second reads it again for the
+output. Where the convolution is Triton's, in rows tiles (implicit_gemm._render_rows), each tile already holds
+its outputs: it reduces those of each row it meets to a Welford state (count, mean, sum of squared deviations
+about that mean) and stores the state as one of the row's partials. The row kernel then runs only its combining
+kernel (EPI_PARTS partials a row, merged as kernels._split merges its own, through a merging kernel where there
+are more than kernels.MERGE_PARTS), and the buffer is read once, not twice.
 
-A row is `cpg` channels of one batch element, all their positions. A tile takes BLOCK_N channels of one row of
-positions (the batch, every spatial dim but the last, and a tile of the last, wt): it meets BLOCK_N / cpg rows
-where cpg <= BLOCK_N, or a block of one row's channels. A row's partials are indexed by the channel block, the
-row of positions and wt, so each is written by one tile.
+A row is `cpg` channels of one batch element (a group or instance norm), or one channel of every batch element
+(a batch norm). A tile takes BLOCK_N channels of one row of positions (the batch, every spatial dim but the
+last, and a tile of the last, wt): it meets BLOCK_N / cpg rows where cpg <= BLOCK_N, or a block of one row's
+channels. A row's partials are indexed by the batch element (a batch norm's), the channel block, the row of
+positions and wt, so each is written by one tile.
 
     st = stats_pair(kernels, i, params)   # a Stats, or a sentence saying why not
-    row_params = combine_params(row_params, st, row_kernel.domain)
-    lines = st.tile_lines(value, pointers, rows_of_positions, num_w, BLOCK_N, num_n)   # in the rows tile
+    row_params = combine_params(row_params, st, row_kernel)
+    lines = st.tile_lines(value, pointers, rows_of_positions, num_w, BLOCK_N, num_n, joined)   # in the rows tile
 """
 from __future__ import annotations
 
@@ -27,7 +29,6 @@ from agent.templates.ir import Leaf, contiguous_strides
 from agent.templates.kernels import online_pairs, welford_pairs
 from agent.templates.params import L2_BYTES, SMS
 
-MOST_PARTS = 4096  # a row's partials, merged as one vector by each program of the combining kernel
 COMBINE_PROGRAMS = 4 * SMS
 
 
@@ -35,8 +36,9 @@ COMBINE_PROGRAMS = 4 * SMS
 class Stats:
     row_kernel: int  # the index of the row kernel whose statistics the convolution takes over
     buffer: str  # the convolution's output buffer that row kernel reduces
-    cpg: int  # channels a row
-    groups: int  # rows a batch element
+    cpg: int  # channels a row takes of one batch element
+    groups: int  # rows: a batch element's (channels / cpg), or all (a batch norm's: the channels)
+    batched: bool  # whether each batch element has rows of its own, or each row spans the batch
     parts: tuple  # the partial buffers (count, mean, sum of squared deviations), the row kernel's own names
     count: int  # partials a row
 
@@ -52,9 +54,16 @@ class Stats:
         blocks = max(1, self.cpg // bn)  # tiles a row's channels take
         over = num_n * bn // self.cpg > self.groups  # the last channel tile runs past the last row
         guard = f", mask=st_g < {self.groups}" if over else ""
+        span = positions * num_w  # a channel block's partials in one batch element
+        batch = "" if self.batched else f"st_b * {blocks * span} + "
         lines = [f"st_b = row // {positions}",
                  f"st_n = tl.sum(tl.where(cols, 1.0, 0.0)) * {min(self.cpg, bn)}",  # a row's channels are all < n
-                 f"st_t = (pid_n % {blocks}) * {positions * num_w} + (row % {positions}) * {num_w} + wt"]
+                 f"st_t = {batch}(pid_n % {blocks}) * {span} + (row % {positions}) * {num_w} + wt"]
+        if self.cpg == 1:  # a row a channel: each channel's sums along the tile
+            lines += [f"st_m = tl.sum(tl.where(mask, {value}, 0.0), axis=1) / tl.maximum(st_n, 1.0)",
+                      f"st_d = tl.where(mask, {value} - st_m[:, None], 0.0)", "st_q = tl.sum(st_d * st_d, axis=1)",
+                      "st_g = rn1"]
+            return lines + self._stores(ptrs, f"st_n + tl.zeros((BLOCK_N,), dtype=tl.float32)", "", guard)
         if joined:
             for j in range(k):
                 sel = "mask" if k == 1 else f"mask & (rn1[:, None] // {self.cpg} == pid_n * {k} + {j})"
@@ -72,7 +81,8 @@ class Stats:
         return lines + self._stores(ptrs, f"st_n + tl.zeros(({k},), dtype=tl.float32)", "", guard)
 
     def _stores(self, ptrs: list[str], count: str, when: str, guard: str = "") -> list[str]:
-        stores = [f"st_off = (st_b * {self.groups} + st_g) * {self.count} + st_t"] + [
+        row = f"st_b * {self.groups} + st_g" if self.batched else "st_g"
+        stores = [f"st_off = ({row}) * {self.count} + st_t"] + [
             f"tl.store({ptr} + st_off, {v}{guard})" for ptr, v in zip(ptrs, (count, "st_m", "st_q"))]
         return ([when] + ["    " + line for line in stores]) if when else stores
 
@@ -91,31 +101,37 @@ def stats_pair(kernels: list, i: int, p: dict) -> Stats | str:
         if len(pairs) != 1 or len(reduces) != 2 or online_pairs(k):
             continue
         x = next(iter(pairs.values())).args[0]
-        last = len(k.domain) - 1
-        if not (isinstance(x, Leaf) and x.base in stored and x.offset == 0 and k.rdims == (last,) and
-                tuple(x.shape) == tuple(k.domain) and tuple(x.strides) == contiguous_strides(k.domain)):
+        if not (isinstance(x, Leaf) and x.base in stored and x.offset == 0 and tuple(x.shape) == tuple(k.domain)
+                and tuple(x.strides) == contiguous_strides(k.domain)):
             continue
-        rows, length = math.prod(k.domain[:-1]), k.domain[-1]
         batch, channels, positions = g.shape[0], g.shape[1], math.prod(g.shape[2:])
-        cpg = length // positions
         _, _, bn, num_w = rows_tiles(g, p)
-        fits = length % positions == 0 and channels % cpg == 0 and rows == batch * channels // cpg and (
-            cpg % bn == 0 if cpg > bn else bn % cpg == 0)
-        count = max(1, cpg // bn) * math.prod(g.shape[2:-1]) * num_w
-        if not fits or next_pow2(count) > MOST_PARTS:
-            return f"kernel {j}'s rows do not fall on this convolution's tiles, or take over {MOST_PARTS} partials"
-        return Stats(j, x.base, cpg, channels // cpg, tuple(f"_row_kernel{j}_part{t}" for t in range(3)), count)
+        tiles = math.prod(g.shape[2:-1]) * num_w  # a channel block's tiles in one batch element
+        if tuple(k.domain) == tuple(g.shape) and k.rdims == (0,) + tuple(range(2, len(g.shape))):  # a batch norm
+            return Stats(j, x.base, 1, channels, False, _names(j), batch * tiles)
+        rows, length = math.prod(k.domain[:-1]), k.domain[-1]
+        cpg = length // positions
+        fits = k.rdims == (len(k.domain) - 1,) and length % positions == 0 and channels % cpg == 0 and \
+            rows == batch * channels // cpg and (cpg % bn == 0 if cpg > bn else bn % cpg == 0)
+        if not fits:
+            return f"kernel {j}'s rows do not fall on this convolution's tiles"
+        return Stats(j, x.base, cpg, channels // cpg, True, _names(j), max(1, cpg // bn) * tiles)
     return "no row kernel after this convolution reduces its output to Welford statistics"
 
 
 
-def combine_params(p: dict, st: Stats, domain: tuple) -> dict:
+def _names(j: int) -> tuple:
+    return tuple(f"_row_kernel{j}_part{t}" for t in range(3))  # the row kernel's own (kernels._split)
+
+
+def combine_params(p: dict, st: Stats, kernel) -> dict:
     """The row kernel's parameters once the convolution writes its partials: the combining kernel alone, a row
     in as many chunks as keep COMBINE_PROGRAMS programs busy (or the row kernel's own SPLIT, if more), each at
     least a block."""
     own = {k: v for k, v in p.items() if k not in ("LAG", "COOP", "GROUP", "PERSIST")}
-    split = max(own.get("SPLIT", 1), next_pow2(math.ceil(COMBINE_PROGRAMS / math.prod(domain[:-1]))))
-    split = min(split, max(1, domain[-1] // own.get("BLOCK_R", 1024)))
+    length = math.prod(kernel.domain[d] for d in kernel.rdims)
+    split = max(own.get("SPLIT", 1), next_pow2(math.ceil(COMBINE_PROGRAMS / kernel.red_numel)))
+    split = min(split, max(1, length // own.get("BLOCK_R", 1024)))
     return {**own, "mode": "looped", "SPLIT": split, "EPI_PARTS": st.count}
 
 
@@ -124,4 +140,7 @@ def worth_it(kernels: list, i: int, p: dict) -> bool:
     a row an SM outgrows L2. Where they fit, the second read comes from L2 and the epilogue's reductions cost more
     than they save: level 2's 85, rows of 63504, 0.46 -> 0.63 ms for the norm alone (H200, session 18)."""
     st = stats_pair(kernels, i, p)
-    return not isinstance(st, str) and kernels[st.row_kernel].domain[-1] * 4 * SMS > L2_BYTES
+    if isinstance(st, str):
+        return False
+    k = kernels[st.row_kernel]
+    return math.prod(k.domain[d] for d in k.rdims) * 4 * SMS > L2_BYTES

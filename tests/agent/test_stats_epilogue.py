@@ -1,13 +1,14 @@
-"""A group norm's statistics in its convolution's epilogue (agent/templates/stats_epilogue.py), in the
-interpreter: each rows tile stores a Welford state of every row it meets, the norm runs only its combining
-kernel, and the output matches the reference wherever the rows fall on the tiles."""
+"""A norm's statistics in its convolution's epilogue (agent/templates/stats_epilogue.py), in the interpreter:
+each rows tile stores a Welford state of every row it meets (a group norm's, a batch norm's), the norm runs only
+its combining kernel (after a merging one where a row has many partials), and the output matches the reference
+wherever the rows fall on the tiles."""
 import re
 from pathlib import Path
 
 import pytest
 
 from agent.analysis import analyze
-from agent.templates import BY_NAME, base
+from agent.templates import BY_NAME, base, kernels
 from tests.agent.test_conv import run_ok
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -25,7 +26,9 @@ CASES = {"transposed3d": (35, False, 70),  # output 5 x 7 x 9: 35 rows of positi
          "conv2d": (4, False, 12),  # output 4 x 19, 4 channels a row: 4 tiles of 4 rows each
          "conv2d_wide_rows": (10, False, 20),  # 32 channels a row: two 16-channel blocks of each of 5 rows
          "conv2d_ragged": (3, True, 3),  # 8 channels a row, 24 channels: the second tile's second row is none
-         "transposed2d_ragged": (7, True, 14)}  # the same, two slots: output 7 x 9, one tile a row or two
+         "transposed2d_ragged": (7, True, 14),  # the same, two slots: output 7 x 9, one tile a row or two
+         "conv2d_bn": (8, True, 16),  # a row a channel over 2 batch elements x 4 rows x 1 or 2 tiles; 24 channels
+         "transposed3d_bn": (70, False, 140)}  # 2 x 35 rows of positions
 
 
 @pytest.mark.parametrize("kind", CASES)
@@ -40,8 +43,20 @@ def test_the_norm_reads_its_convolution_once_and_matches(kind, runner, tmp_path)
         source = T.render(a, params)
         assert re.search(r"_row_kernel1_final\[\(\d+, \d+\)\]", source) and "_row_kernel1[" not in source
         assert re.search(rf"_row_kernel1_part0 = torch.empty\(\(\d+, {count}\)", source)
-        assert ("st_g < 3" in source) == guard
+        assert ("st_g < 3" in source or "mask=st_g < 24" in source) == guard
         run_ok(runner, task, source)
+
+
+def test_a_batch_norms_many_partials_are_merged_first(runner, tmp_path, monkeypatch):
+    """More partials a row than a combining program merges at once (kernels.MERGE_PARTS, 4096; 16 here, so that
+    a small shape has more): a merging kernel takes them 16 at a time, the last chunk part-full."""
+    monkeypatch.setattr(kernels, "MERGE_PARTS", 16)
+    task = task_of("transposed3d_bn", tmp_path)
+    a = analyze(str(task), small=True)
+    rows = next(v for v in T.variants(a) if v.get("tiles") == "rows" and v["impl"] == "triton")
+    source = T.render(a, {**rows, "stats": 1})
+    assert "_row_kernel1_merge[(16, 5)]" in source and "_row_kernel1_merged0 = torch.empty((16, 5)" in source
+    run_ok(runner, task, source)
 
 
 def test_it_comes_first_where_a_row_an_sm_outgrows_l2(tmp_path):

@@ -366,7 +366,8 @@ def rows_tiles(node, p: dict) -> tuple[list, int, int, int]:
     slots = _last_taps(node.attrs, node.args[1].shape[-1])
     s2 = next_pow2(len(slots))
     bm = max(s2, min(p.get("BLOCK_M", 64), next_pow2(node.shape[-1])))
-    return slots, bm, gemm_block(p, "BLOCK_N", gemm_dims(node)[2]), math.ceil(node.shape[-1] / (bm // s2 * len(slots)))
+    num_w = math.ceil(node.shape[-1] / (bm // s2 * len(slots)))  # a tile's outputs: BLOCK_M / s2 of each slot
+    return slots, bm, gemm_block(p, "BLOCK_N", gemm_dims(node)[2]), num_w
 
 
 def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:

@@ -575,10 +575,9 @@ def _merge(name: str, bufs: list[str], rows: int, parts: int) -> KernelCode:
     lines += [f"tl.store({b} + {index}, {v})" for b, v in zip(("p3", "p4", "p5"), ("count", "mean", "squares"))]
     src = ["@triton.jit", f"def {name}_merge(p0, p1, p2, p3, p4, p5, BLOCK: tl.constexpr):"] + _indent(lines)
     out = [f"{name}_merged{t}" for t in range(3)]
-    return KernelCode("\n".join(src), [Launch(f"{name}_merge", (rows, chunks), bufs + out, {"BLOCK": MERGE_PARTS}, 8,
-                                               1)],
-                      {b: ((rows, parts), torch.float32) for b in bufs} | {b: ((rows, chunks), torch.float32)
-                                                                         for b in out})
+    launch = Launch(f"{name}_merge", (rows, chunks), bufs + out, {"BLOCK": MERGE_PARTS}, 8, 1)
+    temps = {**{b: ((rows, parts), torch.float32) for b in bufs}, **{b: ((rows, chunks), torch.float32) for b in out}}
+    return KernelCode("\n".join(src), [launch], temps)
 
 
 LAG_PROGRAMS = 2 * SMS  # a lagged split's persistent programs (on an H200: 264 and 528 alike, 132 no faster)

@@ -29,7 +29,7 @@ from agent.templates.ir import Leaf, contiguous_strides
 from agent.templates.kernels import online_pairs, welford_pairs
 from agent.templates.params import L2_BYTES, SMS
 
-COMBINE_PROGRAMS = 4 * SMS
+COMBINE_PROGRAMS = 4 * SMS  # the combining kernel's programs, at least (its rows split into chunks)
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,6 @@ def stats_pair(kernels: list, i: int, p: dict) -> Stats | str:
             return f"kernel {j}'s rows do not fall on this convolution's tiles"
         return Stats(j, x.base, cpg, channels // cpg, True, _names(j), max(1, cpg // bn) * tiles)
     return "no row kernel after this convolution reduces its output to Welford statistics"
-
 
 
 def _names(j: int) -> tuple:

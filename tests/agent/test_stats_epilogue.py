@@ -80,6 +80,7 @@ def test_where_the_rows_do_not_fall_on_the_tiles_it_says_why(tmp_path):
     rows = next(v for v in T.variants(a) if v.get("tiles") == "rows" and v["impl"] == "triton")
     assert base.invalid(a, {**rows, "stats": 1, "BLOCK_N": 32}) is None  # 4 channels a row divide 32 too
     dot_tiles = {**T.default(a, rows=False), "stats": 1}
-    assert base.invalid(a, dot_tiles) == "stats: statistics in the epilogue need a convolution in rows tiles, of one group"
+    why = "stats: statistics in the epilogue need a convolution in rows tiles, of one group"
+    assert base.invalid(a, dot_tiles) == why
     with pytest.raises(ValueError, match="statistics in the epilogue need a convolution in rows tiles"):
         T.render(a, dot_tiles)

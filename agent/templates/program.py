@@ -92,7 +92,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
         if stats and i == primary:  # the row kernel's statistics in this convolution's epilogue
             p["stats"] = stats
         elif stats and i == stats.row_kernel:
-            p = combine_params(p, stats, k)
+            p = combine_params(k, stats, {**(overrides or {}).get(i, {}), **(products or {})})
         if batch is not None and i in batch.kernels:
             p["shapes"] = "dynamic"
             p["offsets64"] = i in batch.wide

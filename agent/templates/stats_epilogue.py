@@ -15,7 +15,7 @@ channels. A row's partials are indexed by the batch element (a batch norm's), th
 positions and wt, so each is written by one tile.
 
     st = stats_pair(kernels, i, params)   # a Stats, or a sentence saying why not
-    row_params = combine_params(row_params, st, row_kernel)
+    row_params = combine_params(row_kernel, st, tuned)   # its parameters: a split output pass, `tuned` over it
     lines = st.tile_lines(value, pointers, rows_of_positions, num_w, BLOCK_N, num_n, joined)   # in the rows tile
 """
 from __future__ import annotations
@@ -23,13 +23,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from agent.templates.codegen import next_pow2
 from agent.templates.implicit_gemm import rows_tiles
 from agent.templates.ir import Leaf, contiguous_strides
 from agent.templates.kernels import online_pairs, welford_pairs
-from agent.templates.params import L2_BYTES, SMS
-
-COMBINE_PROGRAMS = 4 * SMS  # the combining kernel's programs, at least (its rows split into chunks)
+from agent.templates.params import L2_BYTES, SMS, split_rows
 
 
 @dataclass(frozen=True)
@@ -123,15 +120,14 @@ def _names(j: int) -> tuple:
     return tuple(f"_row_kernel{j}_part{t}" for t in range(3))  # the row kernel's own (kernels._split)
 
 
-def combine_params(p: dict, st: Stats, kernel) -> dict:
-    """The row kernel's parameters once the convolution writes its partials: the combining kernel alone, a row
-    in as many chunks as keep COMBINE_PROGRAMS programs busy (or the row kernel's own SPLIT, if more), each at
-    least a block."""
-    own = {k: v for k, v in p.items() if k not in ("LAG", "COOP", "GROUP", "PERSIST")}
+def combine_params(kernel, st: Stats, tuned: dict) -> dict:
+    """The row kernel's parameters once the convolution writes its partials: its combining kernel alone, by
+    default as a split norm's output pass (params.split_rows: 1024-wide chunks at 4 warps, pipelined), `tuned`
+    (the search's parameters for that kernel) over that. On an H200 (session 18) level 2's 21, whose norm had
+    been one kernel a row at 8 warps in 4096-wide chunks, ran its combining kernel so in 0.565 ms, not 0.610."""
     length = math.prod(kernel.domain[d] for d in kernel.rdims)
-    split = max(own.get("SPLIT", 1), next_pow2(math.ceil(COMBINE_PROGRAMS / kernel.red_numel)))
-    split = min(split, max(1, length // own.get("BLOCK_R", 1024)))
-    return {**own, "mode": "looped", "SPLIT": split, "EPI_PARTS": st.count}
+    own = {**split_rows(kernel.red_numel, length, rewrites=True), **tuned}
+    return {**{k: v for k, v in own.items() if k not in ("LAG", "COOP", "GROUP", "PERSIST")}, "EPI_PARTS": st.count}
 
 
 def worth_it(kernels: list, i: int, p: dict) -> bool:

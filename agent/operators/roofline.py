@@ -23,6 +23,8 @@ template's main kernel), in this order:
             then longer chunks per iteration and more warps (on an H200, cross-entropy over 128k logits read once
             went from 1.37x its floor to 1.29x pipelined; 16384-wide chunks over 32 warps were slower)
   programs  memory-bound, fewer programs than SMs: smaller row or column blocks, rows split over programs
+Before them all, whichever kernel takes the time: a memory-bound convolution in rows tiles whose norm reads its
+output for statistics tries those statistics in the convolution's epilogue (stats_epilogue).
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ from agent.templates.kernels import online_pairs, point_sums, reduction_stages, 
 from agent.templates.params import (ROWS_TILES, SMS, gemm_tiles, held_split, interleaved_tiles, kernel_default,
                                     kernel_invalid, kernel_space, l2_groups, lag_split, online_form, persistent, sizes)
 from agent.templates.schedule import Kernel
+from agent.templates.stats_epilogue import stats_pair
 from tools.results import EvalResult
 
 MARGIN = RunConfig.floor_margin  # "at the floor" for the proposer is the stop's, at the default margin
@@ -86,13 +89,18 @@ def moves(analysis, template, params: dict, result: EvalResult, task: dict, marg
     if bound == "memory" and tunable:
         found += _programs(kernel, current)
     out, seen = [], set()
+    stats = None if params.get("stats") else stats_pair(pl.kernels, pl.primary, base.fitted(pl.main, own))
+    if bound == "memory" and stats is not None and not isinstance(stats, str):  # the whole plan's move, first
+        found.insert(0, ({"stats": 1}, f"kernel {stats.row_kernel} reads the convolution's output for its "
+                                       f"statistics: try them in the convolution's epilogue (stats)"))
     for changes, why in found:
-        child = {**params, **changes} if i == pl.primary else _retuned(params, i, changes)
+        plan_wide = "stats" in changes
+        child = {**params, **changes} if i == pl.primary or plan_wide else _retuned(params, i, changes)
         key = config_key(child)
         if child == params or key in seen or base.invalid(analysis, child) is not None:
             continue
         seen.add(key)
-        out.append(Move(child, f"{head}, {why}", None if i == pl.primary else i))
+        out.append(Move(child, f"{head}, {why}", None if i == pl.primary or plan_wide else i))
     return out
 
 

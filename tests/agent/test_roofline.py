@@ -337,3 +337,23 @@ def test_a_convolution_in_fma_products_tries_split_tf32_products():
     mm = analysis_of("tpl_gemm_epilogue", {"batch": 4096, "d_in": 4096, "d_out": 4096})
     assert not any("tf32x3" in m.reason for m in moves(mm, t, {**t.default(mm), "impl": "triton"}, measured(1.8),
                                                        mm.to_json()))
+
+
+def test_a_norm_after_a_rows_convolution_tries_its_statistics_in_the_epilogue_first(tmp_path):
+    """Memory-bound, whichever kernel takes the time: the whole plan's move, the norm's statistics in the
+    convolution's epilogue; not again once they are there, nor for a compute-bound candidate."""
+    task = tmp_path / "conv_norm.py"
+    task.write_text((FIXTURES / "conv_norm.py").read_text())  # a transposed convolution, a group norm
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    rows = {**t.default(a), "impl": "triton"}
+    assert rows["tiles"] == "rows" and "stats" not in rows
+    for hot in ({"_row_kernel1": 0.8, "_gemm_kernel0": 0.5}, {"_gemm_kernel0": 0.9, "_row_kernel1": 0.3}):
+        first = moves(a, t, rows, measured(3.0, kernel_ms=hot, flops=1.0, nbytes=1e9), a.to_json())[0]
+        assert first.params == {**rows, "stats": 1} and first.kernel is None
+        assert first.reason == ("memory-bound at 3.00x the floor, kernel 1 reads the convolution's output for its "
+                                "statistics: try them in the convolution's epilogue (stats)")
+    again = moves(a, t, {**rows, "stats": 1}, measured(3.0, flops=1.0, nbytes=1e9), a.to_json())
+    assert not any(m.reason.endswith("(stats)") for m in again)
+    compute = moves(a, t, rows, measured(3.0, flops=1e12, nbytes=1.0), a.to_json())
+    assert not any(m.reason.endswith("(stats)") for m in compute)

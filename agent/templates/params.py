@@ -16,7 +16,8 @@ how many programs run.
         operands, input or fp32, where bf16/fp16 operands meet tl.dot: base.default_operands); a convolution's
         tiles, channels, positions, interleaved or rows (the axis its tiles walk, a transposed convolution's
         last dim's phases in one program, or channels by one row of outputs: implicit_gemm.render_conv; by
-        default its rule)
+        default its rule), and stats (1: in rows tiles, the next group, instance or batch norm's statistics
+        computed in the epilogue: stats_epilogue)
   rnn   BLOCK_H hidden units per program, BLOCK_K, num_warps
   attention  BLOCK_M queries per program, BLOCK_N keys per step, num_warps, num_stages (+ precision)
 """

@@ -7,7 +7,8 @@ how many programs run.
         unaligned (1: one element per lane in every load; on by default where a window's taps along a row are
         not 16-byte aligned: unaligned_taps)
   row   mode (one_pass | looped), BLOCK_O rows per program, BLOCK_R, num_warps, num_stages, SPLIT programs per
-        row and GROUP rows per launch of a split (0: all) or LAG (its passes in one launch), pass fusions online,
+        row and GROUP rows per launch of a split (0: all) or LAG (its passes in one launch), FLAT (1: a split's
+        per-element output a flat kernel over the row values its combining kernel stores), pass fusions online,
         welford, fold, and tail_first,
         PERSIST (0: a program per block of rows; k: k programs per SM, each taking blocks of rows in turn),
         pipeline (1: chunk loops pipelined over num_stages)
@@ -248,12 +249,13 @@ def split_rows(o: int, r: int, rewrites: bool) -> dict:
     warps. On an H200 (session 14), the pipelined form against the other: level 2's 60 (512 group rows of
     492,156), its statistics 0.373 -> 0.271 ms and its output pass 0.845 -> 0.556 (1 GB read and 1 GB written),
     level 1's 37_FrobeniusNorm_ (one row of 1.9 G) 1.665 -> 1.677 and 3.892 -> 3.792; but a sum alone, level 2's
-    65 (128 rows of 63,504), 1.690 -> 1.889, and level 1's 98_KLDivLoss 0.617 -> 0.625."""
+    65 (128 rows of 63,504), 1.690 -> 1.889, and level 1's 98_KLDivLoss 0.617 -> 0.625. A norm's output pass
+    is a flat kernel of its own (FLAT: kernels._flat_output) over the row statistics its combining kernel stores."""
     split = min(2048, next_pow2(math.ceil(8 * SMS / o)), next_pow2(r // 8192))
     if not rewrites:
         return {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "SPLIT": split}
     return {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 1024, "num_warps": 4, "pipeline": 1, "num_stages": 4,
-            "SPLIT": split}
+            "SPLIT": split, "FLAT": 1}
 
 
 def unaligned_taps(kernel: Kernel) -> bool:

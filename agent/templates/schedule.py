@@ -69,7 +69,7 @@ class Kernel:
         return False
 
 
-def _squeezed(shape) -> tuple:
+def squeezed(shape) -> tuple:
     return tuple(s for s in shape if s != 1)
 
 
@@ -414,11 +414,11 @@ class _Scheduler:
             for m in members:
                 if k.level[m] == "red" and not (tuple(n.shape) == k.domain and _pad(m.shape, len(n.shape)) == k.keep_shape):
                     return None
-                if k.level[m] == "full" and _squeezed(m.shape) != _squeezed(n.shape):
+                if k.level[m] == "full" and squeezed(m.shape) != squeezed(n.shape):
                     return None
             return "full"
         if k.rdims and n.numel == k.red_numel and all(k.level[m] == "red" for m in members):
-            if all(_squeezed(m.shape) == _squeezed(n.shape) for m in members):
+            if all(squeezed(m.shape) == squeezed(n.shape) for m in members):
                 return "red"
         return None
 

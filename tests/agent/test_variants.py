@@ -164,14 +164,23 @@ def test_the_fold_is_offered_where_a_selected_sum_follows_the_row_statistics():
     # layer norm, rows of mean 30: pivoted sums and per-lane Welford states merged across programs
     ("var_layer_norm", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "SPLIT": 3, "welford": 1}),
     ("var_layer_norm", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "SPLIT": 5, "GROUP": 2, "welford": 2}),
-    # the split's default form (params.split_rows): both passes' chunk loops software-pipelined
+    # the split's default form (params.split_rows): both passes' chunk loops software-pipelined, or the first
+    # pipelined and the output a flat kernel over the rows' statistics (FLAT)
     ("var_layer_norm", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "SPLIT": 3, "welford": 1, "pipeline": 1,
                         "num_stages": 4}),
+    ("var_layer_norm", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "SPLIT": 3, "welford": 1, "pipeline": 1,
+                        "num_stages": 4, "FLAT": 1}),
+    # a softmax's output a flat kernel too: its rows' max and the reciprocal of their sum stored a row each
+    ("var_softmax_rows", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "SPLIT": 4, "FLAT": 1}),
 ])
 def test_split_rows_with_a_remainder_combine_across_programs(task, params, runner):
     source = check(task, "rowwise", params, runner)
     assert "pid_s = tl.program_id(1)" in source and "_row_kernel0_final[(" in source
-    assert source.count("num_stages=4):") == (2 if params.get("pipeline") else 0)
+    flat = bool(params.get("FLAT"))
+    assert source.count("num_stages=4):") == (2 - flat if params.get("pipeline") else 0)
+    assert ("_row_kernel0_out[(" in source) == flat and ("_row_kernel0_stat0 = torch.empty((" in source) == flat
+    if flat and task == "var_softmax_rows":
+        assert re.search(r"tl\.store\(p\d \+ ro, 1\.0 / ", source) and " / " not in source.split("_row_kernel0_out(")[1]
     rows = {"var_cross_entropy": 7, "var_softmax_rows": 11, "var_layer_norm": 9}[task]
     if params.get("GROUP"):  # one host loop launching both kernels per group of rows
         assert f"for row0 in range(0, {rows}, {params['GROUP']}):" in source
@@ -182,13 +191,15 @@ def test_split_rows_with_a_remainder_combine_across_programs(task, params, runne
 
 def test_split_rows_pipeline_their_chunks_where_the_rows_are_written_back():
     """Too few rows to fill the GPU: each split over programs. A norm, whose rows are written back after their
-    statistics, takes 1024-wide chunks pipelined over 4 stages; a loss (a sum alone) keeps 4096-wide chunks."""
+    statistics, takes 1024-wide chunks pipelined over 4 stages and its output as a flat kernel; a loss (a sum
+    alone) keeps 4096-wide chunks."""
     norm = analyze(str(FIXTURES / "var_layer_norm.py"), small=False, shapes={"rows": 64, "dim": 1 << 20})
     d = BY_NAME["rowwise"].default(norm)
-    assert (d["SPLIT"], d["BLOCK_R"], d["num_warps"], d["pipeline"], d["num_stages"]) == (32, 1024, 4, 1, 4)
+    assert (d["SPLIT"], d["BLOCK_R"], d["num_warps"], d["pipeline"], d["num_stages"], d["FLAT"]) == \
+        (32, 1024, 4, 1, 4, 1)
     loss = analyze(str(FIXTURES / "tpl_mse.py"), small=False, shapes={"rows": 64, "cols": 1 << 16})
     d = BY_NAME["rowwise"].default(loss)
-    assert (d["SPLIT"], d["BLOCK_R"], d["num_warps"], d.get("pipeline", 0)) == (512, 4096, 8, 0)
+    assert (d["SPLIT"], d["BLOCK_R"], d["num_warps"], d.get("pipeline", 0), d.get("FLAT", 0)) == (512, 4096, 8, 0, 0)
 
 
 @pytest.mark.parametrize("task, params", [

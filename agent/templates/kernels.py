@@ -562,11 +562,11 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
                       {"BLOCK_O": block_o, **({"BLOCK_R": meta["BLOCK_R"]} if full else {})},
                       p.get("num_warps", 4) if full else 4, 1)
     temps = {buf: (f"({n_rows}, {nparts})" if dyn else (gen.O, nparts), torch.float32) for buf, _ in parts}
+    if out:
+        temps.update({buf: ((gen.O,), torch.float32) for buf in row_bufs.values()})
     codes = [KernelCode("\n".join(first_src), [launch_a])] if "EPI_PARTS" not in p else []
     codes += [merged] if merged else []
-    codes += [KernelCode("\n".join(second_src), [launch_b], temps)]
-    if out:
-        codes += [out, KernelCode("", [], {buf: ((gen.O,), torch.float32) for buf in row_bufs.values()})]
+    codes += [KernelCode("\n".join(second_src), [launch_b], temps)] + ([out] if out else [])
     return KernelCode("\n\n\n".join(c.source for c in codes if c.source), [x for c in codes for x in c.launches],
                       {k: v for c in codes for k, v in c.temps.items()})
 

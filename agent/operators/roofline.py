@@ -13,7 +13,7 @@ template's main kernel), in this order:
             softmax, Welford, the folded target), the row held in registers (one_pass), persistent programs whose
             rows in flight fit L2, a split in one launch whose second read trails its first by a row (LAG), a
             split run in groups of rows that fit L2 (its second read from L2), the last pass walking back over
-            what L2 still holds
+            what L2 still holds, a split's output pass as a flat kernel
   gemm      the main GEMM: the vendor GEMM under the Triton epilogue (impl), a convolution's FMA dot steps split
             into TF32 parts (precision tf32x3), split-K where the output tiles do not
             fill the GPU, tile shapes nearer the output's (more tiles where they do not fill it, larger ones
@@ -201,6 +201,10 @@ def _reads(kernel: Kernel, p: dict) -> list[tuple[dict, str]]:
     if "tail_first" in space and not p.get("tail_first"):
         out.append(({"tail_first": 1}, f"{fact}: try the last pass from the row's end, first re-reading what L2 "
                                        f"still holds (tail_first 0->1)"))
+    if p.get("SPLIT", 1) > 1 and not (p.get("FLAT") or p.get("LAG") or p.get("COOP") or p.get("GROUP")) and \
+            any(kernel.level[m] == "full" for m in kernel.stores):
+        out.append(({"FLAT": 1}, f"{fact}: try the output pass as a flat kernel over the rows' statistics, a block "
+                                 f"a program (FLAT 0->1)"))
     return out
 
 

@@ -357,3 +357,14 @@ def test_a_norm_after_a_rows_convolution_tries_its_statistics_in_the_epilogue_fi
     assert not any(m.reason.endswith("(stats)") for m in again)
     compute = moves(a, t, rows, measured(3.0, flops=1e12, nbytes=1.0), a.to_json())
     assert not any(m.reason.endswith("(stats)") for m in compute)
+
+
+def test_a_split_norm_tries_its_output_pass_as_a_flat_kernel():
+    """A split whose output pass loops over its chunks tries that pass as a flat kernel; one that has it does not."""
+    a = analysis_of("var_layer_norm")
+    split = {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "SPLIT": 3, "welford": 1, "tail_first": 1}
+    flat = [m for m in rowwise_moves(a, split, measured(1.8)) if m.reason.endswith("(FLAT 0->1)")]
+    assert len(flat) == 1 and flat[0].params["FLAT"] == 1
+    assert flat[0].reason == ("memory-bound at 1.80x the floor, 2 reads per row: try the output pass as a flat kernel "
+                              "over the rows' statistics, a block a program (FLAT 0->1)")
+    assert not [m for m in rowwise_moves(a, {**split, "FLAT": 1}, measured(1.8)) if "FLAT" in m.reason]

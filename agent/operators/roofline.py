@@ -43,7 +43,7 @@ from agent.templates.kernels import online_pairs, point_sums, reduction_stages, 
 from agent.templates.params import (ROWS_TILES, SMS, gemm_tiles, held_split, interleaved_tiles, kernel_default,
                                     kernel_invalid, kernel_space, l2_groups, lag_split, online_form, persistent, sizes)
 from agent.templates.schedule import Kernel
-from agent.templates.stats_epilogue import stats_pair
+from agent.templates.stats_epilogue import Stats, stats_pair
 from tools.results import EvalResult
 
 MARGIN = RunConfig.floor_margin  # "at the floor" for the proposer is the stop's, at the default margin
@@ -90,7 +90,7 @@ def moves(analysis, template, params: dict, result: EvalResult, task: dict, marg
         found += _programs(kernel, current)
     out, seen = [], set()
     stats = None if params.get("stats") else stats_pair(pl.kernels, pl.primary, base.fitted(pl.main, own))
-    if bound == "memory" and stats is not None and not isinstance(stats, str):  # the whole plan's move, first
+    if bound == "memory" and isinstance(stats, Stats):  # the whole plan's move, first
         found.insert(0, ({"stats": 1}, f"kernel {stats.row_kernel} reads the convolution's output for its "
                                        f"statistics: try them in the convolution's epilogue (stats)"))
     for changes, why in found:

@@ -13,7 +13,7 @@ from agent.templates.ir import Program, Unsupported, lower
 from agent.templates.params import kernel_default, kernel_invalid, kernel_space, sizes
 from agent.templates.program import batch_of, render_program, shapes_of, work
 from agent.templates.schedule import Kernel, schedule
-from agent.templates.stats_epilogue import stats_pair
+from agent.templates.stats_epilogue import requested
 
 PLAN_KEYS = ("SPLIT_K", "impl", "precision")  # parameters that change the schedule or the GEMM itself
 PRODUCT_KEYS = ("precision", "operands")  # how every tl.dot of the plan multiplies, whichever kernel is tuned
@@ -96,10 +96,7 @@ def invalid(analysis: TaskAnalysis, params: dict) -> str | None:
             split = [i for i, p in {**tuned, pl.primary: params}.items() if i in batched and p.get("SPLIT", 1) > 1]
             if split:
                 raise ValueError(f"shapes='dynamic' covers row kernels without SPLIT (kernel {split[0]} splits)")
-        why = stats_pair(pl.kernels, pl.primary, fitted(pl.main, _kernel_params(params))) if params.get("stats") \
-            else None
-        if isinstance(why, str):
-            raise ValueError(f"stats: {why}")
+        requested(pl.kernels, pl.primary, fitted(pl.main, _kernel_params(params)))  # ValueError where it cannot be
     except (Unsupported, ValueError) as e:
         return str(e)
     return kernel_invalid(pl.main, fitted(pl.main, _kernel_params(params))) or next(

@@ -361,7 +361,7 @@ def _row_taps(attrs: dict, window: tuple, in_sizes: tuple) -> tuple[list[str], l
     return head + [f"taps = {taps}"], body, conds
 
 
-def rows_tiles(node, p: dict) -> tuple[list, int, int, int]:
+def rows_layout(node, p: dict) -> tuple[list, int, int, int]:
     """A rows tile's slots (_last_taps), BLOCK_M, BLOCK_N, and the tiles a row of the output's last dim takes."""
     slots = _last_taps(node.attrs, node.args[1].shape[-1])
     s2 = next_pow2(len(slots))
@@ -385,7 +385,7 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     cin_g, window = x.shape[1] // attrs["groups"], tuple(w.shape[2:])
     spatial, in_sizes = kernel.domain[2:], tuple(x.shape[2:])
     out_w, in_w = spatial[-1], in_sizes[-1]
-    slots, bm, bn, num_w = rows_tiles(g, p)
+    slots, bm, bn, num_w = rows_layout(g, p)
     s, s2 = len(slots), next_pow2(len(slots))
     bq = bm // s2
     a = 1 if attrs["transposed"] else attrs["stride"][-1]  # the input column's step per output

@@ -620,7 +620,7 @@ def _flat_output(kernel: Kernel, row_bufs: dict) -> Kernel:
                 for i, a in enumerate(m.args)]
         recip = _divisor(m) and (m.args[1], True) in leaves
         new[m] = dataclasses.replace(m, fn="mul", args=args) if recip else dataclasses.replace(m, args=args)
-    members = [new[m] for m in _output_nodes(kernel)]
+    members = list(new.values())
     return Kernel("tile", kernel.domain, nodes=members, level={m: "full" for m in members},
                   stores={new[m]: b for m, b in kernel.stores.items() if kernel.level[m] == "full"})
 

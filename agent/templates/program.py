@@ -33,7 +33,7 @@ from agent.templates.params import SMS, kernel_default, sizes, splittable
 from agent.templates.pointwise_ops import helpers_for
 from agent.templates.reductions import INT32_MAX
 from agent.templates.schedule import Kernel
-from agent.templates.stats_epilogue import combine_params, stats_pair
+from agent.templates.stats_epilogue import combine_params, requested
 
 SHAPES = ("static", "dynamic")  # params["shapes"]: sizes baked in, or the batch a run-time argument
 BATCH = "kw_batch"  # the forward's name for the batch under shapes="dynamic"
@@ -76,9 +76,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     inputs = [b for b, leaf in program.bases.items() if not _from_self(b)]
     tensor_inputs = [b for b in inputs if b in program.arg_names]
     batch = batch_of(program, kernels, tensor_inputs) if shapes_of(params) == "dynamic" else None
-    stats = stats_pair(kernels, primary, params) if params.get("stats") else None
-    if isinstance(stats, str):
-        raise ValueError(f"stats: {stats}")
+    stats = requested(kernels, primary, params)
     codes: list[KernelCode | None] = []
     smalls: dict[int, tuple[str, KernelCode]] = {}  # kernel index -> (when, its form for a call with few rows)
     torch_ops = []

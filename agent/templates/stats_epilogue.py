@@ -14,7 +14,7 @@ last, and a tile of the last, wt): it meets BLOCK_N / cpg rows where cpg <= BLOC
 channels. A row's partials are indexed by the batch element (a batch norm's), the channel block, the row of
 positions and wt, so each is written by one tile.
 
-    st = stats_pair(kernels, i, params)   # a Stats, or a sentence saying why not
+    st = stats_pair(kernels, i, params)   # a Stats, or a sentence saying why not (requested: a ValueError)
     row_params = combine_params(row_kernel, st, tuned)   # its parameters: a split output pass, `tuned` over it
     lines = st.tile_lines(value, pointers, rows_of_positions, num_w, BLOCK_N, num_n, joined)   # in the rows tile
 """
@@ -23,10 +23,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from agent.templates.implicit_gemm import rows_tiles
+from agent.templates.implicit_gemm import rows_layout
 from agent.templates.ir import Leaf, contiguous_strides
 from agent.templates.kernels import online_pairs, welford_pairs
-from agent.templates.params import L2_BYTES, SMS, split_rows
+from agent.templates.params import L2_BYTES, SMS, sizes, split_rows
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def stats_pair(kernels: list, i: int, p: dict) -> Stats | str:
                 and tuple(x.strides) == contiguous_strides(k.domain)):
             continue
         batch, channels, positions = g.shape[0], g.shape[1], math.prod(g.shape[2:])
-        _, _, bn, num_w = rows_tiles(g, p)
+        _, _, bn, num_w = rows_layout(g, p)
         tiles = math.prod(g.shape[2:-1]) * num_w  # a channel block's tiles in one batch element
         if tuple(k.domain) == tuple(g.shape) and k.rdims == (0,) + tuple(range(2, len(g.shape))):  # a batch norm
             return Stats(j, x.base, 1, channels, False, _names(j), batch * tiles)
@@ -116,6 +116,17 @@ def stats_pair(kernels: list, i: int, p: dict) -> Stats | str:
     return "no row kernel after this convolution reduces its output to Welford statistics"
 
 
+def requested(kernels: list, i: int, p: dict) -> Stats | None:
+    """The statistics `p` asks kernel i to take over (p["stats"]), None where it asks none; ValueError, saying
+    why, where they cannot be."""
+    if not p.get("stats"):
+        return None
+    st = stats_pair(kernels, i, p)
+    if isinstance(st, str):
+        raise ValueError(f"stats: {st}")
+    return st
+
+
 def _names(j: int) -> tuple:
     return tuple(f"_row_kernel{j}_part{t}" for t in range(3))  # the row kernel's own (kernels._split)
 
@@ -125,8 +136,7 @@ def combine_params(kernel, st: Stats, tuned: dict) -> dict:
     default as a split norm's output pass (params.split_rows: 1024-wide chunks at 4 warps, pipelined), `tuned`
     (the search's parameters for that kernel) over that. On an H200 (session 18) level 2's 21, whose norm had
     been one kernel a row at 8 warps in 4096-wide chunks, ran its combining kernel so in 0.565 ms, not 0.610."""
-    length = math.prod(kernel.domain[d] for d in kernel.rdims)
-    own = {**split_rows(kernel.red_numel, length, rewrites=True), **tuned}
+    own = {**split_rows(*sizes(kernel)[:2], rewrites=True), **tuned}
     return {**{k: v for k, v in own.items() if k not in ("LAG", "COOP", "GROUP", "PERSIST")}, "EPI_PARTS": st.count}
 
 
@@ -137,5 +147,4 @@ def worth_it(kernels: list, i: int, p: dict) -> bool:
     st = stats_pair(kernels, i, p)
     if isinstance(st, str):
         return False
-    k = kernels[st.row_kernel]
-    return math.prod(k.domain[d] for d in k.rdims) * 4 * SMS > L2_BYTES
+    return sizes(kernels[st.row_kernel])[1] * 4 * SMS > L2_BYTES

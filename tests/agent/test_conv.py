@@ -8,7 +8,6 @@ import pytest
 
 from agent.analysis import analyze
 from agent.templates import BY_NAME, matching
-from tools.rules import check_source
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -21,13 +20,6 @@ def task_of(kind: str, folder: Path) -> Path:
     path = folder / f"conv_{kind}.py"
     path.write_text((FIXTURES / "conv_kinds.py").read_text().replace('kind = "conv2d"', f'kind = "{kind}"'))
     return path
-
-
-def run_ok(runner, task: Path, source: str) -> None:
-    assert check_source(source, task.read_text()) is None
-    out = runner.run(task, source)
-    assert out["error"] is None, out["error"]
-    assert out["rel_errors"] and all(e <= 1e-5 for e in out["rel_errors"]), out
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -44,7 +36,7 @@ def test_every_convolution_kind_is_an_implicit_gemm(kind, runner, tmp_path):
     for params in t.variants(a)[:2] + forms:
         source = t.render(a, params)
         assert "KERNELWRIGHT_TORCH_OPS" not in source and "torch.convolution(" not in source
-        run_ok(runner, task, source)
+        runner.run_ok(task, source)
 
 
 def test_odd_tiles_and_a_k_loop_of_several_steps(runner, tmp_path):
@@ -53,7 +45,7 @@ def test_odd_tiles_and_a_k_loop_of_several_steps(runner, tmp_path):
     t = BY_NAME["gemm"]
     source = t.render(a, {**t.default(a), "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2})
     assert "for k0 in range(0, 54, BLOCK_K)" in source  # K = 3 input channels x 18 taps
-    run_ok(runner, task, source)
+    runner.run_ok(task, source)
 
 
 def test_a_strided_transposed_convolution_reads_only_its_phases_taps(runner, tmp_path):
@@ -65,7 +57,7 @@ def test_a_strided_transposed_convolution_reads_only_its_phases_taps(runner, tmp
     source = t.render(a, {**t.default(a, rows=False), "BLOCK_M": 16, "BLOCK_K": 16})
     assert "ktaps = 3 * n0 * n1" in source and "for k0 in range(0, ktaps, BLOCK_K)" in source
     assert "[(75, 1)]" in source  # an 18 x 28 output: 2 x 4 x 6 rows a phase, 16 a program, 25 phases each
-    run_ok(runner, task, source)
+    runner.run_ok(task, source)
 
 
 def test_a_transposed_convolution_strided_along_its_last_dim_stores_its_rows_whole(runner, tmp_path):
@@ -86,7 +78,7 @@ def test_a_transposed_convolution_strided_along_its_last_dim_stores_its_rows_who
     assert "acc = tl.reshape(j2_0, (BLOCK_M, BLOCK_N, 8))" in source
     assert "rw = (q2 * 5)[:, None, None] + slot" in source
     assert source.count("for k0 in range(0, ktaps, BLOCK_K):") == 3  # slots 1, 3 and 4: a tap each
-    run_ok(runner, task, t.render(a, {**first, "BLOCK_M": 16}))
+    runner.run_ok(task, t.render(a, {**first, "BLOCK_M": 16}))
     plain = task_of("conv2d", tmp_path)
     a = analyze(str(plain), small=True)
     assert "interleaved" not in t.space(a)["tiles"] and "tiles" not in t.default(a)
@@ -105,7 +97,7 @@ def test_a_convolution_of_a_computed_value_under_an_epilogue(runner):
             assert "KERNELWRIGHT_TORCH_OPS = ['aten.convolution']" in source and "torch.convolution(" in source
             out = re.search(r"(\w+) = torch\.convolution\(", source).group(1)
             assert f"{out} = torch.empty(" not in source  # the vendor op returns its own output
-        run_ok(runner, task, source)
+        runner.run_ok(task, source)
 
 
 RESIDUAL = '''import torch
@@ -144,18 +136,18 @@ def test_a_phased_convolution_of_one_k_step_walks_output_positions(runner, tmp_p
     assert "ta = tl.trans(tl.load(x_row[None, :] + ci[:, None] * " in source
     assert re.search(r"= tl\.trans\(tl\.load\(tl\.trans\(p\d \+ ", source)  # the residual
     assert re.search(r"tl\.store\(tl\.trans\(p\d \+ \w+\), tl\.trans\(", source)
-    run_ok(runner, task, source)
+    runner.run_ok(task, source)
     wide = tmp_path / "conv_residual_wide.py"
     wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6,", "ConvTranspose2d(40, 6,").replace("(2, 4, 5, 6)",
                                                                                             "(2, 40, 5, 6)"))
     a = analyze(str(wide), small=True)
     source = t.render(a, {**t.default(a), "impl": "triton"})
     assert "ta = tl.load(x_row[:, None] + " in source and "tl.trans(" not in source
-    run_ok(runner, wide, source)
+    runner.run_ok(wide, source)
     assert t.space(a)["tiles"] == ["channels", "positions", "interleaved"]  # the search may choose any
     source = t.render(a, {**t.default(a), "impl": "triton", "tiles": "positions"})
     assert "ta = tl.trans(tl.load(x_row[None, :] + ci[:, None] * " in source
-    run_ok(runner, wide, source)
+    runner.run_ok(wide, source)
     with pytest.raises(ValueError, match="tiles must be channels, positions, interleaved or rows"):
         t.render(a, {**t.default(a), "impl": "triton", "tiles": "diagonal"})
     with pytest.raises(ValueError, match="rows tiles are for convolutions over at most 8 input channels a group"):
@@ -178,7 +170,7 @@ def test_a_phased_convolution_over_few_input_channels_takes_outer_product_steps(
         assert "acc += ta * tb" in source or "acc0 += ta * tb" in source
         assert "for k0 in range(0, ktaps, 4):" in source and "for ci in tl.static_range(4):" in source
         assert "tl.dot(" not in source
-        run_ok(runner, task, source)
+        runner.run_ok(task, source)
     for other in (task_of("conv2d", tmp_path), FIXTURES / "tpl_matmul.py"):
         a = analyze(str(other), small=True)
         assert t.default(a)["BLOCK_K"] > 1 and 1 not in t.space(a)["BLOCK_K"]
@@ -204,10 +196,10 @@ def test_a_strided_transposed_convolution_over_few_channels_takes_rows_tiles(run
     assert "acc = tl.reshape(j2_0, (BLOCK_N, BLOCK_M))" in source and "tl.dot(" not in source
     assert "rw = wt * 16 + tl.arange(0, BLOCK_M)[None, :]" in source  # 11 outputs a row: 16 a tile
     assert re.search(r"= tl\.load\(p\d \+ rn, mask=rn1\[:, None\] < 6, other=0\)", source)  # the bias
-    run_ok(runner, task, source)
+    runner.run_ok(task, source)
     narrow = t.render(a, {**first, "BLOCK_M": 8})
     assert re.search(r"_gemm_kernel0\[\(\d+, 1\)\]", narrow) and "wt = pid % 2" in narrow  # two tiles a row
-    run_ok(runner, task, narrow)
+    runner.run_ok(task, narrow)
     wide = tmp_path / "conv_residual_wide.py"  # 8 input channels, 5x5 taps: 72 a phase, too many for outer products
     wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6, 3,", "ConvTranspose2d(8, 6, 5,").replace(
         "(2, 4, 5, 6), torch.randn(2, 6, 9, 11)", "(2, 8, 5, 6), torch.randn(2, 6, 11, 13)"))
@@ -221,7 +213,7 @@ def test_a_strided_transposed_convolution_over_few_channels_takes_rows_tiles(run
     a = analyze(str(plain), small=True)
     assert "tiles" not in t.default(a) and [v.get("tiles") for v in t.variants(a)].index("rows") > 1
     assert t.variants(a)[-1]["tiles"] == "rows"
-    run_ok(runner, plain, t.render(a, t.variants(a)[-1]))
+    runner.run_ok(plain, t.render(a, t.variants(a)[-1]))
 
 
 @pytest.mark.slow
@@ -301,7 +293,7 @@ def test_fp32_dot_steps_of_a_convolution_split_each_operand_into_two_tf32_parts(
     assert t.space(a)["precision"] == ["ieee", "tf32x3"]
     source = t.render(a, first)
     assert 'tl.dot(ta, tb, input_precision="tf32x3")' in source and 'input_precision="ieee"' not in source
-    run_ok(runner, task, source)
+    runner.run_ok(task, source)
     outer = tmp_path / "conv_residual.py"
     outer.write_text(RESIDUAL)
     for other in (outer, FIXTURES / "tpl_matmul.py"):

@@ -9,7 +9,6 @@ import pytest
 
 from agent.analysis import analyze
 from agent.templates import BY_NAME, base, kernels
-from tests.agent.test_conv import run_ok
 
 FIXTURES = Path(__file__).parent / "fixtures"
 T = BY_NAME["gemm"]
@@ -44,7 +43,7 @@ def test_the_norm_reads_its_convolution_once_and_matches(kind, runner, tmp_path)
         assert re.search(r"_row_kernel1_final\[\(\d+, \d+\)\]", source) and "_row_kernel1[" not in source
         assert re.search(rf"_row_kernel1_part0 = torch.empty\(\(\d+, {count}\)", source)
         assert ("st_g < 3" in source or "mask=st_g < 24" in source) == guard
-        run_ok(runner, task, source)
+        runner.run_ok(task, source)
 
 
 def test_a_batch_norms_many_partials_are_merged_first(runner, tmp_path, monkeypatch):
@@ -56,7 +55,7 @@ def test_a_batch_norms_many_partials_are_merged_first(runner, tmp_path, monkeypa
     rows = next(v for v in T.variants(a) if v.get("tiles") == "rows" and v["impl"] == "triton")
     source = T.render(a, {**rows, "stats": 1})
     assert "_row_kernel1_merge[(16, 5)]" in source and "_row_kernel1_merged0 = torch.empty((16, 5)" in source
-    run_ok(runner, task, source)
+    runner.run_ok(task, source)
 
 
 def test_it_comes_first_where_a_row_an_sm_outgrows_l2(tmp_path):

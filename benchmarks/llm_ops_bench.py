@@ -8,6 +8,9 @@ The tasks are written by this script into a temporary folder and built as a user
 knowledge store), into OUT/runs; a second call resumes that build. Then each task's OUT/runs/TASK/best.py is
 timed here with tools/profile.time_call (GPU time, L2 flushed before each call), the host's time per call
 beside it (tools/profile.host_us), and the floor is the task's bytes over the device's measured copy bandwidth.
+Beside the floor, a device copy that moves as many bytes (half read, half written) is timed the same way: what
+moving those bytes takes at this size. At a few tens of MB it is well above the floor (a 4096x4096 bf16 copy ran
+at 1.32x it on an H200), so kw/copy says how far a kernel is from the best a memory-bound one can do there.
 Prints one table and writes OUT/llm_ops.md and OUT/llm_ops.json. About 10 minutes on one H100/H200 with the
 defaults (the build runs one task per GPU here). GPU only: on a machine without CUDA it says so and exits 2.
 
@@ -197,6 +200,7 @@ class Row:
     err: dict = field(default_factory=dict)  # the same keys -> relative error against the fp32 run
     notes: list = field(default_factory=list)  # why a column is empty
     host_us: dict = field(default_factory=dict)  # the same keys -> the host's time per call (tools/profile.host_us)
+    copy_ms: float | None = None  # a device copy of as many bytes, half read and half written, timed the same way
 
     def best_over_floor(self) -> float | None:
         kw, floor = self.ms.get("kernelwright"), self.floor_ms
@@ -227,6 +231,10 @@ def measure(op: str, shape: tuple[int, int], module, best: Path | None, ceilings
         ref = copy.deepcopy(model).float()(*[x.float() if x.is_floating_point() else x for x in inputs])
     _, nbytes = count_work(model, inputs)
     row.floor_ms = nbytes / ceilings["copy_bytes_per_s"] * 1e3
+    src = torch.randn(nbytes // 4, device=dev, dtype=torch.bfloat16)  # 2-byte elements, read once, written once
+    dst = torch.empty_like(src)
+    row.copy_ms = time_call(lambda: dst.copy_(src), dev).median_ms
+    del src, dst
     impls = {"eager": model, "compile": torch.compile(model)}
     try:
         impls["liger"] = liger_fn(op, model)
@@ -260,15 +268,17 @@ def table(rows: list[Row]) -> list[str]:
     def ratio(a, b):
         return f"{a / b:.2f}" if a and b else "-"
 
-    head = ["op", "tokens x hidden", "floor ms"] + [f"{c} ms" for c in COLUMNS] + \
-        ["kw/floor", "liger/floor", "liger/kw", "compile/kw", "errors vs fp32 (eager, compile, liger, kw)",
+    head = ["op", "tokens x hidden", "floor ms", "copy ms"] + [f"{c} ms" for c in COLUMNS] + \
+        ["kw/floor", "kw/copy", "liger/floor", "liger/kw", "compile/kw", "errors vs fp32 (eager, compile, liger, kw)",
          "host us per call (eager, compile, liger, kw)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         errs = ", ".join(f"{r.err[c]:.1e}" if c in r.err else "-" for c in COLUMNS)
         hosts = ", ".join(f"{r.host_us[c]:.0f}" if c in r.host_us else "-" for c in COLUMNS)
-        lines.append(f"| {r.op} | {r.shape} | {ms(r.floor_ms)} | " + " | ".join(ms(r.ms.get(c)) for c in COLUMNS) +
-                     f" | {ratio(r.ms.get('kernelwright'), r.floor_ms)} | {ratio(r.ms.get('liger'), r.floor_ms)}"
+        lines.append(f"| {r.op} | {r.shape} | {ms(r.floor_ms)} | {ms(r.copy_ms)} | " +
+                     " | ".join(ms(r.ms.get(c)) for c in COLUMNS) +
+                     f" | {ratio(r.ms.get('kernelwright'), r.floor_ms)} | {ratio(r.ms.get('kernelwright'), r.copy_ms)}"
+                     f" | {ratio(r.ms.get('liger'), r.floor_ms)}"
                      f" | {ratio(r.ms.get('liger'), r.ms.get('kernelwright'))}"
                      f" | {ratio(r.ms.get('compile'), r.ms.get('kernelwright'))} | {errs} | {hosts} |")
 
@@ -276,6 +286,8 @@ def table(rows: list[Row]) -> list[str]:
         return geomean(r.ms[key_a] / r.ms[key_b] for r in rows if r.ms.get(key_a) and r.ms.get(key_b))
 
     summary = {"kernelwright best/floor": geomean(r.best_over_floor() for r in rows),
+               "kernelwright best/copy": geomean(r.ms["kernelwright"] / r.copy_ms for r in rows
+                                                 if r.ms.get("kernelwright") and r.copy_ms),
                "Liger/floor": geomean(r.ms["liger"] / r.floor_ms for r in rows if r.ms.get("liger") and r.floor_ms),
                "speedup of kernelwright over Liger": gm("liger", "kernelwright"),
                "speedup of kernelwright over torch.compile": gm("compile", "kernelwright"),

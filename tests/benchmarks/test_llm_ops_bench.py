@@ -47,7 +47,7 @@ def test_the_table_on_made_up_rows():
     rows = [b.Row("rmsnorm", "4096x4096", 0.010, {"eager": 0.040, "compile": 0.012, "liger": 0.011,
                                                   "kernelwright": 0.0105},
                   {"eager": 3e-3, "compile": 2e-3, "liger": 2e-3, "kernelwright": 1e-3}, [],
-                  {"eager": 20.4, "compile": 31.0, "liger": 17.2, "kernelwright": 9.6}),
+                  {"eager": 20.4, "compile": 31.0, "liger": 17.2, "kernelwright": 9.6}, copy_ms=0.0125),
             b.Row("cross_entropy", "2048x128256", 0.20, {"eager": 1.0, "compile": 0.5, "liger": 0.4,
                                                          "kernelwright": 0.25},
                   {"eager": 1e-3, "compile": 1e-3, "liger": 1e-3, "kernelwright": 5e-4}),
@@ -56,13 +56,15 @@ def test_the_table_on_made_up_rows():
     lines = b.table(rows)
     head, sep = lines[0], lines[1]
     assert head.count("|") == sep.count("|") and all(line.count("|") == head.count("|") for line in lines[2:5])
-    assert ("| rmsnorm | 4096x4096 | 0.0100 | 0.0400 | 0.0120 | 0.0110 | 0.0105 | 1.05 | 1.10 | 1.05 | 1.14 |"
-            in lines[2])
-    assert "| cross_entropy | 2048x128256 | 0.2000 |" in lines[3] and "| 1.25 | 2.00 | 1.60 | 2.00 |" in lines[3]
+    assert ("| rmsnorm | 4096x4096 | 0.0100 | 0.0125 | 0.0400 | 0.0120 | 0.0110 | 0.0105 | 1.05 | 0.84 | 1.10 | 1.05 |"
+            " 1.14 |" in lines[2])  # the floor, the copy of as many bytes, the four times, then the ratios
+    assert "| cross_entropy | 2048x128256 | 0.2000 | - |" in lines[3]  # no copy timed: no kw/copy either
+    assert "| 1.25 | - | 2.00 | 1.60 | 2.00 |" in lines[3]
     assert "| 3.0e-03, 2.0e-03, 2.0e-03, 1.0e-03 | 20, 31, 17, 10 |" in lines[2]  # errors, then host us per call
-    assert "| 0.2000 | 0.1000 | - | - | - | - | - | - |" in lines[4] and "1.0e-03, 1.0e-03, -, -" in lines[4]
+    assert "| 0.2000 | 0.1000 | - | - | - | - | - | - | - |" in lines[4] and "1.0e-03, 1.0e-03, -, -" in lines[4]
     text = "\n".join(lines)
     assert "geomean kernelwright best/floor: 1.146" in text  # sqrt(1.05 * 1.25)
+    assert "geomean kernelwright best/copy: 0.840" in text  # the one row with a copy timed
     assert "geomean speedup of kernelwright over Liger: 1.295" in text  # sqrt(0.011 / 0.0105 * 1.6)
     assert "softmax 8192x4096: liger: no Liger kernel for softmax" in text
 

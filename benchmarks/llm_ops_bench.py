@@ -231,7 +231,7 @@ def measure(op: str, shape: tuple[int, int], module, best: Path | None, ceilings
         ref = copy.deepcopy(model).float()(*[x.float() if x.is_floating_point() else x for x in inputs])
     _, nbytes = count_work(model, inputs)
     row.floor_ms = nbytes / ceilings["copy_bytes_per_s"] * 1e3
-    src = torch.randn(nbytes // 4, device=dev, dtype=torch.bfloat16)  # 2-byte elements, read once, written once
+    src = torch.randn(int(nbytes) // 4, device=dev, dtype=torch.bfloat16)  # 2-byte elements, read once, written once
     dst = torch.empty_like(src)
     row.copy_ms = time_call(lambda: dst.copy_(src), dev).median_ms
     del src, dst

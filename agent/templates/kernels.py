@@ -179,24 +179,27 @@ def _plane(kernel: Kernel, name: str, p: dict) -> KernelCode:
     tap is 16-byte aligned), also to the taps that are not, which it then loads an element at a time: a warp's
     load spans 512 bytes for 128 it uses, and L1, not HBM, bounds the kernel. p["unaligned"] gives every load
     one element per lane instead (kernel_header): 128 bytes a warp, but no vector loads where taps align."""
-    gen = Gen(kernel, name, p)
     nc, oh, ow = math.prod(kernel.domain[:-2]), kernel.domain[-2], kernel.domain[-1]
     bh, bw = min(p.get("BLOCK_H", 8), next_pow2(oh)), min(p.get("BLOCK_W", 64), next_pow2(ow))
+    vec = min(p.get("VEC", 1), bw)  # outputs a lane takes along the row: Gen.window_lanes
+    gen = Gen(kernel, name, {**p, "VEC": vec})
     rows = max(1, min(p.get("ROWS", 1), math.ceil(oh / bh)))  # tiles a program takes down the plane, in a loop
     nh, nw = math.ceil(oh / (bh * rows)), math.ceil(ow / bw)
     big = ".to(tl.int64)" if gen.big else ""
+    lanes = f"(tl.arange(0, BLOCK_W // VEC) * VEC)[None, :, None] + tl.arange(0, VEC)[None, None, :]" \
+        if vec > 1 else "tl.arange(0, BLOCK_W)[None, :]"
     gen.top.lines += ["pid = tl.program_id(0)", f"ro = (pid // {nh * nw}){big}", f"tile = pid % {nh * nw}",
-                      f"rw = (tile % {nw}) * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]"]
+                      f"rw = (tile % {nw}) * BLOCK_W + {lanes}"]
     head = len(gen.top.lines)
     step = f"(tile // {nw}) * {bh * rows} + hh * BLOCK_H" if rows > 1 else f"(tile // {nw}) * BLOCK_H"
-    gen.top.lines += [f"rh = {step} + tl.arange(0, BLOCK_H)[:, None]", f"mask = (rh < {oh}) & (rw < {ow})"]
+    gen.top.lines += [f"rh = {step} + tl.arange(0, BLOCK_H){'[:, None, None]' if vec > 1 else '[:, None]'}",
+                      f"mask = (rh < {oh}) & (rw < {ow})"] + ([f"hmask = rh < {oh}"] if vec > 1 else [])
     store_lines(gen, list(kernel.stores.items()))
     if rows > 1:
         gen.top.lines[head:] = [f"for hh in range({rows}):"] + _indent(gen.top.lines[head:])
-    src = kernel_header(name, gen, ["BLOCK_H", "BLOCK_W"], unaligned=bool(p.get("unaligned"))) + \
-        _indent(gen.top.lines)
-    launch = Launch(name, (nc * nh * nw,), list(gen.ptrs), {"BLOCK_H": bh, "BLOCK_W": bw}, p.get("num_warps", 4),
-                    p.get("num_stages", 1))
+    meta = {"BLOCK_H": bh, "BLOCK_W": bw, **({"VEC": vec} if vec > 1 else {})}
+    src = kernel_header(name, gen, list(meta), unaligned=bool(p.get("unaligned"))) + _indent(gen.top.lines)
+    launch = Launch(name, (nc * nh * nw,), list(gen.ptrs), meta, p.get("num_warps", 4), p.get("num_stages", 1))
     return KernelCode("\n".join(src), [launch])
 
 

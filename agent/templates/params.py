@@ -5,7 +5,8 @@ how many programs run.
   flat  BLOCK, num_warps
   plane layout (plane | flat), BLOCK_H, BLOCK_W, ROWS tiles a program takes down the plane, num_warps,
         unaligned (1: one element per lane in every load; on by default where a window's taps along a row are
-        not 16-byte aligned: unaligned_taps)
+        not 16-byte aligned: unaligned_taps), VEC (outputs a lane takes along the row, its windows built from
+        16-byte loads: lane_width)
   row   mode (one_pass | looped), BLOCK_O rows per program, BLOCK_R, num_warps, num_stages, SPLIT programs per
         row and GROUP rows per launch of a split (0: all) or LAG (its passes in one launch), FLAT (1: a split's
         per-element output a flat kernel over the row values its combining kernel stores), pass fusions online,
@@ -27,7 +28,7 @@ from __future__ import annotations
 import math
 
 from agent.templates.attention_kernel import attention_dims
-from agent.templates.codegen import next_pow2, pair_rows
+from agent.templates.codegen import lane_window, next_pow2, pair_rows
 from agent.templates.implicit_gemm import conv_tiles, gemm_dims, interleave_slots, outer_steps, rows_fit
 from agent.templates.ir import Leaf
 from agent.templates.fold import fold_sums, foldable
@@ -273,6 +274,16 @@ def unaligned_taps(kernel: Kernel) -> bool:
     return False
 
 
+def lane_width(kernel: Kernel) -> int:
+    """The outputs a lane can take along the row where every window of a plane kernel steps one input element
+    per output there (codegen.lane_window): as many as one 16-byte load of its input holds; 0 where a window
+    does not. Gen.window_lanes builds their windows from aligned chunks, a vector load each."""
+    windows = [m for m in kernel.nodes if m.op == "window"]
+    if kernel.layout != "plane" or not windows or not all(lane_window(m) for m in windows):
+        return 0
+    return min(16 // m.args[0].dtype.itemsize for m in windows)
+
+
 def strided_rows(kernel: Kernel) -> bool:
     """Whether a window of the kernel steps more than one input element per output along its last dim. Its
     loads are then contiguous along no dim of a 2-D tile, and Triton 3.6 (the H200's) gives such a tile's
@@ -300,7 +311,7 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
         return {"layout": ["plane", "flat"], "BLOCK_H": [b for b in POW2[:8] if b <= next_pow2(kernel.domain[-2])],
                 "BLOCK_W": [b for b in POW2 if 16 <= b <= max(16, min(1024, next_pow2(kernel.domain[-1])))],
                 "BLOCK": [256, 1024, 4096], "num_warps": [1, 2, 4, 8], "num_stages": [1], "unaligned": [0, 1],
-                "ROWS": [1, 2, 4, 8, 16, 32]}
+                "ROWS": [1, 2, 4, 8, 16, 32], **({"VEC": [1, lane_width(kernel)]} if lane_width(kernel) else {})}
     if layout == "gemm":
         space = {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128],
                  "GROUP_M": [1, 4, 8, 16], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5]}
@@ -431,6 +442,11 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             return "GROUP must be a multiple of BLOCK_O"
     if layout == "plane" and p.get("BLOCK_H", 8) * p.get("BLOCK_W", 64) > 8192:
         return "the tile holds more than 8192 outputs"
+    if layout == "plane" and p.get("VEC", 1) > 1:
+        if not lane_width(kernel) or p["VEC"] > lane_width(kernel):
+            return f"VEC takes windows that step one element per output along the row, at most {lane_width(kernel)} a lane"
+        if p.get("unaligned") or p.get("layout") == "flat":
+            return "VEC loads aligned vectors in a plane tile: no unaligned, no flat layout"
     if layout == "col" and p.get("BLOCK_I", 64) * p.get("BLOCK_R", 32) > 65536:
         return "the tile holds more than 65536 elements"
     if layout == "gemm":

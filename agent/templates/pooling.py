@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from agent.analysis import TaskAnalysis
 from agent.templates import base
+from agent.templates.codegen import next_pow2
+from agent.templates.params import lane_width
 
 NAME = "pooling"
 FAMILIES = ("pooling", "conv")
@@ -28,11 +30,17 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     d = default(analysis)
     if "BLOCK_H" not in d:
         return [d]
+    lanes = []
+    vec = lane_width(base.plan(analysis).main)
+    if vec and d["layout"] == "plane":  # a lane takes VEC outputs, a row of 512 a program, a vector a lane
+        bw = min(512, max(vec, next_pow2(base.plan(analysis).main.domain[-1])))
+        lanes = [{**d, "VEC": vec, "BLOCK_H": 1, "BLOCK_W": bw, "ROWS": 1, "num_warps": max(1, min(8, bw // (32 * vec))),
+                  **({"unaligned": 0} if "unaligned" in d else {})}]
     # a strided window's loop over ROWS row tiles (params.strided_rows), and a program per row tile second: on an
     # H200 the 3-D max pool over 62-row planes ran 1.569 ms with 16 a program, 1.360 with one; level 2's pools
     # over small planes ran faster with the loop
     single = [{**d, "ROWS": 1}] if d.get("ROWS", 1) > 1 else []
-    return [d, *single, {**d, "BLOCK_H": max(1, d["BLOCK_H"] // 2), "BLOCK_W": min(1024, d["BLOCK_W"] * 2)},
+    return [*lanes, d, *single, {**d, "BLOCK_H": max(1, d["BLOCK_H"] // 2), "BLOCK_W": min(1024, d["BLOCK_W"] * 2)},
             {**d, "BLOCK_H": d["BLOCK_H"] * 2, "num_warps": 8}, {**d, "layout": "flat", "BLOCK": 1024}]
 
 

@@ -10,7 +10,7 @@ import pytest
 from agent.analysis import analyze
 from agent.templates import BY_NAME, base, matching
 from agent.templates.ir import lower
-from agent.templates.params import kernel_default
+from agent.templates.params import kernel_default, lane_width
 from tools.rules import check_source
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -87,10 +87,10 @@ def test_pooling_corner_cases(runner):
     check("pool_edges", source, runner)
 
 
-def _layouts(path: Path, name: str, aligned: bool) -> set[str]:
+def _layouts(path: Path, name: str, aligned: bool, consts: dict | None = None) -> set[str]:
     """The per-thread sizes of the layouts of plane kernel `name` of the candidate at `path`, compiled for sm_90
     on the CPU with its pointers 16-byte aligned (as Triton's launcher specializes them) or not, over an 8x64
-    tile (4 elements a lane at 4 warps)."""
+    tile (4 elements a lane at 4 warps) unless `consts` gives the meta-parameters."""
     import importlib.util
 
     import triton
@@ -101,7 +101,7 @@ def _layouts(path: Path, name: str, aligned: bool) -> set[str]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     jit = getattr(module, name)
-    consts = {"BLOCK_H": 8, "BLOCK_W": 64}
+    consts = consts or {"BLOCK_H": 8, "BLOCK_W": 64}
     sig = {a: "constexpr" if a in consts else "*fp32" for a in jit.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(jit.arg_names) if a not in consts and aligned}
     kernel = triton.compile(ASTSource(jit, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
@@ -149,3 +149,41 @@ def test_windows_strided_along_rows_take_one_row_of_lanes(runner):
     cols = [k for k in base.plan(a).kernels if k.layout == "col"]
     assert len(cols) == 1 and kernel_default(cols[0])["BLOCK_R"] == 2
     check("pool_then_logsumexp", render("pool_then_logsumexp", matching(a)[0].NAME), runner)
+
+
+def test_windows_of_lanes_match_the_reference(runner, tmp_path):
+    """Windows stepping one element along their rows, a lane taking VEC outputs (VEC): each chunk of the row
+    its outputs' windows span is one aligned vector load, its elements split out in registers and shared by
+    the taps. Rows of odd widths (a chunk past the row's end, outputs of the last lane group masked), padding
+    past the window's reach, a channel multiplier, an average not counting its padding and a max of a
+    recomputed sigmoid, at tiles of one and several rows, 2 and 4 outputs a lane."""
+    a = analyze(str(FIXTURES / "window_lanes.py"), small=True)
+    planes = [i for i, k in enumerate(base.plan(a).kernels) if k.layout == "plane"]
+    assert [lane_width(base.plan(a).kernels[i]) for i in planes] == [4, 4, 4]
+    first = BY_NAME["pooling"].variants(a)[0]
+    assert first["VEC"] == 4 and not first["unaligned"] and base.invalid(a, first) is None
+    for bh, bw, vec in [(1, 32, 4), (2, 8, 4), (4, 16, 2)]:
+        lanes = {"VEC": vec, "BLOCK_H": bh, "BLOCK_W": bw, "unaligned": 0, "num_warps": 1}
+        others = {str(i): lanes for i in planes if i != base.plan(a).primary}
+        source = render("window_lanes", "pooling", {**lanes, "kernels": others})
+        bodies = kernels(source, "plane")
+        assert len(bodies) == 3 and all("tl.split(" in k and "mask=hmask" in k for k in bodies)
+        check("window_lanes", source, runner)
+
+    # the kernel loads 16 bytes a lane where the rows are aligned (window_rows: 16 wide)
+    rows = analyze(str(FIXTURES / "window_rows.py"), small=True)
+    source = render("window_rows", "pooling", BY_NAME["pooling"].variants(rows)[0])
+    (tmp_path / "window_rows_lanes.py").write_text(source)
+    consts = {"BLOCK_H": 1, "BLOCK_W": 16, "VEC": 4}
+    assert "1, 1, 4" in _layouts(tmp_path / "window_rows_lanes.py", "_plane_kernel0", True, consts)
+    check("window_rows", source, runner)
+
+
+def test_lanes_are_for_windows_that_step_one_element():
+    """A window strided along its rows has no chunks to share: no VEC variant, and VEC is refused."""
+    a = analyze(str(FIXTURES / "pool_max_nd.py"), small=True)
+    assert all(lane_width(k) == 0 for k in base.plan(a).kernels)
+    assert all("VEC" not in v for v in BY_NAME["pooling"].variants(a))
+    assert "one element per output" in base.invalid(a, {**BY_NAME["pooling"].default(a), "VEC": 4})
+    rows = analyze(str(FIXTURES / "window_rows.py"), small=True)
+    assert "no unaligned" in base.invalid(rows, {**BY_NAME["pooling"].default(rows), "VEC": 4, "unaligned": 1})

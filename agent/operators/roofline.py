@@ -23,6 +23,8 @@ template's main kernel), in this order:
             then longer chunks per iteration and more warps (on an H200, cross-entropy over 128k logits read once
             went from 1.37x its floor to 1.29x pipelined; 16384-wide chunks over 32 warps were slower)
   programs  memory-bound, fewer programs than SMs: smaller row or column blocks, rows split over programs
+  windows   memory-bound, a plane kernel whose windows step one element along aligned rows: lanes taking VEC
+            outputs each, the windows built from vector loads (Gen.window_lanes)
 Before them all, whichever kernel takes the time: a memory-bound convolution in rows tiles whose norm reads its
 output for statistics tries those statistics in the convolution's epilogue (stats_epilogue).
 """
@@ -41,7 +43,8 @@ from agent.templates.fold import fold_sums
 from agent.templates.implicit_gemm import conv_tiles, gemm_dims, outer_steps
 from agent.templates.kernels import online_pairs, point_sums, reduction_stages, welford_pairs
 from agent.templates.params import (ROWS_TILES, SMS, gemm_tiles, held_split, interleaved_tiles, kernel_default,
-                                    kernel_invalid, kernel_space, l2_groups, lag_split, online_form, persistent, sizes)
+                                    kernel_invalid, kernel_space, l2_groups, lag_split, lanes, online_form, persistent,
+                                    sizes)
 from agent.templates.schedule import Kernel
 from agent.templates.stats_epilogue import Stats, stats_pair
 from tools.results import EvalResult
@@ -88,6 +91,9 @@ def moves(analysis, template, params: dict, result: EvalResult, task: dict, marg
         found += _gemm(analysis, template, kernel, params)
     if bound == "memory" and tunable:
         found += _programs(kernel, current)
+    vec = lanes(kernel, current) if bound == "memory" and tunable and kernel.layout == "plane" else {}
+    if vec:
+        found.append((vec, f"its windows load a tap at a time: try {vec['VEC']} outputs a lane from vector loads (VEC)"))
     out, seen = [], set()
     stats = None if params.get("stats") else stats_pair(pl.kernels, pl.primary, base.fitted(pl.main, own))
     if bound == "memory" and isinstance(stats, Stats):  # the whole plan's move, first

@@ -14,6 +14,7 @@ from agent.templates.params import kernel_default, lane_width
 from tools.rules import check_source
 
 FIXTURES = Path(__file__).parent / "fixtures"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def render(task: str, template: str, params: dict | None = None) -> str:
@@ -154,7 +155,7 @@ def test_windows_strided_along_rows_take_one_row_of_lanes(runner):
 def test_windows_of_lanes_match_the_reference(runner, tmp_path):
     """Windows stepping one element along their rows, a lane taking VEC outputs (VEC): each chunk of the row
     its outputs' windows span is one aligned vector load, its elements split out in registers and shared by
-    the taps. Rows of odd widths (a chunk past the row's end, outputs of the last lane group masked), padding
+    the taps. Outputs of the last lane group masked, a chunk past the row's end, padding
     past the window's reach, a channel multiplier, an average not counting its padding and a max of a
     recomputed sigmoid, at tiles of one and several rows, 2 and 4 outputs a lane."""
     a = analyze(str(FIXTURES / "window_lanes.py"), small=True)
@@ -180,10 +181,13 @@ def test_windows_of_lanes_match_the_reference(runner, tmp_path):
 
 
 def test_lanes_are_for_windows_that_step_one_element():
-    """A window strided along its rows has no chunks to share: no VEC variant, and VEC is refused."""
+    """A window strided along its rows has no chunks to share, and rows that do not start on 16-byte
+    boundaries make no vector loads: no VEC variant for either, and VEC is refused."""
     a = analyze(str(FIXTURES / "pool_max_nd.py"), small=True)
     assert all(lane_width(k) == 0 for k in base.plan(a).kernels)
     assert all("VEC" not in v for v in BY_NAME["pooling"].variants(a))
     assert "one element per output" in base.invalid(a, {**BY_NAME["pooling"].default(a), "VEC": 4})
+    odd = analyze(str(ROOT / "tasks" / "36_depthwise_conv2d.py"), small=True)  # rows of 13
+    assert lane_width(base.plan(odd).main) == 0 and "VEC" not in BY_NAME["pooling"].variants(odd)[0]
     rows = analyze(str(FIXTURES / "window_rows.py"), small=True)
     assert "no unaligned" in base.invalid(rows, {**BY_NAME["pooling"].default(rows), "VEC": 4, "unaligned": 1})

@@ -368,3 +368,18 @@ def test_a_split_norm_tries_its_output_pass_as_a_flat_kernel():
     assert flat[0].reason == ("memory-bound at 1.80x the floor, 2 reads per row: try the output pass as a flat kernel "
                               "over the rows' statistics, a block a program (FLAT 0->1)")
     assert not [m for m in rowwise_moves(a, {**split, "FLAT": 1}, measured(1.8)) if "FLAT" in m.reason]
+
+
+def test_windows_that_step_one_element_try_lanes_of_vector_loads():
+    """A memory-bound window kernel whose taps step one element along aligned rows tries VEC outputs a lane;
+    one strided along its rows, or already in lanes, does not."""
+    t = BY_NAME["pooling"]
+    a = analysis_of("window_rows")
+    out = moves(a, t, t.default(a), measured(1.6), a.to_json())
+    lanes = [m for m in out if "VEC" in m.params]
+    assert [m.reason for m in lanes] == ["memory-bound at 1.60x the floor, its windows load a tap at a time: try 4 "
+                                         "outputs a lane from vector loads (VEC)"]
+    assert lanes[0].params["unaligned"] == 0 and base.invalid(a, lanes[0].params) is None
+    assert not any("VEC" in m.params for m in moves(a, t, lanes[0].params, measured(1.6), a.to_json()))
+    strided = analysis_of("pool_max_nd")
+    assert not any("VEC" in m.params for m in moves(strided, t, t.default(strided), measured(1.6), strided.to_json()))

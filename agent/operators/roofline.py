@@ -23,8 +23,8 @@ template's main kernel), in this order:
             then longer chunks per iteration and more warps (on an H200, cross-entropy over 128k logits read once
             went from 1.37x its floor to 1.29x pipelined; 16384-wide chunks over 32 warps were slower)
   programs  memory-bound, fewer programs than SMs: smaller row or column blocks, rows split over programs
-  windows   memory-bound, a plane kernel whose windows step one element along aligned rows: lanes taking VEC
-            outputs each, the windows built from vector loads (Gen.window_lanes)
+  windows   memory-bound, a plane kernel whose windows read 16-byte aligned rows: lanes taking VEC outputs
+            each, the windows built from vector loads (Gen.window_lanes)
 Before them all, whichever kernel takes the time: a memory-bound convolution in rows tiles whose norm reads its
 output for statistics tries those statistics in the convolution's epilogue (stats_epilogue).
 """

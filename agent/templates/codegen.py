@@ -270,7 +270,7 @@ class Gen(Reductions):
 
     def is_block(self, code: str) -> bool:
         """Whether an index expression is a tile (not one scalar per program)."""
-        names = {"flat": "offs", "row": "ro|rr", "col": "rr|ri", "plane": "rh|rw", "gemm": "rm|rn|rw"}[self.layout]
+        names = {"flat": "offs", "row": "ro|rr", "col": "rr|ri", "plane": "rh|rw|rg|lane", "gemm": "rm|rn|rw"}[self.layout]
         names = "|".join([names, r"lin\d+"] + sorted(self.tiles))
         return re.search(rf"\b({names})\b", code) is not None
 
@@ -563,18 +563,20 @@ class Gen(Reductions):
         return acc
 
     def window_lanes(self, m: Node, axes: list[_Axis], index: list) -> str:
-        """`window` where a lane takes VEC outputs in a row (`_plane`: the tile [BLOCK_H, BLOCK_W // VEC, VEC])
-        and the window steps one input element per output along it. For each tap of the leading axes the lane
-        loads the VEC-wide aligned chunks its outputs' windows span along the row, one vector load each, splits
-        them into elements and takes each output's taps from those: loads of VEC elements instead of a load a
-        tap. A chunk serves outputs left of it, so its load is masked by the rows (`hmask`) and the input's
-        bounds, not by the tile's mask. On an H200 (session 20) KernelBench's 1-D max pool (8 taps, dilation 3)
-        ran 2.088 -> 1.608 ms, its 1-D average pool 1.350 -> 1.029, its 3x7 depthwise convolution 0.448 -> 0.363."""
+        """`window` where a lane takes VEC outputs in a row (`_plane`: the tile [BLOCK_H, BLOCK_W // VEC, VEC],
+        `rg` a lane's first output, `lane` the offsets from it). For each tap of the leading axes the lane loads
+        the VEC-wide aligned chunks its outputs' windows span along the row (from the first output's first tap,
+        rounded down to a multiple of VEC, to the last output's last), one vector load each, splits them into
+        elements and takes each output's taps from those: a load of VEC elements where there was a load a tap.
+        A chunk serves outputs left of it, so its load is masked by the rows (`hmask`) and the input's bounds,
+        not by the tile's mask. On an H200 (session 20) KernelBench's 1-D max pool (8 taps, dilation 3) ran
+        2.088 -> 1.608 ms, its 1-D average pool 1.350 -> 1.029, its 3x7 depthwise convolution 0.448 -> 0.363."""
         x, a, vec = m.args[0], m.attrs, self.p["VEC"]
-        pad, dil, width = a["padding"][-1], a["dilation"][-1], x.shape[-1]
-        start = (-pad // vec) * vec  # the first chunk's offset from a lane group's first output, aligned
+        pad, dil, step, width = a["padding"][-1], a["dilation"][-1], a["stride"][-1], x.shape[-1]
+        start = (-pad // vec) * vec  # the first chunk's offset from a lane's first output's first tap, aligned
         first = -pad - start  # the first output's first tap in that chunk
-        last = first + vec + dil * (a["kernel"][-1] - 1)  # one past the last lane's last tap
+        last = first + step * (vec - 1) + dil * (a["kernel"][-1] - 1) + 1  # one past the last output's last tap
+        row = "rw" if step == 1 else f"rg * {step} + lane"  # a chunk's elements, from the lane's first tap
         lines, lead = self.body.lines, len(m.shape) - len(a["kernel"])
         neutral = NEUTRAL["max"] if m.fn == "max" else "0.0"
         part = "[BLOCK_H, BLOCK_W // VEC]"
@@ -584,7 +586,7 @@ class Gen(Reductions):
         for taps in itertools.product(*(axis.taps for axis in axes[:-1])):
             elems = []
             for c in range(-(-last // vec)):
-                pos = f"(rw + {start + c * vec})" if start + c * vec else "rw"
+                pos = f"({row} + {start + c * vec})" if start + c * vec else row if step == 1 else f"({row})"
                 bounds = ([f"({pos} >= 0)"] if start + c * vec < 0 else []) + [f"({pos} < {width})"]
                 checks = [[]] * lead + [cs for _, _, cs in taps] + [bounds]
                 xv = self.at(x, index + [p for _, p, _ in taps] + [pos], checks, neutral)
@@ -599,7 +601,7 @@ class Gen(Reductions):
                     weight = self.fresh("wt")
                     lines.append(f"{weight} = tl.load({self.ptr(w.base)} + {woff}).to(tl.float32)")
                 for j, acc in enumerate(accs):
-                    e = elems[first + j + dil * t]
+                    e = elems[first + step * j + dil * t]
                     lines.append(f"{acc} = tl.maximum({acc}, {e})" if m.fn == "max" else
                                  f"{acc} += {e}" if m.fn == "avg" else f"{acc} += {e} * {weight}")
         self.tile_mask = "mask"
@@ -774,10 +776,10 @@ class Gen(Reductions):
 
 
 def lane_window(m: Node) -> bool:
-    """Whether a window steps one input element per output along its last dim, its taps fixed offsets there
-    (not adaptive): Gen.window_lanes can build its outputs from aligned chunks of the row."""
+    """Whether a window's taps along its last dim sit at fixed offsets from its outputs' (not adaptive), at a
+    stride of at most 4: Gen.window_lanes can build its outputs from aligned chunks of the row."""
     adaptive = m.attrs.get("adaptive", (False,) * len(m.attrs["kernel"]))[-1]
-    return m.attrs["stride"][-1] == 1 and not adaptive
+    return m.attrs["stride"][-1] <= 4 and not adaptive
 
 
 def _join_lanes(parts: list[str]) -> str:

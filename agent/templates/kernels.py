@@ -186,10 +186,12 @@ def _plane(kernel: Kernel, name: str, p: dict) -> KernelCode:
     rows = max(1, min(p.get("ROWS", 1), math.ceil(oh / bh)))  # tiles a program takes down the plane, in a loop
     nh, nw = math.ceil(oh / (bh * rows)), math.ceil(ow / bw)
     big = ".to(tl.int64)" if gen.big else ""
-    lanes = f"(tl.arange(0, BLOCK_W // VEC) * VEC)[None, :, None] + tl.arange(0, VEC)[None, None, :]" \
-        if vec > 1 else "tl.arange(0, BLOCK_W)[None, :]"
-    gen.top.lines += ["pid = tl.program_id(0)", f"ro = (pid // {nh * nw}){big}", f"tile = pid % {nh * nw}",
-                      f"rw = (tile % {nw}) * BLOCK_W + {lanes}"]
+    gen.top.lines += ["pid = tl.program_id(0)", f"ro = (pid // {nh * nw}){big}", f"tile = pid % {nh * nw}"]
+    if vec > 1:  # a lane's VEC outputs: rg the first, lane the offsets from it (Gen.window_lanes)
+        gen.top.lines += [f"rg = (tile % {nw}) * BLOCK_W + (tl.arange(0, BLOCK_W // VEC) * VEC)[None, :, None]",
+                          "lane = tl.arange(0, VEC)[None, None, :]", "rw = rg + lane"]
+    else:
+        gen.top.lines.append(f"rw = (tile % {nw}) * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]")
     head = len(gen.top.lines)
     step = f"(tile // {nw}) * {bh * rows} + hh * BLOCK_H" if rows > 1 else f"(tile // {nw}) * BLOCK_H"
     gen.top.lines += [f"rh = {step} + tl.arange(0, BLOCK_H){'[:, None, None]' if vec > 1 else '[:, None]'}",

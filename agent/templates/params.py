@@ -275,9 +275,10 @@ def unaligned_taps(kernel: Kernel) -> bool:
 
 
 def lane_width(kernel: Kernel) -> int:
-    """The outputs a lane can take along the row where every window of a plane kernel steps one input element
-    per output there (codegen.lane_window): as many as one 16-byte load of its input holds; 0 where a window
-    does not. Gen.window_lanes builds their windows from aligned chunks, a vector load each."""
+    """The outputs a lane can take along the row where every window of a plane kernel has its taps there at
+    fixed offsets from its outputs' (codegen.lane_window) over rows 16-byte aligned: as many as one 16-byte
+    load of its input holds; else 0. Gen.window_lanes builds their windows from aligned chunks, a vector load
+    each."""
     windows = [m for m in kernel.nodes if m.op == "window"]
     if kernel.layout != "plane" or not windows or not all(lane_window(m) for m in windows):
         return 0
@@ -287,13 +288,16 @@ def lane_width(kernel: Kernel) -> int:
 
 def lanes(kernel: Kernel, p: dict) -> dict:
     """The changes to a plane kernel's parameters `p` that give each lane VEC outputs along the row (lane_width),
-    or {} where its windows cannot take them: one row of up to 512 outputs a program, one vector a lane."""
+    or {} where its windows cannot take them: a row of up to 512 outputs a program (rows enough for a warp
+    where they are short), one vector a lane, a strided window's ROWS loop kept."""
     vec = lane_width(kernel)
     if not vec or p.get("layout") == "flat" or p.get("VEC", 1) > 1:
         return {}
-    bw = min(512, max(vec, next_pow2(kernel.domain[-1])))
-    return {"VEC": vec, "BLOCK_H": 1, "BLOCK_W": bw, "ROWS": 1, "num_warps": max(1, min(8, bw // (32 * vec))),
-            **({"unaligned": 0} if p.get("unaligned") else {})}
+    oh, ow = kernel.domain[-2], kernel.domain[-1]
+    bw = min(512, max(vec, next_pow2(ow)))
+    bh = max(1, min(next_pow2(oh), 32 * vec // bw))
+    return {"VEC": vec, "BLOCK_H": bh, "BLOCK_W": bw, "ROWS": p.get("ROWS", 1),
+            "num_warps": max(1, min(8, bh * bw // (32 * vec))), **({"unaligned": 0} if p.get("unaligned") else {})}
 
 
 def _aligned_rows(v, vec: int) -> bool:
@@ -467,7 +471,7 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
         return "the tile holds more than 8192 outputs"
     if layout == "plane" and p.get("VEC", 1) > 1:
         if not lane_width(kernel) or p["VEC"] > lane_width(kernel):
-            return f"VEC takes windows that step one element per output along the row, at most {lane_width(kernel)} a lane"
+            return f"VEC takes windows at fixed offsets along 16-byte aligned rows, at most {lane_width(kernel)} a lane"
         if p.get("unaligned") or p.get("layout") == "flat":
             return "VEC loads aligned vectors in a plane tile: no unaligned, no flat layout"
     if layout == "col" and p.get("BLOCK_I", 64) * p.get("BLOCK_R", 32) > 65536:

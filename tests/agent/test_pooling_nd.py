@@ -10,6 +10,7 @@ import pytest
 from agent.analysis import analyze
 from agent.templates import BY_NAME, base, matching
 from agent.templates.ir import lower
+from agent.templates.codegen import lane_window
 from agent.templates.params import kernel_default, lane_width
 from tools.rules import check_source
 
@@ -180,14 +181,31 @@ def test_windows_of_lanes_match_the_reference(runner, tmp_path):
     check("window_rows", source, runner)
 
 
-def test_lanes_are_for_windows_that_step_one_element():
-    """A window strided along its rows has no chunks to share, and rows that do not start on 16-byte
-    boundaries make no vector loads: no VEC variant for either, and VEC is refused."""
-    a = analyze(str(FIXTURES / "pool_max_nd.py"), small=True)
-    assert all(lane_width(k) == 0 for k in base.plan(a).kernels)
-    assert all("VEC" not in v for v in BY_NAME["pooling"].variants(a))
-    assert "one element per output" in base.invalid(a, {**BY_NAME["pooling"].default(a), "VEC": 4})
+def test_windows_strided_along_rows_in_lanes_match_the_reference(runner):
+    """A lane's VEC outputs of a window at stride s read s * VEC elements along the row and more: at strides 2
+    and 3, with padding, dilation, ceil_mode and an average not counting its padding, in 2-D and 3-D."""
+    a = analyze(str(FIXTURES / "window_lanes_strided.py"), small=True)
+    plan = base.plan(a)
+    planes = [i for i, k in enumerate(plan.kernels) if k.layout == "plane"]
+    assert [lane_width(plan.kernels[i]) for i in planes] == [4, 4, 4]
+    first = BY_NAME["pooling"].variants(a)[0]
+    assert first["VEC"] == 4 and first["ROWS"] == BY_NAME["pooling"].default(a)["ROWS"]  # the strided loop kept
+    for bh, bw, vec in [(1, 32, 4), (4, 16, 2)]:
+        lanes = {"VEC": vec, "BLOCK_H": bh, "BLOCK_W": bw, "ROWS": 2, "num_warps": 1}
+        source = render("window_lanes_strided", "pooling",
+                        {**lanes, "kernels": {str(i): lanes for i in planes if i != plan.primary}})
+        assert all("rg * 2 + lane" in k or "rg * 3 + lane" in k for k in kernels(source, "plane"))
+        check("window_lanes_strided", source, runner)
+
+
+def test_lanes_are_for_windows_at_fixed_offsets_over_aligned_rows():
+    """Rows that do not start on 16-byte boundaries make no vector loads, and an adaptive window's taps move
+    from output to output: no VEC variant for either, and VEC is refused."""
+    windows = [n for n in lower(analyze(str(FIXTURES / "pool_adaptive.py"), small=True)).nodes if n.op == "window"]
+    assert not any(lane_window(n) for n in windows if n.attrs["adaptive"][-1])
+    assert any(lane_window(n) for n in windows if not n.attrs["adaptive"][-1])
     odd = analyze(str(ROOT / "tasks" / "36_depthwise_conv2d.py"), small=True)  # rows of 13
     assert lane_width(base.plan(odd).main) == 0 and "VEC" not in BY_NAME["pooling"].variants(odd)[0]
+    assert "16-byte aligned rows" in base.invalid(odd, {**BY_NAME["pooling"].default(odd), "VEC": 4})
     rows = analyze(str(FIXTURES / "window_rows.py"), small=True)
     assert "no unaligned" in base.invalid(rows, {**BY_NAME["pooling"].default(rows), "VEC": 4, "unaligned": 1})

@@ -30,7 +30,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     if "BLOCK_H" not in d:
         return [d]
     # a lane takes VEC outputs along the row where the windows allow (Gen.window_lanes): on an H200 (session 20)
-    # 5-24% faster on four of KernelBench's five stride-1 windows, 3% slower on the fifth (3x1 taps, one a row)
+    # 5-24% faster than the best other variant on five of KernelBench's seven windows over aligned rows, 3-4%
+    # slower on a 3x1 depthwise convolution (one tap a row) and a 3-D average pool at stride 2
     vec = lanes(base.plan(analysis).main, d)
     lanes_first = [{**d, **vec}] if vec else []
     # a strided window's loop over ROWS row tiles (params.strided_rows), and a program per row tile second: on an

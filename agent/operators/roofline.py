@@ -11,7 +11,7 @@ template's main kernel), in this order:
             narrower K tile, then more warps)
   reads     memory-bound, a row kernel that reads its rows more than once: the pass fusions that are off (online
             softmax, Welford, the folded target), the row held in registers (one_pass), persistent programs whose
-            rows in flight fit L2, a split in one launch whose second read trails its first by a row (LAG), a
+            rows in flight fit L2, eviction hints that keep a row in L2 for its later passes (evict), a split in one launch whose second read trails its first by a row (LAG), a
             split run in groups of rows that fit L2 (its second read from L2), the last pass walking back over
             what L2 still holds, a split's output pass as a flat kernel
   gemm      the main GEMM: the vendor GEMM under the Triton epilogue (impl), a convolution's FMA dot steps split
@@ -39,9 +39,8 @@ from agent.graph import floor_bar
 from agent.operators.template import config_key
 from agent.templates import base
 from agent.templates.codegen import next_pow2
-from agent.templates.fold import fold_sums
 from agent.templates.implicit_gemm import conv_tiles, gemm_dims, outer_steps
-from agent.templates.kernels import online_pairs, point_sums, reduction_stages, welford_pairs
+from agent.templates.kernels import looped_passes, online_pairs
 from agent.templates.params import (ROWS_TILES, SMS, gemm_tiles, held_split, interleaved_tiles, kernel_default,
                                     kernel_invalid, kernel_space, l2_groups, lag_split, lanes, online_form, persistent,
                                     sizes)
@@ -128,10 +127,7 @@ def row_reads(kernel: Kernel, p: dict) -> int:
         return 1 + (full and not p.get("COOP"))
     if p.get("mode") == "one_pass" or p.get("BLOCK_R", 1024) >= sizes(kernel)[1]:
         return 1
-    k = fold_sums(kernel) if p.get("fold", 1) else kernel
-    pairs = {**(online_pairs(k) if p.get("online", 1) else {}), **(welford_pairs(k) if p.get("welford", 1) else {})}
-    points = point_sums(k, p)  # a load per row, no pass of their own
-    return len({s for r, s in reduction_stages(k, pairs).items() if r not in points}) + full
+    return looped_passes(kernel, p)
 
 
 # --- the rules: each gives (changes, why) for the hot kernel ---------------------------------------------
@@ -204,6 +200,9 @@ def _reads(kernel: Kernel, p: dict) -> list[tuple[dict, str]]:
         if split:
             out.append(({**grouped, "SPLIT": split}, f"{fact}: try a split run {group} rows at a time, its second "
                                                       f"read from L2 (SPLIT {split}, GROUP {group})"))
+    if "evict" in space and not p.get("evict") and p.get("mode") == "looped" and p.get("SPLIT", 1) == 1:
+        out.append(({"evict": 1}, f"{fact}: try the earlier passes' loads kept in L2 (evict_last) and the last "
+                                  f"pass's let go first (evict 0->1)"))
     if "tail_first" in space and not p.get("tail_first"):
         out.append(({"tail_first": 1}, f"{fact}: try the last pass from the row's end, first re-reading what L2 "
                                        f"still holds (tail_first 0->1)"))

@@ -289,6 +289,16 @@ def _own_indices(lines: list[str], suffix: str) -> list[str]:
     return [re.sub(r"\b(rr|mask)\b(?!=)", rf"\1{suffix}", line) for line in lines]
 
 
+def looped_passes(kernel: Kernel, p: dict) -> int:
+    """How many chunk loops over its row a looped row kernel under `p` makes: one per reduction stage left after
+    the pass fusions (but point sums, a load per row), plus one writing the row."""
+    k = fold_sums(kernel) if p.get("fold", 1) else kernel
+    pairs = {**(online_pairs(k) if p.get("online", 1) else {}), **(welford_pairs(k) if p.get("welford", 1) else {})}
+    points = point_sums(k, p)
+    return len({st for r, st in reduction_stages(k, pairs).items() if r not in points}) + \
+        any(k.level[m] == "full" for m in k.stores)
+
+
 def point_sums(kernel: Kernel, p: dict) -> set[Node]:
     """The reductions of `kernel` that a row kernel under `p` emits as one load per row (_point_sum)."""
     probe = Gen(kernel, "probe", p)
@@ -353,6 +363,9 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
         online = online_pairs(kernel) if p.get("online", 1) else {}
         welford = welford_pairs(kernel) if p.get("welford", 1) else {}
         stages = reduction_stages(kernel, {**online, **welford})
+        # a row read again: its earlier passes keep it in L2 (evict_last), the last lets it go (evict_first)
+        evict = bool(p.get("evict")) and gen.layout == "row" and looped_passes(kernel, p) > 1
+        gen.evict = "evict_last" if evict else ""
         for s in sorted(set(stages.values())):
             todo = [r for r, st in stages.items() if st == s]
             fused = [(kind, r, pairs[r]) for kind, pairs in (("online", online), ("welford", welford))
@@ -360,6 +373,8 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
             plain = [r for r in todo if r not in {x for _, a, b in fused for x in (a, b)} and not _point_sum(gen, r)]
             if not plain and not fused:
                 continue
+            if evict and s == max(stages.values()) and not full_stores:
+                gen.evict = "evict_first"
             gen.top.lines += _loop(gen, _accumulate(gen, plain, fused).lines)
             for r in plain:
                 gen.reduce_end(r)
@@ -367,10 +382,12 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
                 getattr(gen, f"{kind}_end")(second, first)
         if full_stores:
             gen.body = Scope()
+            gen.evict = "evict_first" if evict else ""
             store_lines(gen, full_stores)
             reverse = bool(kernel.scan_reverse) if kernel.scan_reverse is not None else bool(p.get("tail_first"))
             gen.top.lines += _loop(gen, gen.body.lines, reverse=reverse)
             gen.body = gen.top
+        gen.evict = ""
         store_lines(gen, red_stores)
     meta_names = ["BLOCK_O", "BLOCK_R"] if gen.layout == "row" else ["BLOCK_R", "BLOCK_I"]
     if persist:  # each program takes blocks of rows (ob) in turn: persist blocks in flight at a time

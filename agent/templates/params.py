@@ -12,7 +12,7 @@ how many programs run.
         per-element output a flat kernel over the row values its combining kernel stores), pass fusions online,
         welford, fold, and tail_first,
         PERSIST (0: a program per block of rows; k: k programs per SM, each taking blocks of rows in turn),
-        pipeline (1: chunk loops pipelined over num_stages)
+        pipeline (1: chunk loops pipelined over num_stages), evict (1: eviction hints on a row read again)
   col   BLOCK_I, BLOCK_R, num_warps, num_stages
   gemm  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages (+ SPLIT_K, impl, precision at plan level, and
         operands, input or fp32, where bf16/fp16 operands meet tl.dot: base.default_operands); a convolution's
@@ -32,7 +32,7 @@ from agent.templates.codegen import lane_window, next_pow2, pair_rows
 from agent.templates.implicit_gemm import conv_tiles, gemm_dims, interleave_slots, outer_steps, rows_fit
 from agent.templates.ir import Leaf, Node
 from agent.templates.fold import fold_sums, foldable
-from agent.templates.kernels import reduction_stages, online_pairs, welford_pairs
+from agent.templates.kernels import looped_passes, reduction_stages, online_pairs, welford_pairs
 from agent.templates.codegen import SMS
 from agent.templates.schedule import Kernel
 
@@ -363,6 +363,8 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
             space["COOP"] = [0, 1]  # 1: a chunk a program, held in registers across the row's combine (kernels._held)
         if "looped" in space["mode"]:
             space["pipeline"] = [0, 1]  # the chunk loops software-pipelined over num_stages (tl.range)
+        if "looped" in space["mode"] and looped_passes(kernel, {}) > 1:
+            space["evict"] = [0, 1]  # 1: a row's earlier passes evict_last, its last evict_first (kernels._reduction)
         if "looped" in space["mode"] and o > SMS:
             space["PERSIST"] = [0, 1, 2]  # SMS x PERSIST programs, each taking blocks of rows in turn
         if "one_pass" in space["mode"] and pair_rows(kernel):

@@ -65,13 +65,16 @@ def test_reads_per_row_are_the_passes_the_kernel_makes(task, params):
 def test_a_two_pass_row_reduction_tries_the_one_pass_forms_first():
     a = analysis_of("var_softmax_rows")
     out = rowwise_moves(a, {"mode": "looped", "BLOCK_R": 128, "online": 0, "tail_first": 0}, measured(1.52))
-    assert [m.reason for m in out[:3]] == [
+    assert [m.reason for m in out[:4]] == [
         "memory-bound at 1.52x the floor, 3 reads per row: try the online softmax, its max and sum in one pass "
         "(online 0->1)",
         "memory-bound at 1.52x the floor, 3 reads per row: try the row held in registers, read once (one_pass)",
+        "memory-bound at 1.52x the floor, 3 reads per row: try the earlier passes' loads kept in L2 (evict_last) "
+        "and the last pass's let go first (evict 0->1)",
         "memory-bound at 1.52x the floor, 3 reads per row: try the last pass from the row's end, first re-reading "
         "what L2 still holds (tail_first 0->1)"]
-    assert out[0].params["online"] == 1 and out[1].params["mode"] == "one_pass" and out[2].params["tail_first"] == 1
+    assert out[0].params["online"] == 1 and out[1].params["mode"] == "one_pass" and out[2].params["evict"] == 1
+    assert out[3].params["tail_first"] == 1
     assert all(m.kernel is None and base.invalid(a, m.params) is None for m in out)
 
 
@@ -305,21 +308,23 @@ def test_rows_read_twice_that_outgrow_l2_take_wide_chunks_then_persistent_progra
     """L1 normalization over rows of 65535 (38_L1Norm_'s shape) on an H200: a program per row at 8 warps and
     4096-wide chunks took 1.87x its floor; 132 persistent programs at 32 warps and 16384-wide chunks 1.54x; a
     split grouped to fit L2 3.4x longer. Session 11 measured the same warps and chunks with a program per row
-    at 5.39 ms against 6.26 persistent: the default, with the persistent form the second variant."""
+    at 5.39 ms against 6.26 persistent: the default, with the persistent form the third variant (after the
+    default with eviction hints)."""
     a = analysis_of("var_rows_many", {"rows": 32768, "dim": 65535})
-    default, second = BY_NAME["rowwise"].variants(a)[:2]
+    default, second, third = BY_NAME["rowwise"].variants(a)[:3]
     assert (default["PERSIST"], default["num_warps"], default["BLOCK_R"]) == (0, 32, 16384)
-    assert second == {**default, "PERSIST": 1}
+    assert second == {**default, "evict": 1} and third == {**default, "PERSIST": 1}
     # rows half as long fit two a SM: 16 warps and 8192-wide chunks, where persistence helped (6.11 ms against
     # 6.46 for a program per row on 38's rows): the default stays persistent, and nothing repeats it
     half = BY_NAME["rowwise"].variants(analysis_of("var_rows_many", {"rows": 32768, "dim": 32768}))
     assert (half[0]["PERSIST"], half[0]["num_warps"], half[0]["BLOCK_R"]) == (2, 16, 8192)
-    assert not any(v.get("PERSIST") for v in half[1:] if v.get("mode") == "looped" and "SPLIT" not in v)
+    assert half[2] == {**half[0], "evict": 1}  # after the row held in registers
+    assert not any(v.get("PERSIST") for v in half[3:] if v.get("mode") == "looped" and "SPLIT" not in v)
     start = {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "tail_first": 1, "PERSIST": 0}
     out = rowwise_moves(a, start, measured(1.87))
     assert out[0].params["PERSIST"] == 1 and out[0].params["num_warps"] == 32 and out[0].params["BLOCK_R"] == 16384
     assert "132 persistent programs" in out[0].reason and base.invalid(a, out[0].params) is None
-    assert not any(m.params.get("PERSIST") for m in rowwise_moves(a, out[0].params, measured(1.5)))
+    assert not any("persistent" in m.reason for m in rowwise_moves(a, out[0].params, measured(1.5)))
 
 
 

@@ -14,6 +14,7 @@ from agent.interfaces import Individual, TaskContext
 from agent.operators.param import ParamOperator
 from agent.templates import BY_NAME, base
 from agent.templates.fold import foldable
+from agent.templates.kernels import looped_passes
 from agent.templates.params import L2_BYTES, l2_groups
 from tools.results import EvalResult, Timing
 from tools.rules import check_source
@@ -447,3 +448,23 @@ def test_the_kernel_with_most_device_time_is_retuned():
 def test_a_main_kernel_that_takes_the_time_is_tuned_as_before():
     out = proposals({"_gemm_kernel0": 0.9, "_row_kernel1": 0.1, "aten::mm": 5.0})
     assert out and not any("kernels" in p.params for p in out)
+
+
+@pytest.mark.parametrize("task, params", [
+    ("var_layer_norm", {"welford": 0}),  # mean, variance, output: three passes
+    ("var_softmax_rows", {}),  # the online max and sum, then the output
+])
+def test_rows_read_again_are_kept_in_l2_for_the_later_passes(task, params, runner):
+    """evict: a looped row kernel that reads its rows again loads them evict_last in its earlier passes and
+    evict_first in its last, which stores evict_first too; what it does not walk (a norm's weight) takes no
+    hint. A kernel that reads its rows once (cross-entropy, its target folded into the online pass) has no
+    such parameter."""
+    source = check(task, "rowwise", {"mode": "looped", "BLOCK_R": 256, "evict": 1, **params}, runner)
+    body = source.split("def _row_kernel0(", 1)[1].split("class ModelNew", 1)[0]
+    loads = re.findall(r'tl\.load\([^\n]*eviction_policy="(\w+)"', body)  # a pass's whole chunks and remainder
+    assert [hint for i, hint in enumerate(loads) if i == 0 or loads[i - 1] != hint] == ["evict_last", "evict_first"]
+    assert loads.count("evict_last") == 2 * (_row_loops(source, "_row_kernel0") - 1)
+    assert set(re.findall(r'tl\.store\([^\n]*eviction_policy="(\w+)"', body)) == {"evict_first"}
+    once = analyze(str(FIXTURES / "var_cross_entropy.py"), small=True)
+    assert looped_passes(base.plan(once).main, {"mode": "looped"}) == 1
+    assert "evict" not in BY_NAME["rowwise"].space(once)

@@ -11,9 +11,10 @@ template's main kernel), in this order:
             narrower K tile, then more warps)
   reads     memory-bound, a row kernel that reads its rows more than once: the pass fusions that are off (online
             softmax, Welford, the folded target), the row held in registers (one_pass), persistent programs whose
-            rows in flight fit L2, eviction hints that keep a row in L2 for its later passes (evict), a split in one launch whose second read trails its first by a row (LAG), a
-            split run in groups of rows that fit L2 (its second read from L2), the last pass walking back over
-            what L2 still holds, a split's output pass as a flat kernel
+            rows in flight fit L2, a split in one launch whose second read trails its first by a row (LAG), a
+            split run in groups of rows that fit L2 (its second read from L2), eviction hints that keep a row in
+            L2 for its later passes (evict), the last pass walking back over what L2 still holds, a split's
+            output pass as a flat kernel
   gemm      the main GEMM: the vendor GEMM under the Triton epilogue (impl), a convolution's FMA dot steps split
             into TF32 parts (precision tf32x3), split-K where the output tiles do not
             fill the GPU, tile shapes nearer the output's (more tiles where they do not fill it, larger ones
@@ -92,7 +93,8 @@ def moves(analysis, template, params: dict, result: EvalResult, task: dict, marg
         found += _programs(kernel, current)
     vec = lanes(kernel, current) if bound == "memory" and tunable and kernel.layout == "plane" else {}
     if vec:
-        found.append((vec, f"its windows load a tap at a time: try {vec['VEC']} outputs a lane from vector loads (VEC)"))
+        found.append((vec, f"its windows load a tap at a time: try {vec['VEC']} outputs a lane from vector loads "
+                           f"(VEC)"))
     out, seen = [], set()
     stats = None if params.get("stats") else stats_pair(pl.kernels, pl.primary, base.fitted(pl.main, own))
     if bound == "memory" and isinstance(stats, Stats):  # the whole plan's move, first

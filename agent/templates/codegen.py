@@ -270,7 +270,8 @@ class Gen(Reductions):
 
     def is_block(self, code: str) -> bool:
         """Whether an index expression is a tile (not one scalar per program)."""
-        names = {"flat": "offs", "row": "ro|rr", "col": "rr|ri", "plane": "rh|rw|rg|lane", "gemm": "rm|rn|rw"}[self.layout]
+        names = {"flat": "offs", "row": "ro|rr", "col": "rr|ri", "plane": "rh|rw|rg|lane",
+                 "gemm": "rm|rn|rw"}[self.layout]
         names = "|".join([names, r"lin\d+"] + sorted(self.tiles))
         return re.search(rf"\b({names})\b", code) is not None
 
@@ -586,8 +587,9 @@ class Gen(Reductions):
         for taps in itertools.product(*(axis.taps for axis in axes[:-1])):
             elems = []
             for c in range(-(-last // vec)):
-                pos = f"({row} + {start + c * vec})" if start + c * vec else row if step == 1 else f"({row})"
-                bounds = ([f"({pos} >= 0)"] if start + c * vec < 0 else []) + [f"({pos} < {width})"]
+                offset = start + c * vec
+                pos = f"({row} + {offset})" if offset else f"({row})"
+                bounds = ([f"({pos} >= 0)"] if offset < 0 else []) + [f"({pos} < {width})"]
                 checks = [[]] * lead + [cs for _, _, cs in taps] + [bounds]
                 xv = self.at(x, index + [p for _, p, _ in taps] + [pos], checks, neutral)
                 if not isinstance(x, Leaf):  # a computed chunk: the neutral value outside the input
@@ -623,9 +625,9 @@ class Gen(Reductions):
         even, odd = self.fresh("ev"), self.fresh("od")
         whole = name if vec == 2 else f"tl.reshape({name}, [BLOCK_H, BLOCK_W // VEC, {vec // 2}, 2])"
         self.body.lines.append(f"{even}, {odd} = tl.split({whole})")
-        out = []
         if vec == 2:
             return [even, odd]
+        out = []
         for e, o in zip(self.lanes(even, vec // 2), self.lanes(odd, vec // 2)):
             out += [e, o]
         return out

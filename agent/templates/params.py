@@ -308,7 +308,9 @@ def _aligned_rows(v, vec: int) -> bool:
     on an H200)."""
     if isinstance(v, Leaf):
         rows = [st for st, n in zip(v.strides[:-1], v.shape[:-1]) if n > 1]
-        return v.kind != "tensor" or v.strides[-1] in (0, 1) and v.offset % vec == 0 and all(st % vec == 0 for st in rows)
+        if v.kind != "tensor":
+            return True
+        return v.strides[-1] in (0, 1) and v.offset % vec == 0 and all(st % vec == 0 for st in rows)
     return all(_aligned_rows(a, vec) for a in getattr(v, "args", ()) if isinstance(a, (Leaf, Node)))
 
 

@@ -38,7 +38,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     # H200 the 3-D max pool over 62-row planes ran 1.569 ms with 16 a program, 1.360 with one; level 2's pools
     # over small planes ran faster with the loop
     single = [{**d, "ROWS": 1}] if d.get("ROWS", 1) > 1 else []
-    return [*lanes_first, d, *single, {**d, "BLOCK_H": max(1, d["BLOCK_H"] // 2), "BLOCK_W": min(1024, d["BLOCK_W"] * 2)},
+    return [*lanes_first, d, *single,
+            {**d, "BLOCK_H": max(1, d["BLOCK_H"] // 2), "BLOCK_W": min(1024, d["BLOCK_W"] * 2)},
             {**d, "BLOCK_H": d["BLOCK_H"] * 2, "num_warps": 8}, {**d, "layout": "flat", "BLOCK": 1024}]
 
 

@@ -37,8 +37,9 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     where they apply, and, where the rows of a two-pass kernel outgrow L2, a split whose chunks stay in
     registers across the row's combine (COOP, second: the input read once), a split in one launch whose second
     read trails the first (LAG, third) and a split run in groups of rows that fit L2; where the default's rows
-    are read twice and many, persistent programs second (params.persistent); a looped row read again with
-    eviction hints that keep it in L2 for the later pass (evict), second, and in the looped alternative."""
+    are read twice and many, persistent programs next (params.persistent). A looped default that reads its row
+    again, with eviction hints that keep it in L2 for the later pass (evict), comes second, or third after a form
+    that reads the row once; the looped alternative takes them too."""
     d = default(analysis)
     main = base.plan(analysis).main
     out = [d]

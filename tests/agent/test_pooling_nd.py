@@ -164,8 +164,8 @@ def test_windows_of_lanes_match_the_reference(runner, tmp_path):
     assert [lane_width(base.plan(a).kernels[i]) for i in planes] == [4, 4, 4]
     first = BY_NAME["pooling"].variants(a)[0]
     assert first["VEC"] == 4 and not first["unaligned"] and base.invalid(a, first) is None
-    for bh, bw, vec in [(1, 32, 4), (2, 8, 4), (4, 16, 2)]:
-        lanes = {"VEC": vec, "BLOCK_H": bh, "BLOCK_W": bw, "unaligned": 0, "num_warps": 1}
+    for bh, bw, vec, rows in [(1, 32, 4, 1), (2, 8, 4, 2), (4, 16, 2, 1)]:  # rows: tiles a program, in turn
+        lanes = {"VEC": vec, "BLOCK_H": bh, "BLOCK_W": bw, "ROWS": rows, "unaligned": 0, "num_warps": 1}
         others = {str(i): lanes for i in planes if i != base.plan(a).primary}
         source = render("window_lanes", "pooling", {**lanes, "kernels": others})
         bodies = kernels(source, "plane")

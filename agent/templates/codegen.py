@@ -551,17 +551,19 @@ class Gen(Reductions):
             elif m.fn == "avg":
                 lines.append(f"{acc} += {f(xv)}")
             else:
-                w = m.args[1]
-                woff = f"{self.dim_index(1)} * {w.strides[0]} + " \
-                       f"{sum(t * w.strides[2 + j] for j, (t, _, _) in enumerate(taps)) + w.offset}"
+                woff = self.tap_weight(m, [t for t, _, _ in taps])
                 wmask = ", mask=mask, other=0.0" if self.is_block(woff) else ""
-                lines.append(f"{acc} += {f(xv)} * tl.load({self.ptr(w.base)} + {woff}{wmask}).to(tl.float32)")
+                lines.append(f"{acc} += {f(xv)} * tl.load({self.ptr(m.args[1].base)} + {woff}{wmask}).to(tl.float32)")
         if m.fn == "avg":
-            sizes = [axis.size for axis in axes]
-            div = a["divisor"] if a.get("divisor") else \
-                math.prod(sizes) if all(isinstance(z, int) for z in sizes) else " * ".join(map(str, sizes))
-            lines.append(f"{acc} = {acc} / ({div})")
+            lines.append(f"{acc} = {acc} / ({_divisor(a, axes)})")
         return acc
+
+    def tap_weight(self, m: Node, taps: list[int]) -> str:
+        """The offset of a depthwise convolution's filter weight at these taps (one per window axis), for the
+        output's channel."""
+        w = m.args[1]
+        return f"{self.dim_index(1)} * {w.strides[0]} + " \
+               f"{sum(t * w.strides[2 + j] for j, t in enumerate(taps)) + w.offset}"
 
     def window_lanes(self, m: Node, axes: list[_Axis], index: list) -> str:
         """`window` where a lane takes VEC outputs in a row (`_plane`: the tile [BLOCK_H, BLOCK_W // VEC, VEC],
@@ -596,12 +598,10 @@ class Gen(Reductions):
                     xv = E(f"tl.where({self.all_of([c for cs in checks for c in cs])}, {f(xv)}, {neutral})", "f")
                 elems += self.lanes(f(xv), vec)
             for t, _, _ in axes[-1].taps:
-                if m.fn == "conv":
-                    w = m.args[1]
-                    woff = f"{self.dim_index(1)} * {w.strides[0]} + " \
-                           f"{sum(k * w.strides[2 + j] for j, (k, _, _) in enumerate(taps + ((t, 0, 0),))) + w.offset}"
+                if m.fn == "conv":  # one filter tap a program: a scalar
                     weight = self.fresh("wt")
-                    lines.append(f"{weight} = tl.load({self.ptr(w.base)} + {woff}).to(tl.float32)")
+                    woff = self.tap_weight(m, [k for k, _, _ in taps] + [t])
+                    lines.append(f"{weight} = tl.load({self.ptr(m.args[1].base)} + {woff}).to(tl.float32)")
                 for j, acc in enumerate(accs):
                     e = elems[first + step * j + dil * t]
                     lines.append(f"{acc} = tl.maximum({acc}, {e})" if m.fn == "max" else
@@ -610,10 +610,7 @@ class Gen(Reductions):
         acc = self.fresh("acc")
         lines.append(f"{acc} = {_join_lanes(accs)}")
         if m.fn == "avg":
-            sizes = [axis.size for axis in axes]
-            div = a["divisor"] if a.get("divisor") else \
-                math.prod(sizes) if all(isinstance(z, int) for z in sizes) else " * ".join(map(str, sizes))
-            lines.append(f"{acc} = {acc} / ({div})")
+            lines.append(f"{acc} = {acc} / ({_divisor(a, axes)})")
         return acc
 
     def lanes(self, code: str, vec: int) -> list[str]:
@@ -775,6 +772,15 @@ class Gen(Reductions):
         self.body.lines += [f"{vv} = {src}", f"{out} = {fn}({vv}, axis={self.axis}, reverse={rev}) {op} {carry}",
                             f"{carry} = {carry} {op} {total}"]
         return out
+
+
+def _divisor(attrs: dict, axes: list[_Axis]) -> str:
+    """An average window's divisor: divisor_override, else the product of its axes' element counts (ints, or
+    expressions per output)."""
+    sizes = [axis.size for axis in axes]
+    if attrs.get("divisor"):
+        return str(attrs["divisor"])
+    return str(math.prod(sizes)) if all(isinstance(z, int) for z in sizes) else " * ".join(map(str, sizes))
 
 
 def lane_window(m: Node) -> bool:

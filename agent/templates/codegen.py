@@ -52,6 +52,8 @@ class KernelCode:
     # int32 ones are counters and start at zero
     host: list[str] = field(default_factory=list)  # forward lines run instead of `launches` (a loop over time)
     host_args: dict = field(default_factory=dict)  # tensors the host lines read: base -> their {field} name
+    prep: list = field(default_factory=list)  # tensors the forward makes before the launches: (name, base it is
+    # made from, the expression's rest after the base's local name)
 
 
 SMS = 132  # streaming multiprocessors of the H100/H200 the parameters are sized for

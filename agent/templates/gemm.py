@@ -89,7 +89,20 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
             d.update(interleaved_tiles(k, split=True))
     return {**d, "SPLIT_K": split, "impl": "torch" if vendor else "triton",
             "precision": "tf32" if analysis.tf32 else "tf32x3" if split_fp32 else "ieee",
-            **({"operands": base.default_operands(analysis)} if pl.half_products() else {})}
+            **({"operands": base.default_operands(analysis)} if pl.half_products() else {}),
+            **({"packed": 1} if packed_default(k.nodes[0], d) else {})}
+
+
+def packed_default(node, d: dict) -> bool:
+    """Whether a convolution reads its weight packed by default (implicit_gemm.packed_weight): a transposed one
+    in tiles of at most 32 output channels. Its weight (C_in, C_out / groups, *window) puts a tap's weights a
+    window apart along both K and N. On an H200 (session 21), the default Triton variant of KernelBench's
+    convolutions with and without: transposed ones in such tiles ran up to 1.64x faster (level 2's
+    78_ConvTranspose3d_Max_Max_Sum 14.27 -> 8.69 ms, 34 5.92 -> 4.07, level 1's 77 1.405 -> 1.147, 81 0.424 ->
+    0.388; rows tiles 3-6%) and at most 9% slower (level 2's 5); in tiles of 128 channels 1.38-1.55x slower
+    (level 1's 64, level 2's 61 and 77), as was every unstrided convolution whose weight has K contiguous
+    already (level 1's 50 1.98 -> 3.09 ms)."""
+    return node.fn == "conv" and node.attrs["transposed"] and (d.get("tiles") == "rows" or d["BLOCK_N"] <= 32)
 
 
 def _rows_second(tiles: list, node) -> dict:

@@ -351,6 +351,7 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
         if kernel.nodes[0].fn == "conv":  # which axis the tiles walk (implicit_gemm.render_conv)
             space["tiles"] = ["channels", "positions"] + ["interleaved"] * bool(interleave_slots(kernel.nodes[0])) \
                 + ["rows"] * rows_fit(kernel.nodes[0])
+            space["packed"] = [0, 1]  # 1: the weight copied with its output channels innermost (implicit_gemm)
         if outer_steps(kernel.nodes[0]):
             space["BLOCK_K"] = [1] + space["BLOCK_K"]
         return space
@@ -492,6 +493,8 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             return "interleaved tiles need a transposed convolution whose last dim is strided"
         if rows and not rows_fit(kernel.nodes[0]):
             return "rows tiles are for convolutions over at most 8 input channels a group"
+        if p.get("packed") and kernel.nodes[0].fn != "conv":
+            return "packed weights are for convolutions"
         bm, bn, bk = p.get("BLOCK_M", 64), p.get("BLOCK_N", 64), p.get("BLOCK_K", 32)
         if bk == 1 and not outer_steps(kernel.nodes[0]) and not rows:  # rows tiles take outer products only
             return "outer-product K steps (BLOCK_K 1) are for convolutions over a few input channels"

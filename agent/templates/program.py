@@ -126,6 +126,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     body += [f"{b} = {b}.contiguous()" for b in tensor_inputs]
     used = {a for c in codes if c for launch in c.launches for a in launch.args}
     used |= {base for c in codes if c for base in c.host_args}
+    used |= {base for c in codes if c for _, base, _ in c.prep}
     used |= {leaf.base for k in kernels if k.kind == "torch_gemm" for leaf in k.nodes[0].args}
     used |= {k.nodes[0].attrs["bias"] for k in kernels if k.kind == "torch_gemm" and k.nodes[0].attrs.get("bias")}
     for b in program.bases:
@@ -158,6 +159,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
             batched = batch is not None and i in batch.kernels
             body.append(f"{buffers_of(k)} = {_vendor_call(k.nodes[0], program.bases, batched)}")
             continue
+        body += [f"{name} = {_local(base)}{rest}" for name, base, rest in c.prep]
         fields = {name: _local(base) for base, name in c.host_args.items()}
         body += [line.format(**fields) for line in c.host]
         if i in smalls:

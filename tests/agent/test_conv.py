@@ -39,6 +39,28 @@ def test_every_convolution_kind_is_an_implicit_gemm(kind, runner, tmp_path):
         runner.run_ok(task, source)
 
 
+@pytest.mark.parametrize("kind", ["conv1d", "conv2d_grouped", "transposed2d_grouped", "transposed3d_mixed"])
+def test_packed_weights_in_every_tile_form(kind, runner, tmp_path):
+    """With `packed` the forward copies the weight with its window outermost and its output channels innermost,
+    and every tile form (dot steps over channels, positions or interleaved slots; rows tiles of outer products)
+    reads that copy: grouped, strided, dilated and transposed convolutions still match the reference, and each
+    kernel's weight columns are one element apart."""
+    task = task_of(kind, tmp_path)
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    first = t.default(a, rows=False)
+    forms = [{**first, "tiles": tiles, **({"BLOCK_M": 64} if tiles == "interleaved" else {})}
+             for tiles in t.space(a)["tiles"]] + [{**first, "tiles": "rows", "BLOCK_M": 8}]
+    transposed = kind.startswith("transposed")
+    for params in forms:
+        source = t.render(a, {**params, "packed": 1})
+        copy = re.search(r"packed_self_conv_weight = w_conv_weight\.as_strided\(.*\)\.permute(\(.*?\))\.contiguous\(\)",
+                         source)
+        assert copy and copy.group(1).endswith("0, 1)" if transposed else "1, 0)")
+        assert re.search(r"w_col = p\d \+ 0 \+ .*rn1(\[:, None\])?\)? \* 1$", source, re.M)
+        runner.run_ok(task, source)
+
+
 def test_odd_tiles_and_a_k_loop_of_several_steps(runner, tmp_path):
     task = task_of("conv3d", tmp_path)
     a = analyze(str(task), small=True)

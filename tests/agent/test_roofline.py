@@ -195,6 +195,23 @@ def test_a_few_channel_convolution_in_dot_steps_tries_outer_products(tmp_path):
                                                               measured(1.8), plain.to_json()))
 
 
+def test_a_triton_convolution_tries_its_weight_the_other_way(tmp_path):
+    """A transposed convolution in tiles of few output channels reads its weight packed by default, so the move
+    is to read it as it is; an unstrided one in wide tiles the reverse; the vendor convolution has none."""
+    task = tmp_path / "conv.py"
+    t = BY_NAME["gemm"]
+    for kind, now in (("transposed2d_grouped", 1), ("conv2d_grouped", 0)):
+        task.write_text((FIXTURES / "conv_kinds.py").read_text().replace('kind = "conv2d"', f'kind = "{kind}"'))
+        a = analyze(str(task), small=True)
+        d = t.default(a, rows=False)
+        assert d.get("packed", 0) == now
+        flip = next(m for m in moves(a, t, {**d, "impl": "triton"}, measured(1.8), a.to_json())
+                    if "(packed" in m.reason)
+        assert flip.params["packed"] == 1 - now and flip.reason.endswith(f"(packed {now}->{1 - now})")
+        assert not any("(packed" in m.reason for m in moves(a, t, {**d, "impl": "torch"}, measured(1.8),
+                                                            a.to_json()))
+
+
 def test_a_gemm_whose_tiles_do_not_fill_the_gpu_splits_k():
     a = analysis_of("tpl_matmul", {"batch": 64, "d_in": 8192, "d_out": 256})
     t = BY_NAME["gemm"]

@@ -80,8 +80,12 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
     # Triton convolutions 0.41x eager on an H200) and together most of its time. In bf16 the vendor's tensor-core
     # kernels mostly win too: on an H200, KernelBench level 2's Triton GEMMs ran at 0.41-0.82x torch.compile and
     # 39 of its 60 Triton convolutions at 0.02-0.99x (most 3-D ones won, which variants() still tries second).
+    # Not a strided transposed convolution in fp32: cuDNN's ran level 2's 34_ConvTranspose3d_LayerNorm_GELU_Scaling
+    # in 21.85 ms and 44_ConvTranspose2d_Multiply_GlobalAvgPool_GlobalAvgPool_Mean in 3.54, the phased Triton
+    # ones (their weights packed) in 4.07 and 1.19 (session 21, an H200).
     flops = sum(2 * math.prod(gemm_dims(x.nodes[0])) for x in pl.kernels if x.kind == "gemm")
-    vendor = epilogue and not (analysis.tf32 and not pl.half_products()) and flops >= 2**30
+    fp32_phased = phased(k.nodes[0]) and not pl.half_products()
+    vendor = epilogue and not (analysis.tf32 and not pl.half_products()) and flops >= 2**30 and not fp32_phased
     split_fp32 = split_products(analysis, pl, k) and d.get("tiles") != "rows"  # rows tiles have no tl.dot
     if split_fp32:
         d["num_stages"] = 1
@@ -90,19 +94,19 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
     return {**d, "SPLIT_K": split, "impl": "torch" if vendor else "triton",
             "precision": "tf32" if analysis.tf32 else "tf32x3" if split_fp32 else "ieee",
             **({"operands": base.default_operands(analysis)} if pl.half_products() else {}),
-            **({"packed": 1} if packed_default(k.nodes[0], d) else {})}
+            **({"packed": 1} if packed_default(k.nodes[0]) else {})}
 
 
-def packed_default(node, d: dict) -> bool:
-    """Whether a convolution reads its weight packed by default (implicit_gemm.packed_weight): a transposed one
-    in tiles of at most 32 output channels. Its weight (C_in, C_out / groups, *window) puts a tap's weights a
-    window apart along both K and N. On an H200 (session 21), the default Triton variant of KernelBench's
-    convolutions with and without: transposed ones in such tiles ran up to 1.64x faster (level 2's
-    78_ConvTranspose3d_Max_Max_Sum 14.27 -> 8.69 ms, 34 5.92 -> 4.07, level 1's 77 1.405 -> 1.147, 81 0.424 ->
-    0.388; rows tiles 3-6%) and at most 9% slower (level 2's 5); in tiles of 128 channels 1.38-1.55x slower
-    (level 1's 64, level 2's 61 and 77), as was every unstrided convolution whose weight has K contiguous
-    already (level 1's 50 1.98 -> 3.09 ms)."""
-    return node.fn == "conv" and node.attrs["transposed"] and (d.get("tiles") == "rows" or d["BLOCK_N"] <= 32)
+def packed_default(node) -> bool:
+    """Whether a convolution reads its weight packed by default (implicit_gemm.packed_weight): a strided
+    transposed one (phased), whose weight (C_in, C_out / groups, *window) puts a phase's taps a window apart
+    along both K and N. On an H200 (session 21), the default Triton variant of KernelBench's convolutions with
+    and without: 24 of 25 phased ones ran the same or faster (level 2's 78_ConvTranspose3d_Max_Max_Sum 14.27 ->
+    8.69 ms, 34 5.92 -> 4.07, level 1's 77 1.405 -> 1.147, 81 0.424 -> 0.388; rows tiles 2-6%), level 2's 5
+    9% slower; unstrided transposed ones within 3% but 1.38-1.55x slower in tiles of 128 channels (level 1's
+    64, level 2's 61 and 77), as was every convolution whose weight has K contiguous already (level 1's 50 1.98
+    -> 3.09 ms)."""
+    return phased(node)
 
 
 def _rows_second(tiles: list, node) -> dict:

@@ -287,6 +287,20 @@ def test_a_network_of_small_convolutions_keeps_cudnn_first(tmp_path):
     assert [p["impl"] for p in t.variants(a)[:2]] == ["torch", "triton"]
 
 
+def test_a_strided_transposed_convolution_stays_triton_first(tmp_path):
+    """The same GEMM work in a stride-2 transposed convolution under an epilogue: its phased Triton form, the
+    weight packed, first (cuDNN's ran 3-5x slower on KernelBench's); stride 1 keeps cuDNN's first."""
+    task = tmp_path / "up.py"
+    up = NETWORK.replace("nn.Conv2d(64, 64, 3, padding=1)", "nn.ConvTranspose2d(64, 64, 4, stride=2, padding=1)", 1)
+    task.write_text(up)
+    t = BY_NAME["gemm"]
+    first = t.variants(analyze(str(task), small=False))[0]
+    assert (first["impl"], first["packed"]) == ("triton", 1)
+    task.write_text(NETWORK.replace("nn.Conv2d(64, 64, 3, padding=1)", "nn.ConvTranspose2d(64, 64, 3, padding=1)", 1))
+    first = t.variants(analyze(str(task), small=False))[0]
+    assert first["impl"] == "torch" and "packed" not in first
+
+
 def test_a_convolution_of_narrow_output_tiles_takes_a_narrow_k_tile(tmp_path):
     """At most 64 output channels a tile: K tiles of 16 (the gathered index tiles spilled at 32); 128-channel
     tiles keep 32, as a matrix product does."""

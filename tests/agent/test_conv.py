@@ -54,8 +54,8 @@ def test_packed_weights_in_every_tile_form(kind, runner, tmp_path):
     transposed = kind.startswith("transposed")
     for params in forms:
         source = t.render(a, {**params, "packed": 1})
-        copy = re.search(r"packed_self_conv_weight = w_conv_weight\.as_strided\(.*\)\.permute(\(.*?\))\.contiguous\(\)",
-                         source)
+        copy = re.search(r"packed_self_conv_weight = w_conv_weight\.as_strided\(.*\)\.permute(\(.*?\))"
+                         r"\.contiguous\(\)", source)
         assert copy and copy.group(1).endswith("0, 1)" if transposed else "1, 0)")
         assert re.search(r"w_col = p\d \+ 0 \+ .*rn1(\[:, None\])?\)? \* 1$", source, re.M)
         runner.run_ok(task, source)

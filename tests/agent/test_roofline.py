@@ -196,8 +196,8 @@ def test_a_few_channel_convolution_in_dot_steps_tries_outer_products(tmp_path):
 
 
 def test_a_triton_convolution_tries_its_weight_the_other_way(tmp_path):
-    """A transposed convolution in tiles of few output channels reads its weight packed by default, so the move
-    is to read it as it is; an unstrided one in wide tiles the reverse; the vendor convolution has none."""
+    """A strided transposed convolution reads its weight packed by default, so the move is to read it as it is;
+    an unstrided one the reverse; the vendor convolution has none."""
     task = tmp_path / "conv.py"
     t = BY_NAME["gemm"]
     for kind, now in (("transposed2d_grouped", 1), ("conv2d_grouped", 0)):

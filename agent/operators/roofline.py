@@ -287,7 +287,7 @@ def _gemm(analysis, template, kernel: Kernel, p: dict) -> list[tuple[dict, str]]
                 ROWS_TILES if other == "rows" else gemm_tiles(kernel) if now in ("interleaved", "rows") else {}
             out.append(({"impl": "triton", **sizes_of, "tiles": other}, f"a Triton convolution: try {other} tiles "
                                                                         f"(tiles {now}->{other})"))
-    if "packed" in space and p.get("impl", "triton") == "triton":  # either way 1.6x for some (gemm.packed_default)
+    if "packed" in space and p.get("impl", "triton") == "triton":  # either way 1.6x for some (params.packed_default)
         now = p.get("packed", 0)
         out.append(({"packed": 1 - now}, f"a Triton convolution: try its weight {'as it is' if now else 'packed'} "
                                          f"(packed {now}->{1 - now})"))

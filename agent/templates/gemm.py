@@ -93,20 +93,7 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
             d.update(interleaved_tiles(k, split=True))
     return {**d, "SPLIT_K": split, "impl": "torch" if vendor else "triton",
             "precision": "tf32" if analysis.tf32 else "tf32x3" if split_fp32 else "ieee",
-            **({"operands": base.default_operands(analysis)} if pl.half_products() else {}),
-            **({"packed": 1} if packed_default(k.nodes[0]) else {})}
-
-
-def packed_default(node) -> bool:
-    """Whether a convolution reads its weight packed by default (implicit_gemm.packed_weight): a strided
-    transposed one (phased), whose weight (C_in, C_out / groups, *window) puts a phase's taps a window apart
-    along both K and N. On an H200 (session 21), the default Triton variant of KernelBench's convolutions with
-    and without: of 28 phased ones 25 ran faster (level 2's 78_ConvTranspose3d_Max_Max_Sum 14.27 -> 8.69 ms,
-    34 5.92 -> 4.07, level 1's 77 1.405 -> 1.147, 81 0.424 -> 0.388; rows tiles 2-6%), two within 0.5% and
-    level 2's 5 9% slower; unstrided transposed ones within 3.2% but six 1.38-1.63x slower (tiles of 128
-    channels: level 1's 64, level 2's 61 and 77), as were most whose weight has K contiguous already (level 1's
-    50 1.98 -> 3.09 ms; 3 of 43 faster by 2-3%)."""
-    return phased(node)
+            **({"operands": base.default_operands(analysis)} if pl.half_products() else {})}
 
 
 def _rows_second(tiles: list, node) -> dict:

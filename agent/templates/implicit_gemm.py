@@ -321,7 +321,7 @@ def packed_weight(w: Leaf, p: dict, transposed: bool) -> tuple[Leaf, list[tuple[
     weights for BLOCK_N output channels are then contiguous and load as vectors, where the weight's own layout
     puts them a whole window apart. The Leaf returned indexes the copy in the weight's own order. On an H200
     (session 21, ms): level 1's 81_conv_transposed_2D 0.424 -> 0.388, level 2's
-    60_ConvTranspose3d_Swish_GroupNorm_HardSwish 1.141 -> 1.080 (its convolution 0.658 -> 0.596); gemm.packed_default
+    60_ConvTranspose3d_Swish_GroupNorm_HardSwish 1.141 -> 1.080 (its convolution 0.658 -> 0.596); params.packed_default
     says where it is the default."""
     if not p.get("packed"):
         return w, []

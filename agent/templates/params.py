@@ -29,7 +29,7 @@ import math
 
 from agent.templates.attention_kernel import attention_dims
 from agent.templates.codegen import lane_window, next_pow2, pair_rows
-from agent.templates.implicit_gemm import conv_tiles, gemm_dims, interleave_slots, outer_steps, rows_fit
+from agent.templates.implicit_gemm import conv_tiles, gemm_dims, interleave_slots, outer_steps, phased, rows_fit
 from agent.templates.ir import Leaf, Node
 from agent.templates.fold import fold_sums, foldable
 from agent.templates.kernels import looped_passes, reduction_stages, online_pairs, welford_pairs
@@ -139,6 +139,18 @@ def gemm_tiles(kernel: Kernel) -> dict:
             "num_stages": 3}
 
 
+def packed_default(node: Node) -> bool:
+    """Whether a convolution reads its weight packed by default (implicit_gemm.packed_weight): a strided
+    transposed one (phased), whose weight (C_in, C_out / groups, *window) puts a phase's taps a window apart
+    along both K and N. On an H200 (session 21), the default Triton variant of KernelBench's convolutions with
+    and without: of 28 phased ones 25 ran faster (level 2's 78_ConvTranspose3d_Max_Max_Sum 14.27 -> 8.69 ms,
+    34 5.92 -> 4.07, level 1's 77 1.405 -> 1.147, 81 0.424 -> 0.388; rows tiles 2-6%), two within 0.5% and
+    level 2's 5 9% slower; unstrided transposed ones within 3.2% but six 1.38-1.63x slower (tiles of 128
+    channels: level 1's 64, level 2's 61 and 77), as were most whose weight has K contiguous already (level 1's
+    50 1.98 -> 3.09 ms; 3 of 43 faster by 2-3%)."""
+    return phased(node)
+
+
 def interleaved_tiles(kernel: Kernel, split: bool = False) -> dict:
     """Interleaved tiles (implicit_gemm._interleave) for a transposed convolution strided along its last dim
     ({} for others), the default unless its rows walk positions (implicit_gemm.conv_tiles): 16 channels by as
@@ -203,7 +215,7 @@ def kernel_default(kernel: Kernel, rows: bool = True) -> dict:
         node = kernel.nodes[0]
         walks = conv_tiles(node, {}) if node.fn == "conv" else None
         return {**gemm_tiles(kernel), **(interleaved_tiles(kernel) if walks == "channels" else {}),
-                **(rows_tiles(kernel) if rows else {})}
+                **(rows_tiles(kernel) if rows else {}), **({"packed": 1} if packed_default(node) else {})}
     o, r, i = sizes(kernel)
     rp = next_pow2(r)
     if layout == "row":

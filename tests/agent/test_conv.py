@@ -301,6 +301,45 @@ def test_a_strided_transposed_convolution_stays_triton_first(tmp_path):
     assert first["impl"] == "torch" and "packed" not in first
 
 
+UPSAMPLE = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """A 5x5 convolution, then a 2x upsampling by a stride-2 transposed convolution."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(6, 32, 5, padding=2)
+        self.up = nn.ConvTranspose2d(32, 4, 2, stride=2)
+
+    def forward(self, x):
+        return self.up(torch.relu(self.conv(x)))
+
+
+def get_inputs():
+    return [torch.randn(2, 6, 9, 7)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_strided_transposed_convolution_that_is_not_the_main_kernel_reads_its_weight_packed(runner, tmp_path):
+    """Packed weights are a convolution kernel's own default: the upsampling convolution after the main one (the
+    plan's primary kernel, the most work) reads a packed copy, the main (unstrided) one its weight as it is, and
+    both match the reference."""
+    task = tmp_path / "upsample.py"
+    task.write_text(UPSAMPLE)
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    assert "packed" not in t.default(a)
+    source = t.render(a, t.default(a))
+    assert "packed_self_up_weight = w_up_weight" in source and "packed_self_conv_weight" not in source
+    runner.run_ok(task, source)
+
+
 def test_a_convolution_of_narrow_output_tiles_takes_a_narrow_k_tile(tmp_path):
     """At most 64 output channels a tile: K tiles of 16 (the gathered index tiles spilled at 32); 128-channel
     tiles keep 32, as a matrix product does."""

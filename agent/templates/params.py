@@ -145,9 +145,9 @@ def packed_default(node: Node) -> bool:
     along both K and N. On an H200 (session 21), the default Triton variant of KernelBench's convolutions with
     and without: of 28 phased ones 25 ran faster (level 2's 78_ConvTranspose3d_Max_Max_Sum 14.27 -> 8.69 ms,
     34 5.92 -> 4.07, level 1's 77 1.405 -> 1.147, 81 0.424 -> 0.388; rows tiles 2-6%), two within 0.5% and
-    level 2's 5 9% slower; unstrided transposed ones within 3.2% but six 1.38-1.63x slower (tiles of 128
-    channels: level 1's 64, level 2's 61 and 77), as were most whose weight has K contiguous already (level 1's
-    50 1.98 -> 3.09 ms; 3 of 43 faster by 2-3%)."""
+    level 2's 5 9% slower; of 18 unstrided transposed ones, six ran 1.38-1.63x slower (level 1's 64 and 69,
+    level 2's 11, 42, 61 and 77) and the rest within 3.2%; of 43 whose weight has K contiguous already, 35 ran
+    slower, thirteen by 1.41-1.67x (level 1's 50 1.98 -> 3.09 ms)."""
     return phased(node)
 
 

@@ -12,6 +12,7 @@ constants, the rows are always masked.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
 import re
@@ -198,11 +199,48 @@ def _plane(kernel: Kernel, name: str, p: dict) -> KernelCode:
                       f"mask = (rh < {oh}) & (rw < {ow})"] + ([f"hmask = rh < {oh}"] if vec > 1 else [])
     store_lines(gen, list(kernel.stores.items()))
     if rows > 1:
-        gen.top.lines[head:] = [f"for hh in range({rows}):"] + _indent(gen.top.lines[head:])
+        before, body = _loop_invariant(gen.top.lines[head:], {"hh"})
+        gen.top.lines[head:] = before + [f"for hh in range({rows}):"] + _indent(body)
     meta = {"BLOCK_H": bh, "BLOCK_W": bw, **({"VEC": vec} if vec > 1 else {})}
     src = kernel_header(name, gen, list(meta), unaligned=bool(p.get("unaligned"))) + _indent(gen.top.lines)
     launch = Launch(name, (nc * nh * nw,), list(gen.ptrs), meta, p.get("num_warps", 4), p.get("num_stages", 1))
     return KernelCode("\n".join(src), [launch])
+
+
+def _loop_invariant(lines: list[str], varying: set[str]) -> tuple[list[str], list[str]]:
+    """A loop's body split into the assignments that give the same value on every iteration, to run once
+    before it, and the rest, each part in order. An assignment stays in the loop if it assigns or reads a
+    name in `varying`, one the loop assigns more than once, or one assigned in the loop from such a name. Triton keeps a load in a loop that
+    stores where the load might read, but a candidate's kernels store only to buffers of their own: in
+    KernelBench's 3x7 depthwise convolution (ROWS 4) the filter's 21 scalar loads ran in every row's iteration,
+    and ran once so, 0.3436 -> 0.2898 ms on an H200 (session 22)."""
+    statements = []
+    for line in lines:
+        try:
+            statements.append(ast.parse(line.strip()).body[0])
+        except SyntaxError:  # a block's header, as `else:`
+            statements.append(None)
+
+    def targets(stmt) -> set[str]:
+        if isinstance(stmt, (ast.Assign, ast.AugAssign)):
+            nodes = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            return {n.id for t in nodes for n in ast.walk(t) if isinstance(n, ast.Name)}
+        return set()
+
+    counts: dict[str, int] = {}
+    for stmt in statements:
+        for name in targets(stmt):
+            counts[name] = counts.get(name, 0) + 1
+    varying = set(varying) | {name for name, n in counts.items() if n > 1}
+    before, body = [], []
+    for line, stmt in zip(lines, statements):
+        reads = {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)} if isinstance(stmt, ast.Assign) else None
+        if reads is not None and not line.startswith(" ") and not (reads | targets(stmt)) & varying:
+            before.append(line)
+        else:
+            body.append(line)
+            varying |= targets(stmt)
+    return before, body
 
 
 def _prologue(gen: Gen, p: dict, block: str = "tl.program_id(0)") -> list[str]:

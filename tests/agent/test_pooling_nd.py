@@ -170,6 +170,11 @@ def test_windows_of_lanes_match_the_reference(runner, tmp_path):
         source = render("window_lanes", "pooling", {**lanes, "kernels": others})
         bodies = kernels(source, "plane")
         assert len(bodies) == 3 and all("tl.split(" in k and "mask=hmask" in k for k in bodies)
+        if rows > 1:  # the filter's weights load once, before the loop over row tiles; each row's loads in it
+            looped = [k.split("for hh in range(") for k in bodies if "for hh in range(" in k]
+            head, loop = next(k for k in looped if "tl.load(" in k[0])
+            assert len(re.findall(r"\btl\.load\(", head)) == 16  # a 3x5 filter's taps and the bias
+            assert all("mask=hmask" in line for line in loop.splitlines() if "tl.load(" in line)
         check("window_lanes", source, runner)
 
     # the kernel loads 16 bytes a lane where the rows are aligned (window_rows: 16 wide)

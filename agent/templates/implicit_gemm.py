@@ -25,6 +25,7 @@ steps padded and gathered as [16, BLOCK_M] index tiles.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 
@@ -175,6 +176,13 @@ def _k_steps(node) -> tuple[list[dict], int, int]:
         return [], cin_g, cin_g * math.prod(window)
     dims = _phases(attrs, window, tuple(x.shape[2:]), tuple(node.shape[2:]))
     return dims, cin_g, cin_g * math.prod(d["most"] for d in dims)
+
+
+def phase_ks(node) -> set[int]:
+    """The K each phase of a phased convolution reads, of the phases some tap reaches (empty where unphased)."""
+    dims, cin_g, _ = _k_steps(node)
+    counts = [[_slot_taps(dim, slot)[2] for slot in range(dim["s"])] for dim in dims]
+    return {cin_g * math.prod(c) for c in itertools.product(*counts) if math.prod(c)} if dims else set()
 
 
 def gemm_block(p: dict, key: str, extent: int) -> int:

@@ -29,7 +29,8 @@ import math
 
 from agent.templates.attention_kernel import attention_dims
 from agent.templates.codegen import lane_window, next_pow2, pair_rows
-from agent.templates.implicit_gemm import conv_tiles, gemm_dims, interleave_slots, outer_steps, phased, rows_fit
+from agent.templates.implicit_gemm import (conv_tiles, gemm_dims, interleave_slots, outer_steps, phase_ks, phased,
+                                           rows_fit)
 from agent.templates.ir import Leaf, Node
 from agent.templates.fold import fold_sums, foldable
 from agent.templates.kernels import looped_passes, reduction_stages, online_pairs, welford_pairs
@@ -163,14 +164,18 @@ def interleaved_tiles(kernel: Kernel, split: bool = False) -> dict:
     a thread hold at 4 warps. On an H200 (session 17), against 16 channels by 256 rows (128 at stride 5): level 1's
     72, 73, 75, 77, 79, 81 0.797 -> 0.739, 3.068 -> 2.223, 0.586 -> 0.485, 1.766 -> 1.405, 1.259 -> 0.949, 0.486
     -> 0.423 ms; level 2's 2, 3, 5, 16, 26 (the Triton candidate) 6.78 -> 5.00, 3.95 -> 3.73, 12.66 -> 9.01, 8.95
-    -> 7.93, 3.25 -> 3.14. At 64 rows by 32, or 64 by 64, most ran slower than the default."""
+    -> 7.93, 3.25 -> 3.14. At 64 rows by 32, or 64 by 64, most ran slower than the default.
+    Where every phase reads 32 K (channels by taps), one 32-wide K step a phase: level 1's 81 (32 channels, one
+    tap a phase) 0.3870 -> 0.3474 ms on an H200 (session 22); 75, whose phases read 24 and 48, ran slower so
+    (0.4828 -> 0.5631)."""
     slots = interleave_slots(kernel.nodes[0]) if kernel.nodes[0].fn == "conv" else 0
     if not slots:
         return {}
+    bk = 32 if phase_ks(kernel.nodes[0]) == {32} else CONV_BLOCK_K
     if split:
-        return {"tiles": "interleaved", "BLOCK_M": min(128, 512 // slots), "BLOCK_N": 32, "BLOCK_K": CONV_BLOCK_K,
+        return {"tiles": "interleaved", "BLOCK_M": min(128, 512 // slots), "BLOCK_N": 32, "BLOCK_K": bk,
                 "num_warps": 4}
-    return {"tiles": "interleaved", "BLOCK_M": min(256, 1024 // slots), "BLOCK_N": 16, "BLOCK_K": CONV_BLOCK_K,
+    return {"tiles": "interleaved", "BLOCK_M": min(256, 1024 // slots), "BLOCK_N": 16, "BLOCK_K": bk,
             "num_warps": 4}
 
 

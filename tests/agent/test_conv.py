@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from agent.analysis import analyze
-from agent.templates import BY_NAME, matching
+from agent.templates import BY_NAME, base, matching
+from agent.templates.implicit_gemm import phase_ks
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -101,6 +102,16 @@ def test_a_transposed_convolution_strided_along_its_last_dim_stores_its_rows_who
     assert "rw = (q2 * 5)[:, None, None] + slot" in source
     assert source.count("for k0 in range(0, ktaps, BLOCK_K):") == 3  # slots 1, 3 and 4: a tap each
     runner.run_ok(task, t.render(a, {**first, "BLOCK_M": 16}))
+    # 32 channels at one tap a phase: every phase's K one 32-wide step (12 channels: 16-wide steps)
+    assert first["BLOCK_K"] == 16 and phase_ks(base.plan(a).main.nodes[0]) == {12}
+    task.write_text(task.read_text().replace("ConvTranspose2d(12, 5,", "ConvTranspose2d(32, 5,").replace(
+        "(n, 12, 4, 6)", "(n, 32, 4, 6)"))
+    a = analyze(str(task), small=True)
+    first = t.variants(a)[0]
+    assert phase_ks(base.plan(a).main.nodes[0]) == {32} and (first["tiles"], first["BLOCK_K"]) == ("interleaved", 32)
+    source = t.render(a, {**first, "BLOCK_M": 16})
+    assert source.count("for k0 in range(0, ktaps, BLOCK_K):") == 3
+    runner.run_ok(task, source)
     plain = task_of("conv2d", tmp_path)
     a = analyze(str(plain), small=True)
     assert "interleaved" not in t.space(a)["tiles"] and "tiles" not in t.default(a)

@@ -210,10 +210,10 @@ def _plane(kernel: Kernel, name: str, p: dict) -> KernelCode:
 def _loop_invariant(lines: list[str], varying: set[str]) -> tuple[list[str], list[str]]:
     """A loop's body split into the assignments that give the same value on every iteration, to run once
     before it, and the rest, each part in order. An assignment stays in the loop if it assigns or reads a
-    name in `varying`, one the loop assigns more than once, or one assigned in the loop from such a name. Triton keeps a load in a loop that
-    stores where the load might read, but a candidate's kernels store only to buffers of their own: in
-    KernelBench's 3x7 depthwise convolution (ROWS 4) the filter's 21 scalar loads ran in every row's iteration,
-    and ran once so, 0.3436 -> 0.2898 ms on an H200 (session 22)."""
+    name in `varying`, one the loop assigns more than once, or one assigned in the loop from such a name.
+    Triton keeps a load in a loop that stores where the load might read, but a candidate's kernels store
+    only to buffers of their own: in KernelBench's 3x7 depthwise convolution (ROWS 4) the filter's 21 scalar
+    loads ran in every row's iteration, and ran once so, 0.3436 -> 0.2898 ms on an H200 (session 22)."""
     statements = []
     for line in lines:
         try:
@@ -234,8 +234,9 @@ def _loop_invariant(lines: list[str], varying: set[str]) -> tuple[list[str], lis
     varying = set(varying) | {name for name, n in counts.items() if n > 1}
     before, body = [], []
     for line, stmt in zip(lines, statements):
-        reads = {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)} if isinstance(stmt, ast.Assign) else None
-        if reads is not None and not line.startswith(" ") and not (reads | targets(stmt)) & varying:
+        simple = isinstance(stmt, ast.Assign) and not line.startswith(" ")  # not in a block of the body
+        reads = {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)} if simple else set()
+        if simple and not (reads | targets(stmt)) & varying:
             before.append(line)
         else:
             body.append(line)

@@ -214,3 +214,16 @@ def test_lanes_are_for_windows_at_fixed_offsets_over_aligned_rows():
     assert "16-byte aligned rows" in base.invalid(odd, {**BY_NAME["pooling"].default(odd), "VEC": 4})
     rows = analyze(str(FIXTURES / "window_rows.py"), small=True)
     assert "no unaligned" in base.invalid(rows, {**BY_NAME["pooling"].default(rows), "VEC": 4, "unaligned": 1})
+
+
+def test_a_rows_loop_keeps_in_it_what_changes_from_row_to_row():
+    """kernels._loop_invariant: a weight's load and what it reads run before the loop; the row's own values,
+    an accumulator started in the loop (assigned twice), what those reach, and lines in a block stay, in order."""
+    from agent.templates.kernels import _loop_invariant
+
+    body = ["rh = base + hh", "acc = tl.full([4], 0.0, tl.float32)", "wb = p1 + ro * 9",
+            "w = tl.load(wb + 2)", "x = tl.load(p0 + rh)", "acc += x * w", "y = acc + w",
+            "if ok:", "    z = tl.load(p2)", "u = z * 2.0", "tl.store(p3 + rh, y + u)"]
+    before, loop = _loop_invariant(body, {"hh"})
+    assert before == ["wb = p1 + ro * 9", "w = tl.load(wb + 2)"]
+    assert loop == [line for line in body if line not in before]

@@ -218,11 +218,14 @@ def _loop_invariant(lines: list[str], varying: set[str]) -> tuple[list[str], lis
     for line in lines:
         try:
             statements.append(ast.parse(line.strip()).body[0])
-        except SyntaxError:  # a block's header, as `else:`
-            statements.append(None)
+        except SyntaxError:  # a block's header: `for t in range(3):` read with a body, `else:` as nothing
+            try:
+                statements.append(ast.parse(line.strip() + " pass").body[0])
+            except SyntaxError:
+                statements.append(None)
 
     def targets(stmt) -> set[str]:
-        if isinstance(stmt, (ast.Assign, ast.AugAssign)):
+        if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.For)):
             nodes = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             return {n.id for t in nodes for n in ast.walk(t) if isinstance(n, ast.Name)}
         return set()

@@ -218,12 +218,14 @@ def test_lanes_are_for_windows_at_fixed_offsets_over_aligned_rows():
 
 def test_a_rows_loop_keeps_in_it_what_changes_from_row_to_row():
     """kernels._loop_invariant: a weight's load and what it reads run before the loop; the row's own values,
-    an accumulator started in the loop (assigned twice), what those reach, and lines in a block stay, in order."""
+    an accumulator started in the loop (assigned twice), what those reach (an inner loop's index too), and lines
+    in a block stay, in order."""
     from agent.templates.kernels import _loop_invariant
 
     body = ["rh = base + hh", "acc = tl.full([4], 0.0, tl.float32)", "wb = p1 + ro * 9",
             "w = tl.load(wb + 2)", "x = tl.load(p0 + rh)", "acc += x * w", "y = acc + w",
-            "if ok:", "    z = tl.load(p2)", "u = z * 2.0", "tl.store(p3 + rh, y + u)"]
+            "if ok:", "    z = tl.load(p2)", "u = z * 2.0", "for t in range(3):", "    u += t", "v = t + 1",
+            "tl.store(p3 + rh, y + u + v)"]
     before, loop = _loop_invariant(body, {"hh"})
     assert before == ["wb = p1 + ro * 9", "w = tl.load(wb + 2)"]
     assert loop == [line for line in body if line not in before]

@@ -86,8 +86,8 @@ def test_a_strided_transposed_convolution_reads_only_its_phases_taps(runner, tmp
 def test_a_transposed_convolution_strided_along_its_last_dim_stores_its_rows_whole(runner, tmp_path):
     """Interleaved tiles by default: a program takes every phase of the last dim (stride 5: eight slots, two of
     them no tap reaches and three past the stride), so its output rows are stored whole; split-fp32 products
-    take 32 channels by 64 rows, the FMA form next its own 16 by 128, then the channel tiles they replace.
-    Other convolutions cannot take them."""
+    take 32 channels by 64 rows, the FMA form next its own 16 by 128, then the channel tiles they replace;
+    K steps of 32 where every phase reads 32 K, one step a phase. Other convolutions cannot take them."""
     task = tmp_path / "conv_sparse_wide.py"  # 12 input channels: more than the positions rule takes
     task.write_text(task_of("transposed2d_sparse", tmp_path).read_text().replace(
         "nn.ConvTranspose2d(3, 5,", "nn.ConvTranspose2d(12, 5,").replace("(n, 3, 4, 6)", "(n, 12, 4, 6)"))

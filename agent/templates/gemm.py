@@ -16,9 +16,9 @@ import math
 from agent.analysis import TaskAnalysis
 from agent.templates import base
 from agent.templates.codegen import next_pow2
-from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased
-from agent.templates.params import (CONV_BLOCK_K, ROWS_TILES, SMS, gemm_tiles, interleaved_tiles, kernel_default,
-                                    kernel_invalid, kernel_space)
+from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased, rows_fit
+from agent.templates.params import (CONV_BLOCK_K, SMS, gemm_tiles, interleaved_tiles, kernel_default, kernel_invalid,
+                                    kernel_space, rows_form)
 from agent.templates.program import work
 from agent.templates.stats_epilogue import worth_it
 
@@ -96,25 +96,27 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
             **({"operands": base.default_operands(analysis)} if pl.half_products() else {})}
 
 
-def _rows_second(tiles: list, node) -> dict:
+def _rows_second(node) -> dict:
     """Rows tiles as a convolution's second variant, where they are not its default ({} elsewhere): a strided
-    transposed one, or an unstrided 2-D one, over at most 8 input channels a group. On an H200 (session 17),
+    transposed one, or an unstrided 2-D one over at most 8 input channels a group. On an H200 (session 17),
     against the candidates they displace: level 1's 72 and 75_conv_transposed_3D/2D 0.739 -> 0.580 and 0.485 ->
     0.730 ms (interleaved tiles in tf32x3, 32 by 128); level 2's 11 convolutions of 8 channels in 3x3 windows under an
     epilogue, against cuDNN's: 8 faster (57, 69, 71 0.914 -> 0.62-0.64 ms; 21, 65, 73, 85, 92 1.07-1.34x), 3
     slower (67, 82, 87: 254-wide rows, 1.06-1.56x). Other convolutions that can take them take them last, 128 a
-    row: level 1's 50, 54, 59 and level 2's 23, 90 (3-D, or an 11x11 window at stride 4) ran 1.2-2.6x slower."""
+    row: level 1's 50, 54, 59 and level 2's 23, 90 (3-D, or an 11x11 window at stride 4) ran 1.2-2.6x slower.
+    A strided transposed one over more channels takes them in dot steps (params.rows_form says where they won)."""
     flat = len(node.shape) == 4 and not node.attrs["transposed"] and set(node.attrs["stride"]) == {1}
-    if "rows" not in tiles or not (phased(node) or flat):
-        return {}
-    return {**ROWS_TILES, "impl": "triton", **({} if phased(node) else {"BLOCK_M": 128})}
+    if phased(node) or (flat and rows_fit(node)):
+        return {**rows_form(node), "impl": "triton", **({} if phased(node) else {"BLOCK_M": 128})}
+    return {}
 
 
 def variants(analysis: TaskAnalysis) -> list[dict]:
     _, k, m, kk, n, batch, epilogue = _gemm(analysis)
     d, sp = default(analysis), space(analysis)
     out = [d]
-    second = {} if d.get("tiles") == "rows" else _rows_second(sp.get("tiles", []), k.nodes[0])
+    conv = k.nodes[0].fn == "conv"
+    second = {} if d.get("tiles") == "rows" or not conv else _rows_second(k.nodes[0])
     if second:
         out.append({**d, **second})
     if epilogue and "torch" in sp["impl"]:  # the other implementation next: a budget of two tries both
@@ -136,8 +138,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         out.append({**d, "impl": "triton", "SPLIT_K": 1 if d["SPLIT_K"] > 1 else min(8, next_pow2(kk // 2048))})
     if d.get("operands") == "input":  # exact fp32 products of 16-bit operands, slower (no "input" on a CPU)
         out.append({**d, "operands": "fp32"})
-    if "rows" in sp.get("tiles", []) and not second and out[0].get("tiles") != "rows":
-        out.append({**d, **ROWS_TILES, "impl": "triton", "BLOCK_M": 128})  # last (_rows_second)
+    if conv and rows_fit(k.nodes[0]) and not second and out[0].get("tiles") != "rows":
+        out.append({**d, **rows_form(k.nodes[0]), "impl": "triton", "BLOCK_M": 128})  # last (_rows_second)
     out = [p for p in out if kernel_invalid(k, base._kernel_params(p)) is None]
     rows = next((i for i, p in enumerate(out) if p.get("tiles") == "rows" and p["impl"] == "triton"), None)
     rp = base.plan(analysis, out[rows]) if rows is not None else None

@@ -302,9 +302,15 @@ ROWS_CIN = 8  # the most input channels a group that rows tiles unroll in each K
 
 
 def rows_fit(node) -> bool:
-    """Whether a convolution can take rows tiles (_render_rows): few input channels a group, each K step
-    unrolling them with the last dim's taps."""
+    """Whether a convolution can take rows tiles (_render_rows) in outer-product steps: few input channels a
+    group, each K step unrolling them with the last dim's taps. In dot steps any convolution can."""
     return node.fn == "conv" and node.args[0].shape[1] // node.attrs["groups"] <= ROWS_CIN
+
+
+def rows_k(node, p: dict) -> int:
+    """The input channels a rows tile's K step takes: 1 (outer products, the channels unrolled) where BLOCK_K
+    is 1 or not given, else a tl.dot step over BLOCK_K of them (at least 16, no more than the group needs)."""
+    return 1 if p.get("BLOCK_K", 1) == 1 else gemm_block(p, "BLOCK_K", node.args[0].shape[1] // node.attrs["groups"])
 
 
 def phased(node) -> bool:
@@ -396,7 +402,8 @@ def rows_layout(node, p: dict) -> tuple[list, int, int, int]:
     """A rows tile's slots (_last_taps), BLOCK_M, BLOCK_N, and the tiles a row of the output's last dim takes."""
     slots = _last_taps(node.attrs, node.args[1].shape[-1])
     s2 = next_pow2(len(slots))
-    bm = max(s2, min(p.get("BLOCK_M", 64), next_pow2(node.shape[-1])))
+    least = s2 * (16 if rows_k(node, p) > 1 else 1)  # a dot step takes at least 16 outputs a slot
+    bm = max(least, min(p.get("BLOCK_M", 64), next_pow2(node.shape[-1])))
     num_w = math.ceil(node.shape[-1] / (bm // s2 * len(slots)))  # a tile's outputs: BLOCK_M / s2 of each slot
     return slots, bm, gemm_block(p, "BLOCK_N", gemm_dims(node)[2]), num_w
 
@@ -444,16 +451,38 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     step += [f"lim = tl.where({' & '.join(conds)}, {in_w}, 0)" if conds else f"lim = {in_w}",
              f"x_tap = x_row + {x_off}", f"w_tap = w_col + {w_off}"]
     most = (num_w * bq - 1) * a  # the largest q * a any lane takes
-    for ci in range(cin_g):
+
+    def columns(c: int) -> tuple[str, list[str]]:  # a tap's input columns and what bounds them
+        col = "q" if a == 1 else f"q * {a}"
+        col = f"{col} + {c}" if c > 0 else f"{col} - {-c}" if c < 0 else col
+        return col, [f"({col} < lim)"] * bool(conds or most + c >= in_w) + [f"({col} >= 0)"] * (c < 0)
+
+    bk = rows_k(g, p)
+    if bk == 1:  # outer products, the channels unrolled
+        for ci in range(cin_g):
+            for f, taps in enumerate(slots):
+                for t, c in taps:
+                    col, mask = columns(c)
+                    mask = f", mask={' & '.join(mask)}, other=0.0" if mask else ""
+                    xv = f"tl.load(x_tap + {ci * sx[1]} + ({col}) * {sx[-1]}{mask})"
+                    wv = f"tl.load(w_tap + {ci * ci_stride + t * sw[-1]}, mask=rn1[:, None] < {n}, other=0.0)"
+                    step.append(f"{accs[f]} += {xv}.to(tl.float32) * {wv}.to(tl.float32)")
+    else:  # dot steps: [BLOCK_N, bk] weights by [bk, columns] inputs, bk input channels a step
+        cast, precision = dot_cast(x, w, p.get("operands", "input")), p.get("precision", "ieee")
+        chunks = [f"rc = {f'c0 + ' if cin_g > bk else ''}tl.arange(0, {bk})"]
+        ragged = [f"(rc[:, None] < {cin_g})"] if cin_g % bk else []
+        wm = f"(rn1[:, None] < {n})" + (f" & (rc[None, :] < {cin_g})" if ragged else "")
+        loaded: dict[int, str] = {}  # an input tile per column offset, whichever slots' taps read it
         for f, taps in enumerate(slots):
             for t, c in taps:
-                col = "q" if a == 1 else f"q * {a}"
-                col = f"{col} + {c}" if c > 0 else f"{col} - {-c}" if c < 0 else col
-                mask = [f"({col} < lim)"] * bool(conds or most + c >= in_w) + [f"({col} >= 0)"] * (c < 0)
-                mask = f", mask={' & '.join(mask)}, other=0.0" if mask else ""
-                xv = f"tl.load(x_tap + {ci * sx[1]} + ({col}) * {sx[-1]}{mask})"
-                wv = f"tl.load(w_tap + {ci * ci_stride + t * sw[-1]}, mask=rn1[:, None] < {n}, other=0.0)"
-                step.append(f"{accs[f]} += {xv}.to(tl.float32) * {wv}.to(tl.float32)")
+                if c not in loaded:
+                    loaded[c] = f"xv{len(loaded)}"
+                    col, mask = columns(c)
+                    xm = f", mask={' & '.join(mask + ragged)}, other=0.0" if mask + ragged else ""
+                    chunks.append(f"{loaded[c]} = tl.load(x_tap + rc[:, None] * {sx[1]} + ({col}) * {sx[-1]}{xm}){cast}")
+                chunks += [f"wv = tl.load(w_tap + rc[None, :] * {ci_stride} + {t * sw[-1]}, mask={wm}, other=0.0){cast}",
+                           f'{accs[f]} += tl.dot(wv, {loaded[c]}, input_precision="{precision}")']
+        step += chunks if cin_g <= bk else [f"for c0 in range(0, {cin_g}, {bk}):"] + ["    " + x for x in chunks]
     lines += ["for k0 in range(0, taps):"] + ["    " + line for line in step]
     if s2 > 1:
         accs += ["zero"] * (s2 - s)

@@ -180,6 +180,19 @@ def interleaved_tiles(kernel: Kernel, split: bool = False) -> dict:
 
 
 ROWS_TILES = {"tiles": "rows", "BLOCK_M": 64, "BLOCK_N": 16, "BLOCK_K": 1, "num_warps": 1, "num_stages": 1}
+# rows tiles in tl.dot steps (implicit_gemm.rows_k): 256 outputs of a row by 64 channels, 32 input channels a step
+ROWS_DOT_TILES = {"tiles": "rows", "BLOCK_M": 256, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 1}
+
+
+def rows_form(node: Node) -> dict:
+    """Rows tiles' sizes for a convolution: outer-product steps where its input channels fit them (ROWS_TILES,
+    implicit_gemm.rows_fit), dot steps elsewhere (ROWS_DOT_TILES). On an H200 (session 23), the dot form at
+    tf32x3 against the interleaved tiles of its default: level 1's 73_conv_transposed_3D 1.940 -> 1.546 ms,
+    81_conv_transposed_2D 0.348 -> 0.325 (0.516 at 32 channels a tile, 0.426 at 8 warps); level 2's 3, 20, 26,
+    34, 38, 49, 78, 100 (3-D, stride 2, 32-64 input channels) 1.10-1.70x faster (20: 1.271 -> 0.748). Slower:
+    the 2-D ones of level 2 (2, 5, 16, 36, 44, 91, 93: 1.4-2.4x), level 1's 77 (dilated) and 79 (1-D), and the
+    3-D ones over 16 channels (level 2's 15, 74: 1.14-1.16x)."""
+    return dict(ROWS_TILES) if rows_fit(node) else dict(ROWS_DOT_TILES)
 
 
 def rows_tiles(kernel: Kernel) -> dict:
@@ -367,7 +380,7 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
                  "GROUP_M": [1, 4, 8, 16], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5]}
         if kernel.nodes[0].fn == "conv":  # which axis the tiles walk (implicit_gemm.render_conv)
             space["tiles"] = ["channels", "positions"] + ["interleaved"] * bool(interleave_slots(kernel.nodes[0])) \
-                + ["rows"] * rows_fit(kernel.nodes[0])
+                + ["rows"]  # in dot steps (BLOCK_K over 1) any convolution can take rows tiles
             space["packed"] = [0, 1]  # 1: the weight copied with its output channels innermost (implicit_gemm)
         if outer_steps(kernel.nodes[0]):
             space["BLOCK_K"] = [1] + space["BLOCK_K"]
@@ -508,12 +521,12 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             return "tiles must be channels, positions, interleaved or rows"
         if inter and not interleave_slots(kernel.nodes[0]):
             return "interleaved tiles need a transposed convolution whose last dim is strided"
-        if rows and not rows_fit(kernel.nodes[0]):
-            return "rows tiles are for convolutions over at most 8 input channels a group"
+        if rows and p.get("BLOCK_K", 1) == 1 and not rows_fit(kernel.nodes[0]):
+            return "rows tiles in outer-product steps (BLOCK_K 1) are for at most 8 input channels a group"
         if p.get("packed") and kernel.nodes[0].fn != "conv":
             return "packed weights are for convolutions"
         bm, bn, bk = p.get("BLOCK_M", 64), p.get("BLOCK_N", 64), p.get("BLOCK_K", 32)
-        if bk == 1 and not outer_steps(kernel.nodes[0]) and not rows:  # rows tiles take outer products only
+        if bk == 1 and not outer_steps(kernel.nodes[0]) and not rows:  # rows tiles: rows_k
             return "outer-product K steps (BLOCK_K 1) are for convolutions over a few input channels"
         if not rows and max(1, p.get("num_stages", 3)) * (bm * bk + bk * bn) * 4 > SMEM_BYTES:
             return "the pipelined tiles need more shared memory than a block has"

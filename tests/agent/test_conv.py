@@ -86,15 +86,17 @@ def test_a_strided_transposed_convolution_reads_only_its_phases_taps(runner, tmp
 def test_a_transposed_convolution_strided_along_its_last_dim_stores_its_rows_whole(runner, tmp_path):
     """Interleaved tiles by default: a program takes every phase of the last dim (stride 5: eight slots, two of
     them no tap reaches and three past the stride), so its output rows are stored whole; split-fp32 products
-    take 32 channels by 64 rows, the FMA form next its own 16 by 128, then the channel tiles they replace;
-    K steps of 32 where every phase reads 32 K, one step a phase. Other convolutions cannot take them."""
+    take 32 channels by 64 rows, rows tiles in dot steps next, the FMA form then at its own 16 by 128, then the
+    channel tiles they replace; K steps of 32 where every phase reads 32 K, one step a phase. Other convolutions
+    cannot take them."""
     task = tmp_path / "conv_sparse_wide.py"  # 12 input channels: more than the positions rule takes
     task.write_text(task_of("transposed2d_sparse", tmp_path).read_text().replace(
         "nn.ConvTranspose2d(3, 5,", "nn.ConvTranspose2d(12, 5,").replace("(n, 3, 4, 6)", "(n, 12, 4, 6)"))
     a = analyze(str(task), small=True)
     t = BY_NAME["gemm"]
-    first, second, third = t.variants(a)[:3]
+    first, rows, second, third = t.variants(a)[:4]
     assert (first["tiles"], first["BLOCK_M"], first["BLOCK_N"], first["precision"]) == ("interleaved", 64, 32, "tf32x3")
+    assert (rows["tiles"], rows["BLOCK_K"], rows["precision"]) == ("rows", 32, "tf32x3")  # params.rows_form
     assert (second["tiles"], second["precision"], third["tiles"]) == ("interleaved", "ieee", "channels")
     assert (second["BLOCK_M"], second["BLOCK_N"], second["num_stages"]) == (128, 16, 3)  # FMA products' own tiles
     source = t.render(a, first)
@@ -177,14 +179,42 @@ def test_a_phased_convolution_of_one_k_step_walks_output_positions(runner, tmp_p
     source = t.render(a, {**t.default(a), "impl": "triton"})
     assert "ta = tl.load(x_row[:, None] + " in source and "tl.trans(" not in source
     runner.run_ok(wide, source)
-    assert t.space(a)["tiles"] == ["channels", "positions", "interleaved"]  # the search may choose any
+    assert t.space(a)["tiles"] == ["channels", "positions", "interleaved", "rows"]  # the search may choose any
     source = t.render(a, {**t.default(a), "impl": "triton", "tiles": "positions"})
     assert "ta = tl.trans(tl.load(x_row[None, :] + ci[:, None] * " in source
     runner.run_ok(wide, source)
     with pytest.raises(ValueError, match="tiles must be channels, positions, interleaved or rows"):
         t.render(a, {**t.default(a), "impl": "triton", "tiles": "diagonal"})
-    with pytest.raises(ValueError, match="rows tiles are for convolutions over at most 8 input channels a group"):
-        t.render(a, {**t.default(a), "impl": "triton", "tiles": "rows"})
+    with pytest.raises(ValueError, match=r"rows tiles in outer-product steps \(BLOCK_K 1\) are for at most 8 input"):
+        t.render(a, {**t.default(a), "impl": "triton", "tiles": "rows", "BLOCK_K": 1})
+
+
+def test_rows_tiles_in_dot_steps(runner, tmp_path):
+    """Rows tiles whose K steps are tl.dot products over the input channels (params.rows_form: a strided
+    transposed convolution over more than 8 channels a group takes them second): [channels, channels in] weights
+    by [channels in, outputs] input rows a tap, an input row loaded once for every slot that reads it. In every
+    kind of convolution, and over 40 channels in steps of 32 (a loop, its last step ragged) or 16, they match
+    the reference."""
+    for kind in KINDS:
+        task = task_of(kind, tmp_path)
+        a = analyze(str(task), small=True)
+        t = BY_NAME["gemm"]
+        params = {**t.default(a, rows=False), "impl": "triton", "tiles": "rows", "BLOCK_K": 16, "num_warps": 4}
+        source = t.render(a, params)
+        assert "tl.dot(wv, xv0," in source and "for ci in" not in source
+        runner.run_ok(task, source)
+    wide = tmp_path / "conv_residual_wide.py"
+    wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6,", "ConvTranspose2d(40, 6,").replace("(2, 4, 5, 6)",
+                                                                                            "(2, 40, 5, 6)"))
+    a = analyze(str(wide), small=True)
+    rows = t.variants(a)[1]
+    assert (rows["tiles"], rows["BLOCK_K"], rows["BLOCK_M"]) == ("rows", 32, 256)
+    for bk in (32, 16):
+        source = t.render(a, {**rows, "BLOCK_K": bk})
+        assert "for c0 in range(0, 40, %d):" % bk in source
+        assert "(rc[:, None] < 40)" in source  # 40 a multiple of neither: the last step masked
+        assert source.count("= tl.load(x_tap + rc[:, None]") == 2  # two input columns feed the two slots' taps
+        runner.run_ok(wide, source)
 
 
 def test_a_phased_convolution_over_few_input_channels_takes_outer_product_steps(runner, tmp_path):
@@ -217,7 +247,7 @@ def test_a_strided_transposed_convolution_over_few_channels_takes_rows_tiles(run
     per-channel values (the bias) loaded once a channel. The tiles they replace follow cuDNN's. At 8 a row
     (several tiles a row, the residual read in the epilogue) and in every kind of convolution (the first test)
     they match the reference. One over 8 channels and 25 taps takes them second, as an unstrided 2-D one does;
-    a convolution strided along its last dim last, one over 40 channels not at all (a test above)."""
+    a convolution strided along its last dim last, one over 40 channels in dot steps (a test above)."""
     task = tmp_path / "conv_residual.py"
     task.write_text(RESIDUAL)
     a = analyze(str(task), small=True)

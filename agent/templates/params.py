@@ -30,7 +30,7 @@ import math
 from agent.templates.attention_kernel import attention_dims
 from agent.templates.codegen import lane_window, next_pow2, pair_rows
 from agent.templates.implicit_gemm import (conv_tiles, gemm_dims, interleave_slots, outer_steps, phase_ks, phased,
-                                           rows_fit)
+                                           rows_fit, rows_layout)
 from agent.templates.ir import Leaf, Node
 from agent.templates.fold import fold_sums, foldable
 from agent.templates.kernels import looped_passes, reduction_stages, online_pairs, welford_pairs
@@ -526,6 +526,8 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
         if p.get("packed") and kernel.nodes[0].fn != "conv":
             return "packed weights are for convolutions"
         bm, bn, bk = p.get("BLOCK_M", 64), p.get("BLOCK_N", 64), p.get("BLOCK_K", 32)
+        if rows:  # the tile a row takes: no wider than the row needs (implicit_gemm.rows_layout)
+            _, bm, bn, _ = rows_layout(kernel.nodes[0], p)
         if bk == 1 and not outer_steps(kernel.nodes[0]) and not rows:  # rows tiles: rows_k
             return "outer-product K steps (BLOCK_K 1) are for convolutions over a few input channels"
         if not rows and max(1, p.get("num_stages", 3)) * (bm * bk + bk * bn) * 4 > SMEM_BYTES:

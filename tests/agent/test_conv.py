@@ -215,6 +215,14 @@ def test_rows_tiles_in_dot_steps(runner, tmp_path):
         assert "(rc[:, None] < 40)" in source  # 40 a multiple of neither: the last step masked
         assert source.count("= tl.load(x_tap + rc[:, None]") == 2  # two input columns feed the two slots' taps
         runner.run_ok(wide, source)
+    # a row of 11 outputs takes 32 a tile (16 a slot), whatever BLOCK_M says: its registers are those of 32 x 16
+    source = t.render(a, {**rows, "BLOCK_M": 256, "BLOCK_N": 64, "num_warps": 1})
+    assert "acc = tl.reshape(j2_0, (BLOCK_N, BLOCK_M))" in source and "BLOCK_M=32, BLOCK_N=16" in source
+    wide.write_text(wide.read_text().replace("torch.randn(2, 6, 9, 11)", "torch.randn(2, 6, 9, 1001)").replace(
+        "(2, 40, 5, 6)", "(2, 40, 5, 501)"))  # a row of 1001: 512 a tile
+    a = analyze(str(wide), small=True)
+    with pytest.raises(ValueError, match="the accumulator needs more than 128 registers per thread"):
+        t.render(a, {**rows, "BLOCK_M": 512, "BLOCK_N": 64, "num_warps": 1})
 
 
 def test_a_phased_convolution_over_few_input_channels_takes_outer_product_steps(runner, tmp_path):

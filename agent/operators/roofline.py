@@ -43,7 +43,8 @@ from agent.templates.codegen import next_pow2
 from agent.templates.implicit_gemm import conv_tiles, gemm_dims, outer_steps
 from agent.templates.kernels import looped_passes, online_pairs
 from agent.templates.params import (SMS, gemm_tiles, held_split, interleaved_tiles, kernel_default, kernel_invalid,
-                                    kernel_space, l2_groups, lag_split, lanes, online_form, persistent, rows_form, sizes)
+                                    kernel_space, l2_groups, lag_split, lanes, online_form, persistent, rows_form,
+                                    sizes)
 from agent.templates.schedule import Kernel
 from agent.templates.stats_epilogue import Stats, stats_pair
 from tools.results import EvalResult
@@ -282,8 +283,8 @@ def _gemm(analysis, template, kernel: Kernel, p: dict) -> list[tuple[dict, str]]
         now = conv_tiles(kernel.nodes[0], p)
         for other in [t for t in space["tiles"] if t != now]:  # with interleaved tiles' own sizes, or off them
             split = p.get("precision") == "tf32x3"  # tiles of their own (params.interleaved_tiles)
-            sizes_of = interleaved_tiles(kernel, split) if other == "interleaved" else \
-                rows_form(kernel.nodes[0]) if other == "rows" else gemm_tiles(kernel) if now in ("interleaved", "rows") else {}
+            sizes_of = interleaved_tiles(kernel, split) if other == "interleaved" else rows_form(kernel.nodes[0]) \
+                if other == "rows" else gemm_tiles(kernel) if now in ("interleaved", "rows") else {}
             out.append(({"impl": "triton", **sizes_of, "tiles": other}, f"a Triton convolution: try {other} tiles "
                                                                         f"(tiles {now}->{other})"))
     if "packed" in space and p.get("impl", "triton") == "triton":  # either way 1.6x for some (params.packed_default)

@@ -479,9 +479,10 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
                     loaded[c] = f"xv{len(loaded)}"
                     col, mask = columns(c)
                     xm = f", mask={' & '.join(mask + ragged)}, other=0.0" if mask + ragged else ""
-                    chunks.append(f"{loaded[c]} = tl.load(x_tap + rc[:, None] * {sx[1]} + ({col}) * {sx[-1]}{xm}){cast}")
-                chunks += [f"wv = tl.load(w_tap + rc[None, :] * {ci_stride} + {t * sw[-1]}, mask={wm}, other=0.0){cast}",
-                           f'{accs[f]} += tl.dot(wv, {loaded[c]}, input_precision="{precision}")']
+                    chunks.append(f"{loaded[c]} = tl.load(x_tap + rc[:, None] * {sx[1]} + ({col}) * {sx[-1]}{xm})"
+                                  + cast)
+                chunks += [f"wv = tl.load(w_tap + rc[None, :] * {ci_stride} + {t * sw[-1]}, mask={wm}, other=0.0)"
+                           + cast, f'{accs[f]} += tl.dot(wv, {loaded[c]}, input_precision="{precision}")']
         step += chunks if cin_g <= bk else [f"for c0 in range(0, {cin_g}, {bk}):"] + ["    " + x for x in chunks]
     lines += ["for k0 in range(0, taps):"] + ["    " + line for line in step]
     if s2 > 1:

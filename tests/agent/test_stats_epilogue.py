@@ -46,6 +46,18 @@ def test_the_norm_reads_its_convolution_once_and_matches(kind, runner, tmp_path)
         runner.run_ok(task, source)
 
 
+@pytest.mark.parametrize("kind", CASES)
+def test_rows_tiles_in_dot_steps_take_the_statistics_too(kind, runner, tmp_path):
+    """The same tiles with tl.dot K steps (implicit_gemm.rows_k): the accumulator keeps its [channels, outputs]
+    shape, so the epilogue's Welford states and the norm's combining kernel match the reference as well."""
+    task = task_of(kind, tmp_path)
+    a = analyze(str(task), small=True)
+    rows = next(v for v in T.variants(a) if v.get("tiles") == "rows" and v["impl"] == "triton")
+    source = T.render(a, {**rows, "stats": 1, "BLOCK_K": 16, "num_warps": 4})
+    assert "tl.dot(wv, xv0," in source and "_row_kernel1[" not in source
+    runner.run_ok(task, source)
+
+
 def test_a_batch_norms_many_partials_are_merged_first(runner, tmp_path, monkeypatch):
     """More partials a row than a combining program merges at once (kernels.MERGE_PARTS, 4096; 16 here, so that
     a small shape has more): a merging kernel takes them 16 at a time, the last chunk part-full."""

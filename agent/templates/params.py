@@ -30,7 +30,7 @@ import math
 from agent.templates.attention_kernel import attention_dims
 from agent.templates.codegen import lane_window, next_pow2, pair_rows
 from agent.templates.implicit_gemm import (conv_tiles, gemm_dims, interleave_slots, outer_steps, phase_ks, phased,
-                                           rows_fit, rows_layout)
+                                           rows_fit, rows_k, rows_layout)
 from agent.templates.ir import Leaf, Node
 from agent.templates.fold import fold_sums, foldable
 from agent.templates.kernels import looped_passes, reduction_stages, online_pairs, welford_pairs
@@ -521,7 +521,7 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             return "tiles must be channels, positions, interleaved or rows"
         if inter and not interleave_slots(kernel.nodes[0]):
             return "interleaved tiles need a transposed convolution whose last dim is strided"
-        if rows and p.get("BLOCK_K", 1) == 1 and not rows_fit(kernel.nodes[0]):
+        if rows and rows_k(kernel.nodes[0], p) == 1 and not rows_fit(kernel.nodes[0]):
             return "rows tiles in outer-product steps (BLOCK_K 1) are for at most 8 input channels a group"
         if p.get("packed") and kernel.nodes[0].fn != "conv":
             return "packed weights are for convolutions"

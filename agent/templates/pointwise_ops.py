@@ -152,7 +152,7 @@ def _arg(a, i, kw, name, default):
 def _xlog(shift: str):
     """x * log(shift + y), 0 where x is 0, NaN where y is NaN (xlogy, and xlog1py with shift "1.0 + ")."""
     return lambda a, kw: E(f"tl.where({f(a[1])} != {f(a[1])}, {f(a[1])}, tl.where({f(a[0])} == 0, 0.0, "
-                           f"{f(a[0])} * {'_log1p(' if shift else 'tl.log('}{f(a[1])})))", "f")
+                           f"{f(a[0])} * {'_log1p(' if shift else '_log('}{f(a[1])})))", "f")
 
 
 POINTWISE = {
@@ -167,9 +167,9 @@ POINTWISE = {
     "exp": _unary("tl.exp({x})"),
     "exp2": _unary("tl.exp2({x})"),
     "expm1": _unary("_expm1({x})"),
-    "log": _unary("tl.log({x})"),
+    "log": _unary("_log({x})"),
     "log2": _unary("tl.log2({x})"),
-    "log10": _unary("(tl.log({x}) * 0.4342944819032518)"),
+    "log10": _unary("(_log({x}) * 0.4342944819032518)"),
     "log1p": _unary("_log1p({x})"),
     "sqrt": _unary("tl.sqrt({x})"),
     "rsqrt": _unary("tl.rsqrt({x})"),
@@ -304,6 +304,18 @@ def _log1p(x):
     p = 0.3333333333333333 + q * p
     return tl.where(tl.abs(x) < 0.5, 2.0 * s * (1.0 + q * p), tl.log(1.0 + x))
 ''',
+    # ln x as the SFU's log2 (lg2.approx.f32, within 2**-22 of log2 x, subnormals kept) times ln 2: two
+    # instructions where tl.log's libdevice polynomial takes about 30. Level 1's 98_KLDivLoss, two logs an
+    # element pair, was bound by them (62 instructions an element pair, 13 so). A kernel that calls it takes
+    # the constexpr SFU, true where its tensors are on a GPU (program._sfu_log): the interpreter runs no PTX.
+    "_log": '''@triton.jit
+def _log(SFU: tl.constexpr, x):
+    y = tl.log(x)
+    if SFU and y.dtype == tl.float32:
+        y = tl.inline_asm_elementwise("lg2.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
+                                      pack=1) * 0.6931471805599453
+    return y
+''',
     "_tanh": '''@triton.jit
 def _tanh(x):
     t = _expm1(-2.0 * tl.abs(x))
@@ -344,7 +356,7 @@ def helpers_for(source: str) -> list[str]:
     def visit(text: str) -> None:
         for name, code in HELPERS.items():
             if name not in found and any(name + c in text for c in "(,)"):  # called, or a combine function
-                visit(code.split("\n", 2)[2])  # the body: past the decorator and the def line
+                visit(code.split("\ndef ", 1)[1].split("\n", 1)[1])  # the body, past its def line
                 found.append(name)
     visit(source)
     return [HELPERS[name] for name in found]

@@ -96,8 +96,8 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
             p["offsets64"] = i in batch.wide
             small = _small_rows(k, f"_{k.layout}_kernel{i}_small", p, batch.size)
             if small:
-                smalls[i] = small
-        codes.append(render_kernel(k, f"_{k.layout}_kernel{i}", p))
+                smalls[i] = (small[0], _sfu_log(small[1]))
+        codes.append(_sfu_log(render_kernel(k, f"_{k.layout}_kernel{i}", p)))
     if batch is None:
         _one_launch(codes, kernels)
     sources = "\n\n\n".join(_shared(codes, kernels) + [c.source for _, c in smalls.values()])
@@ -196,6 +196,28 @@ def _kw_fallback(guard):
         warnings.warn("kernelwright candidate: the Triton kernels need " + guard + "; this call breaks that, so it "
                       "runs the task's PyTorch reference instead (said once per guard).", stacklevel=3)
 '''
+
+
+def _sfu_log(code: KernelCode | None) -> KernelCode | None:
+    """`code` with each of its kernels that takes a log (pointwise_ops' _log) given the constexpr SFU, true where
+    the launch's first tensor is on a GPU: there the log is the SFU's, in the interpreter tl.log."""
+    if code is None or "_log(" not in code.source:
+        return code
+    blocks, named = re.split(r"(?m)^(?=@triton\.jit)", code.source), []
+    for i, block in enumerate(blocks):
+        if re.search(r"\b_log\(", block):
+            named.append(re.search(r"(?m)^def (\w+)\(", block).group(1))
+            block = block.replace("):\n", ", SFU: tl.constexpr):\n", 1)  # the def line's end
+            blocks[i] = re.sub(r"\b_log\(", "_log(SFU, ", block)
+    for launch in code.launches:
+        if launch.kernel in named:
+            launch.meta["SFU"] = f"{_local(launch.args[0])}.is_cuda"
+    for i, line in enumerate(code.host):  # launches in a host loop: kernel[grid](first, ..., num_warps=...)
+        launch = re.match(r"\s*(\w+)\[.*?\]\(([^,]+),", line)
+        if launch and launch.group(1) in named:
+            code.host[i] = line.replace(", num_warps=", f", SFU={launch.group(2)}.is_cuda, num_warps=", 1)
+    code.source = "".join(blocks)
+    return code
 
 
 def _launches(code: KernelCode) -> list[str]:

@@ -4,6 +4,8 @@ split views, indexed loads (gathers), more pointwise ops; and a task with random
 import re
 from pathlib import Path
 
+import pytest
+
 from agent.analysis import analyze
 from agent.templates import matching, unsupported_reason
 from agent.templates.ir import lower
@@ -58,7 +60,40 @@ def test_indexed_loads(runner):
 
 
 def test_more_pointwise_ops_and_identity_dropout(runner):
-    check("low_pointwise", runner)
+    """Their logs take the SFU's log2 on a GPU: each kernel calling _log gets the constexpr SFU, passed from its
+    first tensor's device, so the interpreter (CPU tensors) runs tl.log."""
+    source = check("low_pointwise", runner)
+    kernels = re.findall(r"(?ms)^def (_\w+_kernel\w*)\((.*?)\):\n(.*?)(?=^\S|\Z)", source)
+    logs = [name for name, _, body in kernels if "_log(" in body]
+    assert logs == ["_row_kernel0", "_flat_kernel1"]  # kl_div and xlogy; log and xlogy
+    for name, args, body in kernels:
+        assert ("SFU: tl.constexpr" in args) == (name in logs) and "_log(x" not in body
+        assert all(re.search(rf"{name}\[.*SFU=\w+\.is_cuda, num_warps=", line)
+                   for line in source.splitlines() if f"{name}[" in line) == (name in logs)
+
+
+@pytest.mark.gpu
+def test_the_sfu_log_is_within_two_units_of_the_last_place_of_the_logs_it_replaces():
+    """ln x from lg2.approx.f32 against PyTorch's log, over normal and subnormal inputs."""
+    import torch
+    import triton
+    import triton.language as tl
+    from agent.templates.pointwise_ops import HELPERS
+    scope = {"triton": triton, "tl": tl}
+    exec(compile(HELPERS["_log"], "<_log>", "exec"), scope)  # noqa: S102 -- our own helper's source
+    log = scope["_log"]
+
+    @triton.jit
+    def logs(x, y, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y + i, log(True, tl.load(x + i, mask=i < n, other=1.0)), mask=i < n)
+
+    x = torch.cat([torch.logspace(-45, 38, 1 << 16, device="cuda"), torch.rand(1 << 16, device="cuda")])
+    y = torch.empty_like(x)
+    logs[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    want = x.double().log()
+    ulp = torch.finfo(torch.float32).eps * want.abs().clamp(min=1.0)  # 2**-22 absolute where |ln x| < 1
+    assert ((y.double() - want).abs() <= 2 * ulp).all()
 
 
 def test_random_numbers_are_refused():

@@ -193,7 +193,7 @@ POINTWISE = {
     "relu": lambda a, kw: E(f"tl.maximum({a[0].code}, 0)", _num(a[0])),
     "gelu": _gelu,
     "silu": _unary("({x} * tl.sigmoid({x}))"),
-    "mish": lambda a, kw: E(f"({f(a[0])} * _tanh({_softplus(f(a[0]))}))", "f"),
+    "mish": _unary("_mish({x})"),
     "softplus": lambda a, kw: E(_softplus(f(a[0]), _arg(a, 1, kw, "beta", 1.0), _arg(a, 2, kw, "threshold", 20.0)), "f"),
     "hardswish": _unary("({x} * tl.minimum(tl.maximum({x} + 3.0, 0.0), 6.0) / 6.0)"),
     "hardsigmoid": _unary("tl.minimum(tl.maximum({x} / 6.0 + 0.5, 0.0), 1.0)"),
@@ -304,10 +304,11 @@ def _log1p(x):
     p = 0.3333333333333333 + q * p
     return tl.where(tl.abs(x) < 0.5, 2.0 * s * (1.0 + q * p), tl.log(1.0 + x))
 ''',
-    # ln x as the SFU's log2 (lg2.approx.f32, within 2**-22 of log2 x, subnormals kept) times ln 2: two
-    # instructions where tl.log's libdevice polynomial takes about 30. Level 1's 98_KLDivLoss, two logs an
-    # element pair, was bound by them (62 instructions an element pair, 13 so). A kernel that calls it takes
-    # the constexpr SFU, true where its tensors are on a GPU (program._sfu_log): the interpreter runs no PTX.
+    # ln x as the SFU's log2 (lg2.approx.f32, subnormals kept) times ln 2: within 2**-21.41 of ln x on [0.5, 2]
+    # (no relative accuracy near 1), 3 units in the last place elsewhere; two instructions where tl.log's
+    # libdevice polynomial takes about 30. Level 1's 98_KLDivLoss, two logs an element pair, was bound by them
+    # (62 instructions an element pair, 13 so). A kernel that calls it takes the constexpr SFU, true where its
+    # tensors are on a GPU and the candidate's logs are "sfu" (program._sfu_log): the interpreter runs no PTX.
     "_log": '''@triton.jit
 def _log(SFU: tl.constexpr, x):
     y = tl.log(x)
@@ -321,6 +322,16 @@ def _tanh(x):
     t = _expm1(-2.0 * tl.abs(x))
     r = -t / (2.0 + t)
     return tl.where(x >= 0, r, -r)
+''',
+    # tanh(softplus(x)) = n / (n + 2), n = e^x (e^x + 2): one exp and a division where tanh of softplus took two
+    # exps, a log and two divisions (level 2's 47_Conv3d_Mish_Tanh's epilogue: about 130 instructions an
+    # element). No cancellation at either end: n / 2 is e^x where e^x is under fp32's roundoff against 1, and
+    # past softplus's threshold of 20 the ratio is 1 in fp32, as PyTorch's mish is x there.
+    "_mish": '''@triton.jit
+def _mish(x):
+    e = tl.exp(tl.minimum(x, 20.0))
+    n = e * (e + 2.0)
+    return tl.where(x > 20.0, x, x * n / (n + 2.0))
 ''',
     "_trunc": '''@triton.jit
 def _trunc(x):

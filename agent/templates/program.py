@@ -69,10 +69,11 @@ def _host_view(leaf: Leaf, bases: dict, batched: bool = False) -> str:
 
 
 def render_program(task_source: str, program: Program, kernels: list[Kernel], buffers: dict, primary: int,
-                   params: dict, header: str, products: dict | None = None, overrides: dict | None = None) -> str:
+                   params: dict, header: str, products: dict | None = None, overrides: dict | None = None,
+                   sfu: bool = True) -> str:
     """The candidate file: `params` for the primary kernel, defaults for the others except where `overrides`
     ({kernel index: params}) tunes one, and `products` (how tl.dot multiplies: precision, operands) for every
-    kernel."""
+    kernel. With `sfu`, a log is the special function unit's on a GPU (_sfu_log), else tl.log."""
     inputs = [b for b, leaf in program.bases.items() if not _from_self(b)]
     tensor_inputs = [b for b in inputs if b in program.arg_names]
     batch = batch_of(program, kernels, tensor_inputs) if shapes_of(params) == "dynamic" else None
@@ -96,8 +97,8 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
             p["offsets64"] = i in batch.wide
             small = _small_rows(k, f"_{k.layout}_kernel{i}_small", p, batch.size)
             if small:
-                smalls[i] = (small[0], _sfu_log(small[1]))
-        codes.append(_sfu_log(render_kernel(k, f"_{k.layout}_kernel{i}", p)))
+                smalls[i] = (small[0], _sfu_log(small[1], sfu))
+        codes.append(_sfu_log(render_kernel(k, f"_{k.layout}_kernel{i}", p), sfu))
     if batch is None:
         _one_launch(codes, kernels)
     sources = "\n\n\n".join(_shared(codes, kernels) + [c.source for _, c in smalls.values()])
@@ -198,9 +199,9 @@ def _kw_fallback(guard):
 '''
 
 
-def _sfu_log(code: KernelCode | None) -> KernelCode | None:
-    """`code` with each of its kernels that takes a log (pointwise_ops' _log) given the constexpr SFU, true where
-    the launch's first tensor is on a GPU: there the log is the SFU's, in the interpreter tl.log."""
+def _sfu_log(code: KernelCode | None, sfu: bool) -> KernelCode | None:
+    """`code` with each of its kernels that takes a log (pointwise_ops' _log) given the constexpr SFU: true where
+    the launch's first tensor is on a GPU and `sfu` holds (the log is then the SFU's), else false (tl.log)."""
     if code is None or "_log(" not in code.source:
         return code
     blocks, named = re.split(r"(?m)^(?=@triton\.jit)", code.source), []
@@ -211,11 +212,12 @@ def _sfu_log(code: KernelCode | None) -> KernelCode | None:
             blocks[i] = re.sub(r"\b_log\(", "_log(SFU, ", block)
     for launch in code.launches:
         if launch.kernel in named:
-            launch.meta["SFU"] = f"{_local(launch.args[0])}.is_cuda"
+            launch.meta["SFU"] = f"{_local(launch.args[0])}.is_cuda" if sfu else "False"
     for i, line in enumerate(code.host):  # launches in a host loop: kernel[grid](first, ..., num_warps=...)
         launch = re.match(r"\s*(\w+)\[.*?\]\(([^,]+),", line)
         if launch and launch.group(1) in named:
-            code.host[i] = line.replace(", num_warps=", f", SFU={launch.group(2)}.is_cuda, num_warps=", 1)
+            on = f"{launch.group(2)}.is_cuda" if sfu else "False"
+            code.host[i] = line.replace(", num_warps=", f", SFU={on}, num_warps=", 1)
     code.source = "".join(blocks)
     return code
 

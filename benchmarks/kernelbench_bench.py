@@ -363,7 +363,8 @@ def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None =
     """The verified tasks of levels 1 and 2 where torch.compile runs above COMPILE_SLACK x the floor: eager,
     compile and best kernel times, the floor, best/floor, the winning candidate's operator and parameters, and
     the geomeans (the shipped time is the better of kernel and eager, as in the level tables). A task is
-    memory-bound when its bytes at the copy bandwidth (the largest bytes/floor of the runs) take at least
+    memory-bound when its bytes at the copy bandwidth (as its run recorded it, copy_ms; for a run from before
+    that, the largest bytes/floor of the runs, wrong where no task of them is memory-bound) take at least
     MEMORY_SHARE of its floor: two H200s measured their copy bandwidth 1.6% apart (4.18 and 4.25 TB/s), and the
     nearest compute-bound task took 94% (59_conv_standard_3D). A task in several folders takes its row from the
     last (a later run of it); `base` (table_rows of an older table) gives the rows of tasks no folder has."""
@@ -387,7 +388,8 @@ def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None =
     table = {task: (cells, _ratio(cells[8]), _ratio(cells[7]) if cells[1] == "memory" else None)
              for task, cells in (base or {}).items()}
     for t, w in rows:
-        bytes_bound = w["bytes"] / t["floor_ms"] >= MEMORY_SHARE * bandwidth
+        bytes_bound = w["copy_ms"] >= MEMORY_SHARE * t["floor_ms"] if w["copy_ms"] else \
+            w["bytes"] / t["floor_ms"] >= MEMORY_SHARE * bandwidth
         bound = "–" if not w["bytes"] else "memory" if bytes_bound else "compute"
         shipped = min(t["best_ms"], t["eager_ms"] or t["best_ms"])
         ratios = (t["compile_ms"] / t["floor_ms"], t["best_ms"] / t["floor_ms"], t["compile_ms"] / shipped)
@@ -415,8 +417,9 @@ def _winner(store: Path) -> dict:
     for c in candidates(store / "run.sqlite"):
         if c["run"] == report.get("run") and c["id"] == best.get("id"):
             what = c["operator"] + (": " + ", ".join(f"{k}={v}" for k, v in c["params"].items()) if c["params"] else "")
-            return {"what": what, "bytes": (c["metrics"].get("timing") or {}).get("bytes") or 0.0}
-    return {"what": best.get("operator", "?"), "bytes": 0.0}
+            timing = c["metrics"].get("timing") or {}
+            return {"what": what, "bytes": timing.get("bytes") or 0.0, "copy_ms": timing.get("copy_ms")}
+    return {"what": best.get("operator", "?"), "bytes": 0.0, "copy_ms": None}
 
 
 def ms_cell(v: float | None) -> str:

@@ -28,10 +28,11 @@ def measure(setup: Setup, job: EvalJob, checked: Checked) -> tuple[Timing, Basel
 
     flops, nbytes = count_work(setup.reference, inputs)
     del inputs  # a re-verification below makes its own
-    floor = None
+    floor = copy = None
     if on_gpu:
         ceilings = device_ceilings(Path(os.environ.get("KERNELWRIGHT_CACHE", Path.home() / ".cache/kernelwright")))
         floor = floor_ms(flops, nbytes, ceilings, matmul_key(setup.dtype or torch.float32, job.task.tf32))
+        copy = nbytes / ceilings["copy_bytes_per_s"] * 1e3
     suspicious = floor is not None and candidate.median_ms < SUSPICIOUS_BELOW * floor
     if suspicious:
         verify(setup, job.trials + 2)  # fresh inputs; raises Failed if the fast result is not right
@@ -42,7 +43,7 @@ def measure(setup: Setup, job: EvalJob, checked: Checked) -> tuple[Timing, Basel
         speedup_vs_eager=baselines.eager_ms / ms if on_gpu else None,
         speedup_vs_compile=baselines.compile_ms / ms if on_gpu and baselines.compile_ms else None,
         floor_fraction=floor / ms if floor else None, spread_pct=candidate.spread_pct, interpreted=not on_gpu,
-        flops=flops, bytes=nbytes)
+        flops=flops, bytes=nbytes, copy_ms=copy)
     return timing, baselines, suspicious
 
 

@@ -94,6 +94,7 @@ class Timing:
     interpreted: bool
     flops: float = 0.0
     bytes: float = 0.0
+    copy_ms: float | None = None  # the floor's memory part: its bytes at the device's copy bandwidth
 
 
 @dataclass

@@ -202,14 +202,16 @@ def test_a_task_without_a_compile_time_is_named_with_the_reason(tmp_path):
 GPU_ROW = dict(status="done", device="NVIDIA H200", verdict="correct", kept=True, evaluations=1, correct=1)
 
 
-def _compile_bound_folder(folder: Path, rows: list, runs: list) -> None:
-    """A level folder of a finished batch: its results and, per task, the winner's parameters and timed bytes."""
+def _compile_bound_folder(folder: Path, rows: list, runs: list, copies: list | None = None) -> None:
+    """A level folder of a finished batch: its results and, per task, the winner's parameters, timed bytes and
+    (`copies`) those bytes' time at the copy bandwidth, which runs before it did not record."""
     write_results(folder, "level2.toml", rows)
     (folder / "batch.json").write_text(json.dumps({"tasks": {r.task: {"dir": r.task, "status": "done"}
                                                              for r in rows}}))
-    for r, (nbytes, params) in zip(rows, runs):
+    for r, (nbytes, params), copy_ms in zip(rows, runs, copies or [None] * len(rows)):
         (folder / r.task).mkdir()
-        timing = Timing(r.best_ms, r.eager_ms, r.compile_ms, r.floor_ms, None, None, None, 1.0, False, bytes=nbytes)
+        timing = Timing(r.best_ms, r.eager_ms, r.compile_ms, r.floor_ms, None, None, None, 1.0, False, bytes=nbytes,
+                        copy_ms=copy_ms)
         run_id = _store(folder / r.task, [EvalResult("correct", "Correct.", timing=timing)], params)
         (folder / r.task / "report.json").write_text(json.dumps({"run": run_id, "best": {"id": 1}}))
 
@@ -259,6 +261,23 @@ def test_two_machines_bandwidths_a_little_apart_both_count_as_memory_bound(tmp_p
     text = bench().compile_bound_table([older, newer])
     assert "| 1_Softmax | memory |" in text and "| 2_Relu | memory |" in text and "| 3_Conv | compute |" in text
     assert "best/floor on the 2 memory-bound ones" in text
+
+
+def test_a_run_of_compute_bound_tasks_alone_has_no_memory_bound_row(tmp_path):
+    """With their copy times recorded, a run whose tasks are all compute-bound calls none of them memory-bound
+    (inferred from the largest bytes/floor of the run, the one with the most bytes was: level 2's 87 in
+    session 24's run of three Mish tasks)."""
+    folder = tmp_path / "out" / "level2"
+    rows = [TaskRow("16_Conv_Mish", "16.py", best_ms=4.6, eager_ms=18.6, compile_ms=16.2, floor_ms=3.0, **GPU_ROW),
+            TaskRow("87_Conv_Mish", "87.py", best_ms=3.2, eager_ms=7.2, compile_ms=5.7, floor_ms=1.5, **GPU_ROW)]
+    runs = [(1.0e9, {}), (2.4e9, {})]
+    _compile_bound_folder(folder, rows, runs, copies=[0.24, 0.56])
+    text = bench().compile_bound_table([folder])
+    assert "| 16_Conv_Mish | compute |" in text and "| 87_Conv_Mish | compute |" in text
+    assert "on the 0 memory-bound ones" in text or "memory-bound ones" not in text
+    legacy = tmp_path / "legacy" / "level2"
+    _compile_bound_folder(legacy, rows, runs)
+    assert "| 87_Conv_Mish | memory |" in bench().compile_bound_table([legacy])
 
 
 def test_the_table_merges_several_later_runs_oldest_first(tmp_path, monkeypatch):

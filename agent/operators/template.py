@@ -100,6 +100,23 @@ def make_proposal(analysis: TaskAnalysis, template: str, params: dict, operator:
                     features=base.features(analysis, params), note=note)
 
 
+def exact_logs(plans: list, parents: list[Individual]) -> list[tuple]:
+    """(analysis, template, params) of each template candidate the evaluator found incorrect whose logs were
+    the SFU's (base.LOGS): the same configuration with tl.log, tried before any new one, since the SFU's log has
+    no relative accuracy near 1 and a task may need it there."""
+    out = []
+    for parent in parents:
+        p = parent.params
+        if parent.result is None or parent.result.verdict != "incorrect" or p.get("logs", base.LOGS[0]) != "sfu":
+            continue
+        for a, t in plans:
+            if t.NAME == p.get("template") and rewrite_params(a).get("rewrites") == p.get("rewrites") and \
+                    "logs" in t.space(a):
+                params = {k: v for k, v in p.items() if k not in ("template", "rewrites")}
+                out.append((a, t.NAME, {**params, "logs": "libdevice"}))
+    return out
+
+
 class TemplateOperator:
     name = "template"
 
@@ -117,7 +134,8 @@ class TemplateOperator:
             self.last_reason = f"the templates could not plan this task ({type(e).__name__}: {e})"[:300]
             return []
         seen = self.proposed | {kernel_text(p.source) for p in parents}
-        queues = [[(a, t.NAME, p) for p in (t.variants(a) if self.variants else [t.default(a)])] for a, t in plans]
+        queues = [exact_logs(plans, parents)] + [[(a, t.NAME, p) for p in (t.variants(a) if self.variants else
+                                                                          [t.default(a)])] for a, t in plans]
         out: list[Proposal] = []
         while len(out) < n and any(queues):
             for queue in queues:  # round-robin: every matching template's default, per program, before any variant
@@ -127,9 +145,11 @@ class TemplateOperator:
                 if base.invalid(analysis, params):
                     continue
                 kind = "default" if params == BY_NAME[name].default(analysis) else "variant"
+                note = f"{name} template, {kind} configuration"
+                if queue is queues[0]:
+                    note = f"{name} template, an incorrect candidate's configuration with tl.log (logs sfu->libdevice)"
                 try:
-                    proposal = make_proposal(analysis, name, params, self.name,
-                                             f"{name} template, {kind} configuration")
+                    proposal = make_proposal(analysis, name, params, self.name, note)
                 except Exception as e:
                     self.last_reason = f"the {name} template failed to render ({type(e).__name__}: {e})"[:300]
                     continue

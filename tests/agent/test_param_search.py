@@ -48,6 +48,23 @@ def test_template_operator_proposes_defaults_then_variants_once():
     assert not {p.source for p in rest} & {p.source for p in first}  # never the same candidate twice
 
 
+def test_an_incorrect_candidate_with_sfu_logs_is_tried_again_with_tl_log_first():
+    """The SFU's log has no relative accuracy near 1: a template candidate the evaluator found incorrect comes
+    back first with logs="libdevice" (its kernels' SFU constexpr False); a correct one, or one already on
+    tl.log, does not."""
+    task = task_context(FIXTURES / "low_pointwise.py")
+    op = TemplateOperator()
+    first = op.propose(task, [], 1)[0]
+    assert "logs" not in first.params and "SFU=" in first.source
+    wrong = Individual(1, first.source, "template", None, first.params, result=EvalResult("incorrect", "off"))
+    again = op.propose(task, [wrong], 1)[0]
+    assert again.params == {**first.params, "logs": "libdevice"} and "tl.log" in again.note
+    assert "SFU=False" in again.source and ".is_cuda, num_warps=" not in again.source
+    right = Individual(2, first.source, "template", None, first.params, result=result(1.0))
+    on_tl_log = Individual(3, again.source, "template", None, again.params, result=EvalResult("incorrect", "off"))
+    assert all("logs" not in p.params for p in op.propose(task, [right], 1) + op.propose(task, [on_tl_log], 1))
+
+
 def test_template_operator_reports_unsupported_tasks():
     op = TemplateOperator()
     assert op.propose(task_context(FIXTURES / "tpl_unsupported.py"), [], 3) == []

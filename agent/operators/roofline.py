@@ -27,7 +27,9 @@ template's main kernel), in this order:
   windows   memory-bound, a plane kernel whose windows read 16-byte aligned rows: lanes taking VEC outputs
             each, the windows built from vector loads (Gen.window_lanes)
 Before them all, whichever kernel takes the time: a memory-bound convolution in rows tiles whose norm reads its
-output for statistics tries those statistics in the convolution's epilogue (stats_epilogue).
+output for statistics tries those statistics in the convolution's epilogue (stats_epilogue), and once they are
+there, where its products cost less than its output's bytes, a second launch computing it again for the norm's
+output instead of writing it and reading it back (recompute).
 """
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ from agent.templates.params import (SMS, gemm_tiles, held_split, interleaved_til
                                     kernel_space, l2_groups, lag_split, lanes, online_form, persistent, rows_form,
                                     sizes)
 from agent.templates.schedule import Kernel
-from agent.templates.stats_epilogue import Stats, stats_pair
+from agent.templates.stats_epilogue import Stats, recompute_pays, stats_pair
 from tools.results import EvalResult
 
 MARGIN = RunConfig.floor_margin  # "at the floor" for the proposer is the stop's, at the default margin
@@ -100,8 +102,14 @@ def moves(analysis, template, params: dict, result: EvalResult, task: dict, marg
     if bound == "memory" and isinstance(stats, Stats):  # the whole plan's move, first
         found.insert(0, ({"stats": 1}, f"kernel {stats.row_kernel} reads the convolution's output for its "
                                        f"statistics: try them in the convolution's epilogue (stats)"))
+    st = stats_pair(pl.kernels, pl.primary, base.fitted(pl.main, own)) if params.get("stats") else None
+    if bound == "memory" and not params.get("recompute") and isinstance(st, Stats) and \
+            recompute_pays(pl.kernels, pl.primary, st):
+        found.insert(0, ({"recompute": 1}, f"kernel {st.row_kernel} reads back the convolution's output, whose "
+                                           f"products cost less than its bytes: compute them again instead "
+                                           f"(recompute)"))
     for changes, why in found:
-        plan_wide = "stats" in changes
+        plan_wide = "stats" in changes or "recompute" in changes
         child = {**params, **changes} if i == pl.primary or plan_wide else _retuned(params, i, changes)
         key = config_key(child)
         if child == params or key in seen or base.invalid(analysis, child) is not None:

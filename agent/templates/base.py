@@ -103,7 +103,10 @@ def invalid(analysis: TaskAnalysis, params: dict) -> str | None:
             split = [i for i, p in {**tuned, pl.primary: params}.items() if i in batched and p.get("SPLIT", 1) > 1]
             if split:
                 raise ValueError(f"shapes='dynamic' covers row kernels without SPLIT (kernel {split[0]} splits)")
-        requested(pl.kernels, pl.primary, fitted(pl.main, _kernel_params(params)))  # ValueError where it cannot be
+        outputs = tuple(pl.buffers[o] for o in pl.program.outputs if o in pl.buffers)
+        requested(pl.kernels, pl.primary, fitted(pl.main, _kernel_params(params)), outputs)  # ValueError if it cannot
+        if params.get("recompute") and shapes_of(params) == "dynamic":
+            raise ValueError("recompute covers shapes='static' only")
     except (Unsupported, ValueError) as e:
         return str(e)
     if params.get("logs", LOGS[0]) not in LOGS:

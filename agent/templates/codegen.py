@@ -131,7 +131,7 @@ class Gen(Reductions):
         # full tiles loaded and stored transposed, their rows the last axis: a phased convolution of one K step
         # over a few input channels, whose rows are output positions (implicit_gemm.render_conv says why)
         self.positions_last = False
-        self.channel_mask = ""  # a rows tile's mask of its channels alone (implicit_gemm._render_rows)
+        self.channel_mask = ""  # a rows tile's mask of its channels alone (implicit_gemm._render_rows; rm is one row there)
         self.evict = ""  # an eviction policy for per-element loads and stores (a lagged split's, kernels._lagged)
         self.chunk_start = None  # a row kernel's chunk start where per-element code runs (r0 in a chunk loop)
         self.pivot_values: dict = {}  # the values a Welford pivot's chunk loaded (a held split reuses them)
@@ -261,14 +261,31 @@ class Gen(Reductions):
                 run.append(j)
                 continue
             if run:
-                idx = lin if cs[run[-1]] == 1 else f"({lin} // {cs[run[-1]]})"
-                if live.index(run[0]) > 0:
-                    idx = f"({idx} % {math.prod(shape[i] for i in run)})"
+                n = math.prod(shape[i] for i in run)
+                idx = self.aligned(cs[run[-1]], n) if self.layout == "gemm" else None
+                if idx is None:
+                    idx = lin if cs[run[-1]] == 1 else f"({lin} // {cs[run[-1]]})"
+                    if live.index(run[0]) > 0:
+                        idx = f"({idx} % {n})"
                 parts.append(idx if st[run[-1]] == 1 else f"{idx} * {st[run[-1]]}")
             run = [j] if j is not None and st[j] else []
         if leaf.offset:
             parts.append(str(leaf.offset))
         return " + ".join(parts) if parts else "0"
+
+    def aligned(self, c: int, n: int) -> str | None:
+        """(linear index // c) % n in the domain's own dims, where both cuts fall on them: c a divisor a of
+        dim k's size times the dims after it, c * n the domain's size or the size of the dims after some k0.
+        A convolution's epilogue so reads a group's statistic once a channel, not once an element. None where
+        they do not."""
+        cs, total = contiguous_strides(self.D), math.prod(self.D)
+        k = next((d for d in range(len(self.D)) if c % cs[d] == 0 and (cs[d - 1] if d else total) % c == 0), None)
+        top = next((d for d in range(len(self.D)) if c * n == (cs[d - 1] if d else total)), None)
+        if k is None or top is None or top > k:
+            return None
+        a = c // cs[k]
+        code = self.offset([(d, cs[d] // cs[k]) for d in range(top, k + 1)])
+        return code if a == 1 else f"(({code}) // {a})"
 
     def is_block(self, code: str) -> bool:
         """Whether an index expression is a tile (not one scalar per program)."""
@@ -305,7 +322,7 @@ class Gen(Reductions):
         if key not in scope.cache:
             name = self.fresh("x")
             mask = "mask" if level == "full" else "rmask"
-            if self.channel_mask and level == "full" and not self.is_block(re.sub(r"\brn\b", "", off)):
+            if self.channel_mask and level == "full" and not self.is_block(re.sub(r"\b(rn|rm)\b", "", off)):
                 mask = self.channel_mask  # a per-channel value: loaded once a channel, not once an element
             if inside:
                 mask = f"{mask} & {inside}" if self.is_block(off + inside) else inside

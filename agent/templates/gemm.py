@@ -20,7 +20,7 @@ from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased, rows_f
 from agent.templates.params import (CONV_BLOCK_K, SMS, gemm_tiles, interleaved_tiles, kernel_default, kernel_invalid,
                                     kernel_space, rows_form)
 from agent.templates.program import work
-from agent.templates.stats_epilogue import worth_it
+from agent.templates.stats_epilogue import recompute_pays, stats_pair, worth_it
 
 NAME = "gemm"
 FAMILIES = ("matmul", "gemm_epilogue", "matvec", "conv")
@@ -145,6 +145,9 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     rp = base.plan(analysis, out[rows]) if rows is not None else None
     if rp and worth_it(rp.kernels, rp.primary, out[rows]):
         out.insert(rows, {**out[rows], "stats": 1})  # the next norm's statistics in its epilogue, first
+        st = stats_pair(rp.kernels, rp.primary, out[rows])
+        if recompute_pays(rp.kernels, rp.primary, st):  # and before those, its output never written
+            out.insert(rows, {**out[rows], "recompute": 1})
     return out
 
 

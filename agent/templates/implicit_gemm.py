@@ -503,7 +503,9 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen.top.lines += lines
     gen.top.cache[g] = "acc"
     gen.kinds[g] = "f"
-    store_lines(gen, list(kernel.stores.items()))
+    # under recompute the statistics are all the first launch keeps of the output (stats_epilogue.recomputed)
+    dropped = p.get("recompute") and p["stats"].buffer
+    store_lines(gen, [(m, b) for m, b in kernel.stores.items() if b != dropped])
     if p.get("stats"):  # the next row kernel's partial statistics (stats_epilogue)
         stored = next(m for m, b in kernel.stores.items() if b == p["stats"].buffer)
         gen.top.lines += p["stats"].tile_lines(gen.value(stored), [gen.ptr(b) for b in p["stats"].parts],

@@ -540,8 +540,8 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     comb.block_r = meta["BLOCK_R"]
     full = [(m, b) for m, b in kernel.stores.items() if kernel.level[m] == "full"]
     red = [(m, b) for m, b in kernel.stores.items() if kernel.level[m] == "red"]
-    rows_read = _row_values(kernel) if p.get("FLAT") and full and not (one_launch or group or dyn) else None
-    if rows_read is not None:  # the output a flat kernel of its own (_flat_output); this one stores row values
+    rows_read = row_values(kernel) if p.get("FLAT") and full and not (one_launch or group or dyn) else None
+    if rows_read is not None:  # the output a flat kernel of its own (flat_output); this one stores row values
         full = []
     block_o = meta["BLOCK_O"] if full else min(next_pow2(rows), max(1, 4096 // sp))
     lines = comb.top.lines
@@ -616,7 +616,8 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
         row_bufs = {key: f"{name}_stat{t}" for t, key in enumerate(rows_read)}
         lines += [f"tl.store({comb.ptr(buf)} + ro, {'1.0 / ' if recip else ''}{comb.value(m)}, mask=rmask)"
                   for (m, recip), buf in row_bufs.items()]
-        out = _flat(_flat_output(kernel, row_bufs), name + "_out", {"BLOCK": 1024, "num_warps": 4})
+        if not p.get("recompute"):  # else the convolution's second launch writes it (stats_epilogue.recomputed)
+            out = _flat(flat_output(kernel, row_bufs), name + "_out", {"BLOCK": 1024, "num_warps": 4})
     lines.append("first = rmask & ((ro * 0 + pid_s) == 0)")
     store_lines(comb, red, "first")
     meta_b = ["BLOCK_O", "BLOCK_R"] if full else ["BLOCK_O"]
@@ -626,7 +627,7 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
                       {"BLOCK_O": block_o, **({"BLOCK_R": meta["BLOCK_R"]} if full else {})},
                       p.get("num_warps", 4) if full else 4, 1)
     temps = {buf: (f"({n_rows}, {nparts})" if dyn else (gen.O, nparts), torch.float32) for buf, _ in parts}
-    if out:
+    if rows_read is not None:
         temps.update({buf: ((gen.O,), torch.float32) for buf in row_bufs.values()})
     codes = [KernelCode("\n".join(first_src), [launch_a])] if "EPI_PARTS" not in p else []
     codes += [merged] if merged else []
@@ -635,10 +636,10 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
                       {k: v for c in codes for k, v in c.temps.items()})
 
 
-def _row_values(kernel: Kernel) -> list[tuple[Node, bool]] | None:
+def row_values(kernel: Kernel) -> list[tuple[Node, bool]] | None:
     """The row-level values (reductions, or values computed from them) that the kernel's per-element outputs
     read, each (value, whether it is read as a divisor: its reciprocal is stored, as codegen.Gen.pointwise
-    multiplies by it), for a flat kernel to read them as stored rows (_flat_output); None where one is not a
+    multiplies by it), for a flat kernel to read them as stored rows (flat_output); None where one is not a
     float of the rows' own shape (up to dims of 1), or an output is stored into another buffer or under a
     condition."""
     if kernel.store_when or any(isinstance(b, Leaf) for b in kernel.stores.values()):
@@ -670,7 +671,7 @@ def _output_nodes(kernel: Kernel) -> list[Node]:
     return [m for m in kernel.nodes if m in seen]
 
 
-def _flat_output(kernel: Kernel, row_bufs: dict) -> Kernel:
+def flat_output(kernel: Kernel, row_bufs: dict) -> Kernel:
     """A split row kernel's per-element outputs as a flat kernel: each row value they read a leaf over its
     buffer, one value a row (row_bufs: (value, reciprocal) -> buffer), broadcast along the rows; a division by
     one a product with its stored reciprocal. On an H200 (session 18) the output pass of level 1's

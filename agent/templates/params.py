@@ -281,7 +281,7 @@ def split_rows(o: int, r: int, rewrites: bool) -> dict:
     492,156), its statistics 0.373 -> 0.271 ms and its output pass 0.845 -> 0.556 (1 GB read and 1 GB written),
     level 1's 37_FrobeniusNorm_ (one row of 1.9 G) 1.665 -> 1.677 and 3.892 -> 3.792; but a sum alone, level 2's
     65 (128 rows of 63,504), 1.690 -> 1.889, and level 1's 98_KLDivLoss 0.617 -> 0.625. A norm's output pass
-    is a flat kernel of its own (FLAT: kernels._flat_output) over the row statistics its combining kernel stores."""
+    is a flat kernel of its own (FLAT: kernels.flat_output) over the row statistics its combining kernel stores."""
     split = min(2048, next_pow2(math.ceil(8 * SMS / o)), next_pow2(r // 8192))
     if not rewrites:
         return {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "SPLIT": split}

@@ -19,6 +19,7 @@ rank and the inner sizes (a batch from 1 up to where 32-bit offsets still hold).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from agent.templates.params import SMS, kernel_default, sizes, splittable
 from agent.templates.pointwise_ops import helpers_for
 from agent.templates.reductions import INT32_MAX
 from agent.templates.schedule import Kernel
-from agent.templates.stats_epilogue import combine_params, requested
+from agent.templates.stats_epilogue import combine_params, recomputed, requested
 
 SHAPES = ("static", "dynamic")  # params["shapes"]: sizes baked in, or the batch a run-time argument
 BATCH = "kw_batch"  # the forward's name for the batch under shapes="dynamic"
@@ -77,7 +78,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     inputs = [b for b, leaf in program.bases.items() if not _from_self(b)]
     tensor_inputs = [b for b in inputs if b in program.arg_names]
     batch = batch_of(program, kernels, tensor_inputs) if shapes_of(params) == "dynamic" else None
-    stats = requested(kernels, primary, params)
+    stats = requested(kernels, primary, params, tuple(buffers[o] for o in program.outputs if o in buffers))
     codes: list[KernelCode | None] = []
     smalls: dict[int, tuple[str, KernelCode]] = {}  # kernel index -> (when, its form for a call with few rows)
     torch_ops = []
@@ -92,13 +93,18 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
             p["stats"] = stats
         elif stats and i == stats.row_kernel:
             p = combine_params(k, stats, {**(overrides or {}).get(i, {}), **(products or {})})
+            if params.get("recompute"):  # row statistics stored, the output the convolution's second launch's
+                p = {**p, "FLAT": 1, "recompute": 1}
         if batch is not None and i in batch.kernels:
             p["shapes"] = "dynamic"
             p["offsets64"] = i in batch.wide
             small = _small_rows(k, f"_{k.layout}_kernel{i}_small", p, batch.size)
             if small:
                 smalls[i] = (small[0], _sfu_log(small[1], sfu))
-        codes.append(_sfu_log(render_kernel(k, f"_{k.layout}_kernel{i}", p), sfu))
+        code = render_kernel(k, f"_{k.layout}_kernel{i}", p)
+        if stats and params.get("recompute") and i == stats.row_kernel:
+            code = _then(code, _again(kernels, primary, stats, params))
+        codes.append(_sfu_log(code, sfu))
     if batch is None:
         _one_launch(codes, kernels)
     sources = "\n\n\n".join(_shared(codes, kernels) + [c.source for _, c in smalls.values()])
@@ -140,7 +146,7 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     float_dt = f"{program.float_base}.dtype" if program.float_base else None
     vendor_outs = {buffers_of(k) for k in kernels if k.kind == "torch_gemm"}  # the vendor op returns its own
     for node, buf in buffers.items():
-        if buf in vendor_outs:
+        if buf in vendor_outs or stats and params.get("recompute") and buf == stats.buffer:  # never written
             continue
         if node.dtype.is_floating_point:
             dt = float_dt if node in outputs and float_dt and node.dtype == program.bases[program.float_base].dtype \
@@ -220,6 +226,22 @@ def _sfu_log(code: KernelCode | None, sfu: bool) -> KernelCode | None:
             code.host[i] = line.replace(", num_warps=", f", SFU={on}, num_warps=", 1)
     code.source = "".join(blocks)
     return code
+
+
+def _again(kernels: list[Kernel], i: int, stats, params: dict) -> KernelCode:
+    """The convolution's second launch under params["recompute"]: kernel i again, the row kernel's output pass
+    its epilogue (stats_epilogue.recomputed), at the convolution's own parameters. The first launch made its
+    packed weight."""
+    p = {key: v for key, v in params.items() if key not in ("stats", "recompute", "shapes")}
+    code = render_kernel(recomputed(kernels, i, stats), f"_gemm_kernel{i}_again", p)
+    return dataclasses.replace(code, prep=[])
+
+
+def _then(first: KernelCode, second: KernelCode) -> KernelCode:
+    """One kernel's code followed by another's: both sources, then both launches in order."""
+    return KernelCode(first.source + "\n\n\n" + second.source, first.launches + second.launches,
+                      {**first.temps, **second.temps}, first.host + second.host,
+                      {**first.host_args, **second.host_args}, first.prep + second.prep)
 
 
 def _launches(code: KernelCode) -> list[str]:

@@ -17,16 +17,28 @@ positions and wt, so each is written by one tile.
     st = stats_pair(kernels, i, params)   # a Stats, or a sentence saying why not (requested: a ValueError)
     row_params = combine_params(row_kernel, st, tuned)   # its parameters: a split output pass, `tuned` over it
     lines = st.tile_lines(value, pointers, rows_of_positions, num_w, BLOCK_N, num_n, joined)   # in the rows tile
+
+With `recompute` the convolution runs twice and its output is never written: the first launch stores only the
+partials, the row kernel's combining kernel stores the row statistics, and the second launch computes the
+convolution again with the row kernel's per-element output in its epilogue (recomputed). Where the convolution
+is cheap beside its output's bytes (few input channels), this moves 2 x its output's bytes less than writing it
+and reading it back.
+
+    st = requested(kernels, i, params, outputs)   # params["recompute"]: ValueError where it cannot be
+    again = recomputed(kernels, i, st)   # the second launch's kernel: the convolution, then the output pass
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
-from agent.templates.implicit_gemm import rows_layout
-from agent.templates.ir import Leaf, contiguous_strides
-from agent.templates.kernels import online_pairs, welford_pairs
+from agent.analysis import PEAKS
+from agent.templates.implicit_gemm import gemm_dims, rows_layout
+from agent.templates.ir import Leaf, Node, contiguous_strides
+from agent.templates.kernels import flat_output, online_pairs, row_values, welford_pairs
 from agent.templates.params import L2_BYTES, SMS, sizes, split_rows
+from agent.templates.schedule import Kernel
 
 
 @dataclass(frozen=True)
@@ -116,15 +128,74 @@ def stats_pair(kernels: list, i: int, p: dict) -> Stats | str:
     return "no row kernel after this convolution reduces its output to Welford statistics"
 
 
-def requested(kernels: list, i: int, p: dict) -> Stats | None:
+def requested(kernels: list, i: int, p: dict, outputs: tuple = ()) -> Stats | None:
     """The statistics `p` asks kernel i to take over (p["stats"]), None where it asks none; ValueError, saying
-    why, where they cannot be."""
+    why, where they cannot be, or where p["recompute"] asks a second launch that cannot be (`outputs`: the
+    program's output buffers)."""
+    if p.get("recompute") and not p.get("stats"):
+        raise ValueError("recompute: the convolution runs twice only with its statistics in its epilogue (stats)")
     if not p.get("stats"):
         return None
     st = stats_pair(kernels, i, p)
     if isinstance(st, str):
         raise ValueError(f"stats: {st}")
+    why = p.get("recompute") and why_not_recomputed(kernels, st, outputs)
+    if why:
+        raise ValueError(f"recompute: {why}")
     return st
+
+
+def why_not_recomputed(kernels: list, st: Stats, outputs: tuple = ()) -> str | None:
+    """Why the row kernel's output pass cannot run as a second launch of the convolution, or None."""
+    if st.buffer in outputs:
+        return "the convolution's output is an output of the task"
+    if any(j != st.row_kernel and isinstance(a, Leaf) and a.base == st.buffer
+           for j, k in enumerate(kernels) for m in k.nodes for a in m.args):
+        return "another kernel reads the convolution's output"
+    row = kernels[st.row_kernel]
+    if not any(row.level[m] == "full" for m in row.stores) or row_values(row) is None:
+        return "the row kernel's per-element output cannot be computed from stored row statistics"
+    return None
+
+
+def recompute_pays(kernels: list, i: int, st: Stats) -> bool:
+    """Whether the convolution's products (at the peak fp32 rate) take less time than writing its output and
+    reading it back (at the peak memory rate): then a second launch computing them again moves less than the
+    buffer. Level 2's 60 (3 input channels) is 2.5 flops a byte of the round trip, under the H200's ridge of 12."""
+    g = kernels[i].nodes[0]
+    groups, m, n, k = gemm_dims(g)
+    flops = 2 * groups * m * n * k / (math.prod(g.attrs["stride"]) if g.attrs["transposed"] else 1)
+    return why_not_recomputed(kernels, st) is None and flops / (2 * 4 * math.prod(g.shape)) < PEAKS["sm_90"][0] / \
+        PEAKS["sm_90"][1]
+
+
+def recomputed(kernels: list, i: int, st: Stats) -> Kernel:
+    """The convolution (kernel i) with the row kernel's per-element output pass as its epilogue: each read of
+    the convolution's output buffer is the convolution's value itself (viewed as the row kernel's rows: the
+    buffer is contiguous, so an element's linear index is the same in both), each row value a read of its
+    stored statistic, and the row kernel's outputs its only stores."""
+    conv, row = kernels[i], kernels[st.row_kernel]
+    flat = flat_output(row, {key: f"_row_kernel{st.row_kernel}_stat{t}" for t, key in enumerate(row_values(row))})
+    stored = next(m for m, b in conv.stores.items() if b == st.buffer)
+    views: dict[tuple, Node] = {}
+
+    def value(a):
+        if not (isinstance(a, Leaf) and a.base == st.buffer):
+            return new.get(a, a) if isinstance(a, Node) else a
+        if tuple(a.shape) == tuple(stored.shape):
+            return stored
+        if tuple(a.shape) not in views:
+            views[tuple(a.shape)] = Node(f"{stored.name}_rows", tuple(a.shape), stored.dtype, op="view",
+                                         fn="reshape", args=[stored])
+        return views[tuple(a.shape)]
+
+    new: dict[Node, Node] = {}
+    for m in flat.nodes:
+        new[m] = dataclasses.replace(m, args=[value(a) for a in m.args])
+    members = list(views.values()) + list(new.values())
+    return Kernel("gemm", conv.domain, nodes=conv.nodes + members,
+                  level={**conv.level, **{m: "full" for m in members}},
+                  stores={new[m]: b for m, b in flat.stores.items()})
 
 
 def _names(j: int) -> tuple:

@@ -363,7 +363,8 @@ def test_a_convolution_in_fma_products_tries_split_tf32_products():
 
 def test_a_norm_after_a_rows_convolution_tries_its_statistics_in_the_epilogue_first(tmp_path):
     """Memory-bound, whichever kernel takes the time: the whole plan's move, the norm's statistics in the
-    convolution's epilogue; not again once they are there, nor for a compute-bound candidate."""
+    convolution's epilogue; not again once they are there (then the convolution computed twice), nor for a
+    compute-bound candidate."""
     task = tmp_path / "conv_norm.py"
     task.write_text((FIXTURES / "conv_norm.py").read_text())  # a transposed convolution, a group norm
     a = analyze(str(task), small=True)
@@ -377,6 +378,12 @@ def test_a_norm_after_a_rows_convolution_tries_its_statistics_in_the_epilogue_fi
                                 "statistics: try them in the convolution's epilogue (stats)")
     again = moves(a, t, {**rows, "stats": 1}, measured(3.0, flops=1.0, nbytes=1e9), a.to_json())
     assert not any(m.reason.endswith("(stats)") for m in again)
+    # then, its products (3 input channels) costing less than its output's bytes, that output never written
+    assert again[0].params == {**rows, "stats": 1, "recompute": 1} and again[0].reason.endswith(
+        "reads back the convolution's output, whose products cost less than its bytes: compute them again "
+        "instead (recompute)")
+    twice = moves(a, t, {**rows, "stats": 1, "recompute": 1}, measured(3.0, flops=1.0, nbytes=1e9), a.to_json())
+    assert not any("recompute" in m.reason for m in twice)
     compute = moves(a, t, rows, measured(3.0, flops=1e12, nbytes=1.0), a.to_json())
     assert not any(m.reason.endswith("(stats)") for m in compute)
 

@@ -72,7 +72,8 @@ def test_a_batch_norms_many_partials_are_merged_first(runner, tmp_path, monkeypa
 
 def test_it_comes_first_where_a_row_an_sm_outgrows_l2(tmp_path):
     """Offered just before the same rows tiles where the norm would read its rows twice from HBM (level 2's 60:
-    a row of 492,156 elements); level 2's 85, rows of 63,504, reads its second pass from L2 and is not offered it."""
+    a row of 492,156 elements), and before that with the convolution computed twice (recompute: 3 input
+    channels); level 2's 85, rows of 63,504, reads its second pass from L2 and is offered neither."""
     kb = Path(__file__).resolve().parents[3] / "shared" / "kernelbench" / "level2"
     if not kb.is_dir():
         pytest.skip(f"KernelBench's tasks are not at {kb}")
@@ -81,8 +82,10 @@ def test_it_comes_first_where_a_row_an_sm_outgrows_l2(tmp_path):
         variants = T.variants(analyze(str(kb / f"{name}.py"), small=False))
         firsts = [i for i, v in enumerate(variants) if v.get("tiles") == "rows" and v["impl"] == "triton"]
         assert bool(variants[firsts[0]].get("stats")) == offered, name
+        assert bool(variants[firsts[0]].get("recompute")) == offered, name
         if offered:
-            assert {**variants[firsts[0]], "stats": None} == {**variants[firsts[1]], "stats": None}
+            assert variants[firsts[0]] == {**variants[firsts[1]], "recompute": 1}
+            assert variants[firsts[1]] == {**variants[firsts[2]], "stats": 1}
 
 
 def test_where_the_rows_do_not_fall_on_the_tiles_it_says_why(tmp_path):
@@ -95,3 +98,30 @@ def test_where_the_rows_do_not_fall_on_the_tiles_it_says_why(tmp_path):
     assert base.invalid(a, dot_tiles) == why
     with pytest.raises(ValueError, match="statistics in the epilogue need a convolution in rows tiles"):
         T.render(a, dot_tiles)
+
+
+@pytest.mark.parametrize("kind", CASES)
+def test_recompute_runs_the_convolution_twice_and_never_writes_its_output(kind, runner, tmp_path):
+    """recompute: the first launch stores only the partials, the combining kernel the row statistics, and a
+    second launch of the convolution writes the norm's output from them; no buffer holds the convolution's
+    output, and the result matches the reference at every kind of row, at 8- and 16-wide tiles."""
+    task = task_of(kind, tmp_path)
+    a = analyze(str(task), small=True)
+    rows = next(v for v in T.variants(a) if v.get("tiles") == "rows" and v["impl"] == "triton")
+    for params in ({**rows, "stats": 1, "recompute": 1}, {**rows, "stats": 1, "recompute": 1, "BLOCK_M": 8}):
+        assert base.invalid(a, params) is None
+        source = T.render(a, params)
+        launches = re.findall(r"^        (_\w+)\[", source, re.M)
+        assert launches == ["_gemm_kernel0", "_row_kernel1_final", "_gemm_kernel0_again"], launches
+        buffer = re.search(r"_gemm_kernel0\[.*?\]\((.*?)\)", source).group(1)
+        assert not re.search(r"\bbuf_v\d+\b", buffer)  # the first launch is given no output buffer
+        assert len(re.findall(r"^        packed_\w+ = ", source, re.M)) <= 1  # a packed weight is made once
+        runner.run_ok(task, source)
+
+
+def test_recompute_needs_the_statistics_in_the_epilogue(tmp_path):
+    task = task_of("conv2d", tmp_path)
+    a = analyze(str(task), small=True)
+    rows = next(v for v in T.variants(a) if v.get("tiles") == "rows" and v["impl"] == "triton")
+    assert base.invalid(a, {**rows, "recompute": 1}) == \
+        "recompute: the convolution runs twice only with its statistics in its epilogue (stats)"

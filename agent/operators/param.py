@@ -37,6 +37,9 @@ FOCUS = 0.5  # the share of proposals that retune the kernel with the most devic
 ROOFLINE = 0.5  # the share of proposals (at least one) taken from the roofline's structural moves while they last
 
 
+PLAN_FORMS = ("kernels", "stats", "recompute")  # kept by refit: no template's space lists them
+
+
 class ParamOperator:
     name = "param"
 
@@ -206,10 +209,11 @@ class ParamOperator:
         return out
 
     def refit(self, analysis, template, params: dict) -> dict:
-        """fit() for a configuration of this run: its per-kernel parameters (which name this plan's kernels) kept."""
+        """fit() for a configuration of this run: its per-kernel parameters (which name this plan's kernels) kept,
+        and the plan-wide forms no space lists (a norm's statistics in its convolution's epilogue, that
+        convolution run twice), which its variants and the roofline's moves set."""
         out = self.fit(analysis, template, params)
-        if "kernels" in params:
-            out["kernels"] = params["kernels"]
+        out.update({k: params[k] for k in PLAN_FORMS if k in params})
         return out
 
     def pick_base(self, analysis, templates: dict, parents: list[Individual]) -> tuple[str, dict, str]:

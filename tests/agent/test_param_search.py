@@ -138,3 +138,20 @@ def test_param_search_improves_a_bad_start_through_the_evaluator():
             archive.append(Individual(len(archive), p.source, "param", parents[0].id, p.params, result=run(p.source)))
     best = max(archive, key=lambda i: i.fitness)
     assert best.result.timing.ms * 2 < start.timing.ms, [(i.params, i.result.timing.ms) for i in archive]
+
+
+def test_children_of_a_convolution_run_twice_keep_that_form():
+    """A norm's statistics in its convolution's epilogue and that convolution run twice (stats, recompute) are in
+    no template's space: the random moves from a parent that has them keep them, as do the children that are
+    valid at all (a move to the vendor convolution or to other tiles cannot take them, and is not proposed)."""
+    task = task_context(FIXTURES / "conv_norm.py")
+    a = analyze(task.source, small=True)
+    t = BY_NAME["gemm"]
+    rows = next(v for v in t.variants(a) if v.get("tiles") == "rows" and v["impl"] == "triton")
+    params = {"template": "gemm", **rows, "stats": 1, "recompute": 1}
+    parent = Individual(1, t.render(a, params), "template", None, params, result=result(1.0))
+    op = ParamOperator(seed=0)
+    op.observe([parent])
+    children = op.propose(task, [parent], 4)
+    assert children
+    assert all(c.params["stats"] == 1 and c.params["recompute"] == 1 for c in children), [c.params for c in children]

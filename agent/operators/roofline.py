@@ -16,7 +16,8 @@ template's main kernel), in this order:
             L2 for its later passes (evict), the last pass walking back over what L2 still holds, a split's
             output pass as a flat kernel
   gemm      the main GEMM: the vendor GEMM under the Triton epilogue (impl), a convolution's FMA dot steps split
-            into TF32 parts (precision tf32x3), split-K where the output tiles do not
+            into TF32 parts (precision tf32x3), its other tiles, a rows tile over two batch elements (SAMPLES),
+            split-K where the output tiles do not
             fill the GPU, tile shapes nearer the output's (more tiles where they do not fill it, larger ones
             where they do)
   chunks    memory-bound, a looped row kernel that already reads its rows once: its chunk loop software-
@@ -287,6 +288,9 @@ def _gemm(analysis, template, kernel: Kernel, p: dict) -> list[tuple[dict, str]]
     if p.get("BLOCK_K", 1) > 1 and outer_steps(kernel.nodes[0]):  # 1.4-1.8x faster on six KernelBench tasks
         out.append(({"impl": "triton", **gemm_tiles(kernel)}, f"a phased convolution over few input channels: try "
                                                              f"outer-product K steps (BLOCK_K {p['BLOCK_K']}->1)"))
+    if p.get("tiles") == "rows" and p.get("SAMPLES", 1) == 1 and kernel.domain[0] % 2 == 0:  # H200: 0.80-1.11x
+        out.append(({"SAMPLES": 2}, "a rows tile loads each weight for its own outputs alone: try a row of two batch "
+                                    "elements a program, each weight serving both (SAMPLES 1->2)"))
     if "tiles" in space:  # measured both ways on KernelBench's convolutions: 3x faster for some, 2x slower others
         now = conv_tiles(kernel.nodes[0], p)
         for other in [t for t in space["tiles"] if t != now]:  # with interleaved tiles' own sizes, or off them

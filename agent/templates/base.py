@@ -17,6 +17,7 @@ from agent.templates.stats_epilogue import requested
 
 PLAN_KEYS = ("SPLIT_K", "impl", "precision")  # parameters that change the schedule or the GEMM itself
 PRODUCT_KEYS = ("precision", "operands")  # how every tl.dot of the plan multiplies, whichever kernel is tuned
+EPILOGUE_FORMS = ("stats", "recompute")  # a Triton convolution's alone (stats_epilogue): refused without one
 # How the kernels take a log (params["logs"]): "sfu", the special function unit's log2 times ln 2 on a GPU
 # (pointwise_ops' _log: within 2**-21.41 of ln x on [0.5, 2], 3 units in the last place elsewhere), the default;
 # "libdevice", tl.log (about 30 instructions). The evaluator judges either against the math.
@@ -134,11 +135,12 @@ def overrides(pl: Plan, params: dict) -> dict[int, dict]:
 
 def fitted(kernel: Kernel, kp: dict) -> dict:
     """`kp`, unless they are GEMM parameters and the tuned kernel is no GEMM (nor attention, whose query and
-    key tiles are BLOCK_M and BLOCK_N too): then that kernel's defaults, with kp's PRODUCT_KEYS kept.
-    With a vendor GEMM or convolution (impl "torch") the tuned Triton kernel is its epilogue, whose layout
-    GEMM parameters do not describe: a row reduction handed them would hold its whole row at once."""
+    key tiles are BLOCK_M and BLOCK_N too): then that kernel's defaults, with kp's PRODUCT_KEYS kept, and its
+    EPILOGUE_FORMS, which that kernel then refuses. With a vendor GEMM or convolution (impl "torch") the tuned
+    Triton kernel is its epilogue, whose layout GEMM parameters do not describe: a row reduction handed them
+    would hold its whole row at once."""
     if "BLOCK_M" in kp and kernel.layout not in ("gemm", "attention"):
-        return {**kernel_default(kernel), **{k: kp[k] for k in PRODUCT_KEYS if k in kp}}
+        return {**kernel_default(kernel), **{k: kp[k] for k in PRODUCT_KEYS + EPILOGUE_FORMS if k in kp}}
     return kp
 
 

@@ -131,7 +131,7 @@ class Gen(Reductions):
         # full tiles loaded and stored transposed, their rows the last axis: a phased convolution of one K step
         # over a few input channels, whose rows are output positions (implicit_gemm.render_conv says why)
         self.positions_last = False
-        self.channel_mask = ""  # a rows tile's mask of its channels alone (implicit_gemm._render_rows; rm is one row there)
+        self.channel_mask = ""  # a rows tile's mask of its channels alone (implicit_gemm._render_rows; rm: a row)
         self.evict = ""  # an eviction policy for per-element loads and stores (a lagged split's, kernels._lagged)
         self.chunk_start = None  # a row kernel's chunk start where per-element code runs (r0 in a chunk loop)
         self.pivot_values: dict = {}  # the values a Welford pivot's chunk loaded (a held split reuses them)

@@ -414,7 +414,10 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     its input loads walk input rows. A strided transposed convolution's last dim takes its phases as slots,
     each an accumulator whose taps are constants, stacked so that the tile holds whole rows. The other dims'
     taps are a loop of scalar steps (a strided transposed one's phase is the row's own); each step unrolls
-    the input channels and the last dim's taps as outer products."""
+    the input channels and the last dim's taps as outer products. With SAMPLES, a program takes that row of
+    as many consecutive batch elements, whose coordinates, taps and weights are the same: each weight it loads
+    serves as many more outputs (a thread holds all BLOCK_N channels of its outputs, and loads every weight
+    itself)."""
     gen = Gen(kernel, name, p)
     g = kernel.nodes[0]
     x, w = g.args
@@ -431,18 +434,26 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     sx, sw = x.strides, w.strides
     big = ".to(tl.int64)" if gen.big else ""
     xp, wp = gen.ptr(x.base), gen.ptr(w.base)
-    rows = kernel.domain[0] * math.prod(spatial[:-1])
+    samples, positions = p.get("SAMPLES", 1), math.prod(spatial[:-1])
+    rows = kernel.domain[0] // samples * positions
     num_n = math.ceil(n / bn)
     lines = [f"pid = tl.program_id(0){big}", f"pid_g = tl.program_id(1){big}", f"wt = pid % {num_w}",
              f"pid_n = (pid // {num_w}) % {num_n}", f"row = pid // {num_w * num_n}"]
-    lines += _split_index("row", (kernel.domain[0],) + tuple(spatial[:-1]), "q")
+    lines += _split_index("row", (kernel.domain[0] // samples,) + tuple(spatial[:-1]), "q")
+    lines += [f"q0 = q0 * {samples}"] if samples > 1 else []  # the first of the program's batch elements
     lines += [f"o{i} = q{i + 1}" for i in range(len(spatial) - 1)]
     head, body, conds = _row_taps(attrs, window, in_sizes)
     bases, ci_stride = _bases(x, w, attrs["transposed"], xp, wp, cin_g, n, "rn1[:, None]")
-    lines += head + [f"rn1 = pid_n * BLOCK_N + tl.arange(0, BLOCK_N){big}",
-                     f"q = (wt * {bq} + tl.arange(0, {bq}){big})[None, :]"] + bases
+    lines += head + [f"rn1 = pid_n * BLOCK_N + tl.arange(0, BLOCK_N){big}"]
+    if samples > 1:  # columns sample by sample: smp the batch element, q the column in its row
+        lines += [f"pj = tl.arange(0, {samples * bq}){big}[None, :]", f"smp = pj // {bq}",
+                  f"q = wt * {bq} + pj % {bq}"]
+    else:
+        lines.append(f"q = (wt * {bq} + tl.arange(0, {bq}){big})[None, :]")
+    lines += bases
+    sample = f" + smp * {sx[0]}" if samples > 1 else ""  # a column's batch element
     accs = [f"acc{f}" for f in range(s)]
-    lines += [f"{acc} = tl.zeros((BLOCK_N, {bq}), dtype=tl.float32)" for acc in accs]
+    lines += [f"{acc} = tl.zeros((BLOCK_N, {samples * bq}), dtype=tl.float32)" for acc in accs]
     x_off = " + ".join([f"i{i} * {sx[2 + i]}" for i in range(len(spatial) - 1)] or ["0"])
     w_off = " + ".join([f"kw{i} * {sw[2 + i]}" for i in range(len(window) - 1)] or ["0"])
     step = ["m = k0"] + body
@@ -464,7 +475,7 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
                 for t, c in taps:
                     col, mask = columns(c)
                     mask = f", mask={' & '.join(mask)}, other=0.0" if mask else ""
-                    xv = f"tl.load(x_tap + {ci * sx[1]} + ({col}) * {sx[-1]}{mask})"
+                    xv = f"tl.load(x_tap + {ci * sx[1]} + ({col}) * {sx[-1]}{sample}{mask})"
                     wv = f"tl.load(w_tap + {ci * ci_stride + t * sw[-1]}, mask=rn1[:, None] < {n}, other=0.0)"
                     step.append(f"{accs[f]} += {xv}.to(tl.float32) * {wv}.to(tl.float32)")
     else:  # dot steps: [BLOCK_N, bk] weights by [bk, columns] inputs, bk input channels a step
@@ -479,8 +490,8 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
                     loaded[c] = f"xv{len(loaded)}"
                     col, mask = columns(c)
                     xm = f", mask={' & '.join(mask + ragged)}, other=0.0" if mask + ragged else ""
-                    chunks.append(f"{loaded[c]} = tl.load(x_tap + rc[:, None] * {sx[1]} + ({col}) * {sx[-1]}{xm})"
-                                  + cast)
+                    chunks.append(f"{loaded[c]} = tl.load(x_tap + rc[:, None] * {sx[1]} + ({col}) * {sx[-1]}{sample}"
+                                  f"{xm})" + cast)
                 chunks += [f"wv = tl.load(w_tap + rc[None, :] * {ci_stride} + {t * sw[-1]}, mask={wm}, other=0.0)"
                            + cast, f'{accs[f]} += tl.dot(wv, {loaded[c]}, input_precision="{precision}")']
         step += chunks if cin_g <= bk else [f"for c0 in range(0, {cin_g}, {bk}):"] + ["    " + x for x in chunks]
@@ -488,13 +499,18 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     if s2 > 1:
         accs += ["zero"] * (s2 - s)
         if s2 > s:
-            lines.append(f"zero = tl.zeros((BLOCK_N, {bq}), dtype=tl.float32)")
-        lines += _joined(accs, "(BLOCK_N, BLOCK_M)")
+            lines.append(f"zero = tl.zeros((BLOCK_N, {samples * bq}), dtype=tl.float32)")
+        lines += _joined(accs, f"(BLOCK_N, {samples} * BLOCK_M)" if samples > 1 else "(BLOCK_N, BLOCK_M)")
     else:
         lines.append("acc = acc0")
     k = "tl.arange(0, BLOCK_M)[None, :]"
+    if samples > 1:  # a sample's BLOCK_M outputs after another's
+        lines += [f"e = tl.arange(0, {samples} * BLOCK_M)[None, :]", "smp = e // BLOCK_M"]
+        k = "(e % BLOCK_M)"
+    rm = f"(q0 + smp) * {positions} + row % {positions}" if samples > 1 else \
+        f"row + tl.zeros((1, 1), dtype=tl.int32){big}"
     lines += [f"rw = wt * {bq * s} + {k}" if s2 == s else f"rw = (wt * {bq} + {k} // {s2}) * {s} + {k} % {s2}",
-              f"rm = row + tl.zeros((1, 1), dtype=tl.int32){big}", f"rn = pid_g * {n} + rn1[:, None]",
+              f"rm = {rm}", f"rn = pid_g * {n} + rn1[:, None]",
               f"cols = (rw < {out_w})" + (f" & ({k} % {s2} < {s})" if s2 > s else ""),
               f"mask = (rn1[:, None] < {n}) & cols"]
     rank = len(kernel.domain)
@@ -506,10 +522,16 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     # under recompute the statistics are all the first launch keeps of the output (stats_epilogue.recomputed)
     dropped = p.get("recompute") and p["stats"].buffer
     store_lines(gen, [(m, b) for m, b in kernel.stores.items() if b != dropped])
-    if p.get("stats"):  # the next row kernel's partial statistics (stats_epilogue)
+    if p.get("stats"):  # the next row kernel's partial statistics (stats_epilogue), a batch element at a time
         stored = next(m for m, b in kernel.stores.items() if b == p["stats"].buffer)
-        gen.top.lines += p["stats"].tile_lines(gen.value(stored), [gen.ptr(b) for b in p["stats"].parts],
-                                               math.prod(spatial[:-1]), num_w, bn, num_n, s2 > 1)
+        value, ptrs = gen.value(stored), [gen.ptr(b) for b in p["stats"].parts]
+        if samples == 1:
+            gen.top.lines += p["stats"].tile_lines(value, ptrs, positions, num_w, bn, num_n, s2 > 1)
+        for j in range(samples if samples > 1 else 0):
+            gen.top.lines += [f"mask_s = mask & (smp == {j})", f"cols_s = cols & (smp == {j})",
+                              f"row_s = (q0 + {j}) * {positions} + row % {positions}"]
+            gen.top.lines += p["stats"].tile_lines(value, ptrs, positions, num_w, bn, num_n, s2 > 1, row="row_s",
+                                                   mask="mask_s", cols="cols_s", width=f"{samples} * BLOCK_M")
     src = kernel_header(name, gen, ["BLOCK_M", "BLOCK_N"]) + ["    " + line for line in gen.top.lines]
     grid = (rows * num_n * num_w, groups)
     launch = Launch(name, grid, list(gen.ptrs), {"BLOCK_M": bm, "BLOCK_N": bn}, p.get("num_warps", 1),

@@ -14,12 +14,14 @@ how many programs run.
         PERSIST (0: a program per block of rows; k: k programs per SM, each taking blocks of rows in turn),
         pipeline (1: chunk loops pipelined over num_stages), evict (1: eviction hints on a row read again)
   col   BLOCK_I, BLOCK_R, num_warps, num_stages
-  gemm  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages (+ SPLIT_K, impl, precision at plan level, and
+  gemm  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, SAMPLES (rows tiles: batch elements a
+        program takes) (+ SPLIT_K, impl, precision at plan level, and
         operands, input or fp32, where bf16/fp16 operands meet tl.dot: base.default_operands); a convolution's
         tiles, channels, positions, interleaved or rows (the axis its tiles walk, a transposed convolution's
         last dim's phases in one program, or channels by one row of outputs: implicit_gemm.render_conv; by
-        default its rule), and stats (1: in rows tiles, the next group, instance or batch norm's statistics
-        computed in the epilogue: stats_epilogue)
+        default its rule), stats (1: in rows tiles, the next group, instance or batch norm's statistics
+        computed in the epilogue: stats_epilogue) and recompute (1: with stats, the convolution launched again
+        for the norm's output, its own never written)
   rnn   BLOCK_H hidden units per program, BLOCK_K, num_warps
   attention  BLOCK_M queries per program, BLOCK_N keys per step, num_warps, num_stages (+ precision)
 """
@@ -379,9 +381,11 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
         space = {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128],
                  "GROUP_M": [1, 4, 8, 16], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5]}
         if kernel.nodes[0].fn == "conv":  # which axis the tiles walk (implicit_gemm.render_conv)
+            space["num_warps"] = [1] + space["num_warps"]  # rows tiles' default: a warp a program
             space["tiles"] = ["channels", "positions"] + ["interleaved"] * bool(interleave_slots(kernel.nodes[0])) \
                 + ["rows"]  # in dot steps (BLOCK_K over 1) any convolution can take rows tiles
             space["packed"] = [0, 1]  # 1: the weight copied with its output channels innermost (implicit_gemm)
+            space["SAMPLES"] = [1, 2, 4]  # rows tiles: batch elements a program takes (implicit_gemm._render_rows)
         if outer_steps(kernel.nodes[0]):
             space["BLOCK_K"] = [1] + space["BLOCK_K"]
         return space
@@ -525,6 +529,8 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             return "rows tiles in outer-product steps (BLOCK_K 1) are for at most 8 input channels a group"
         if p.get("packed") and kernel.nodes[0].fn != "conv":
             return "packed weights are for convolutions"
+        if p.get("SAMPLES", 1) > 1 and (not rows or kernel.domain[0] % p["SAMPLES"]):
+            return f"SAMPLES takes a row of {p['SAMPLES']} batch elements a program: rows tiles, a batch it divides"
         bm, bn, bk = p.get("BLOCK_M", 64), p.get("BLOCK_N", 64), p.get("BLOCK_K", 32)
         if rows:  # the tile a row takes: no wider than the row needs (implicit_gemm.rows_layout)
             _, bm, bn, _ = rows_layout(kernel.nodes[0], p)
@@ -533,7 +539,7 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
         if not rows and max(1, p.get("num_stages", 3)) * (bm * bk + bk * bn) * 4 > SMEM_BYTES:
             return "the pipelined tiles need more shared memory than a block has"
         slots = interleave_slots(kernel.nodes[0]) if inter else 1  # an accumulator a slot (in a rows tile's BLOCK_M)
-        if bm * bn * slots > 128 * 32 * p.get("num_warps", 4):
+        if bm * bn * slots * p.get("SAMPLES", 1) > 128 * 32 * p.get("num_warps", 4):
             return "the accumulator needs more than 128 registers per thread"
     if layout == "attention":
         _, _, d, dv = attention_dims(kernel)

@@ -52,37 +52,39 @@ class Stats:
     count: int  # partials a row
 
     def tile_lines(self, value: str, ptrs: list[str], positions: int, num_w: int, bn: int, num_n: int,
-                   joined: bool) -> list[str]:
+                   joined: bool, row: str = "row", mask: str = "mask", cols: str = "cols",
+                   width: str = "BLOCK_M") -> list[str]:
         """A rows tile's lines storing the Welford state of its `value`s (under `mask`; `cols` the columns of
         it) in each row it meets. A tile of one slot is taken as [rows, channels, BLOCK_M], each row's sums
         over its channels (in a thread) and then its positions; a tile `joined` from slots, one row at a time
         over the whole tile. On an H200 (session 18), the convolution alone: level 2's 21 (one slot, 128 a row)
         1.406 ms without statistics, 1.497 with them so, 1.663 a row at a time; level 2's 60 (two slots, 64)
-        0.547, 0.700 so, 0.658 a row at a time."""
+        0.547, 0.700 so, 0.658 a row at a time. A tile of several batch elements (implicit_gemm's SAMPLES) takes
+        them one at a time: `row`, `mask` and `cols` name that element's row and masks, `width` the tile's."""
         k = max(1, bn // self.cpg)  # rows a tile meets
         blocks = max(1, self.cpg // bn)  # tiles a row's channels take
         over = num_n * bn // self.cpg > self.groups  # the last channel tile runs past the last row
         guard = f", mask=st_g < {self.groups}" if over else ""
         span = positions * num_w  # a channel block's partials in one batch element
         batch = "" if self.batched else f"st_b * {blocks * span} + "
-        lines = [f"st_b = row // {positions}",
-                 f"st_n = tl.sum(tl.where(cols, 1.0, 0.0)) * {min(self.cpg, bn)}",  # a row's channels are all < n
-                 f"st_t = {batch}(pid_n % {blocks}) * {span} + (row % {positions}) * {num_w} + wt"]
+        lines = [f"st_b = {row} // {positions}",
+                 f"st_n = tl.sum(tl.where({cols}, 1.0, 0.0)) * {min(self.cpg, bn)}",  # a row's channels are all < n
+                 f"st_t = {batch}(pid_n % {blocks}) * {span} + ({row} % {positions}) * {num_w} + wt"]
         if self.cpg == 1:  # a row a channel: each channel's sums along the tile
-            lines += [f"st_m = tl.sum(tl.where(mask, {value}, 0.0), axis=1) / tl.maximum(st_n, 1.0)",
-                      f"st_d = tl.where(mask, {value} - st_m[:, None], 0.0)", "st_q = tl.sum(st_d * st_d, axis=1)",
+            lines += [f"st_m = tl.sum(tl.where({mask}, {value}, 0.0), axis=1) / tl.maximum(st_n, 1.0)",
+                      f"st_d = tl.where({mask}, {value} - st_m[:, None], 0.0)", "st_q = tl.sum(st_d * st_d, axis=1)",
                       "st_g = rn1"]
             return lines + self._stores(ptrs, f"st_n + tl.zeros((BLOCK_N,), dtype=tl.float32)", "", guard)
         if joined:
             for j in range(k):
-                sel = "mask" if k == 1 else f"mask & (rn1[:, None] // {self.cpg} == pid_n * {k} + {j})"
+                sel = mask if k == 1 else f"{mask} & (rn1[:, None] // {self.cpg} == pid_n * {k} + {j})"
                 lines += [f"sel = {sel}", f"st_m = tl.sum(tl.where(sel, {value}, 0.0)) / tl.maximum(st_n, 1.0)",
                           f"st_d = tl.where(sel, {value} - st_m, 0.0)", "st_q = tl.sum(st_d * st_d)",
                           f"st_g = pid_n // {blocks} * {k} + {j}"]
                 lines += self._stores(ptrs, "st_n", f"if st_g < {self.groups}:" if over else "")
             return lines
-        lines += [f"st_k = tl.reshape(mask, ({k}, {bn // k}, BLOCK_M))",
-                  f"st_v = tl.reshape(tl.where(mask, {value}, 0.0), ({k}, {bn // k}, BLOCK_M))",
+        lines += [f"st_k = tl.reshape({mask}, ({k}, {bn // k}, {width}))",
+                  f"st_v = tl.reshape(tl.where({mask}, {value}, 0.0), ({k}, {bn // k}, {width}))",
                   "st_m = tl.sum(tl.sum(st_v, axis=1), axis=1) / tl.maximum(st_n, 1.0)",
                   "st_d = tl.where(st_k, st_v - st_m[:, None, None], 0.0)",
                   "st_q = tl.sum(tl.sum(st_d * st_d, axis=1), axis=1)",

@@ -8,7 +8,7 @@ import pytest
 
 from agent.analysis import analyze
 from agent.templates import BY_NAME, base, matching
-from agent.templates.implicit_gemm import phase_ks
+from agent.templates.implicit_gemm import phase_ks, rows_fit
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -187,6 +187,30 @@ def test_a_phased_convolution_of_one_k_step_walks_output_positions(runner, tmp_p
         t.render(a, {**t.default(a), "impl": "triton", "tiles": "diagonal"})
     with pytest.raises(ValueError, match=r"rows tiles in outer-product steps \(BLOCK_K 1\) are for at most 8 input"):
         t.render(a, {**t.default(a), "impl": "triton", "tiles": "rows", "BLOCK_K": 1})
+
+
+def test_rows_tiles_of_two_batch_elements(runner, tmp_path):
+    """SAMPLES 2: a rows tile takes the same row of two batch elements, each loaded weight serving both, in
+    outer-product steps (where a group has at most 8 input channels) and in dot steps: every kind of convolution
+    matches the reference. A batch the samples do not divide, or tiles other than rows, are refused."""
+    t = BY_NAME["gemm"]
+    for kind in KINDS:
+        task = task_of(kind, tmp_path)
+        a = analyze(str(task), small=True)
+        dot = {**t.default(a, rows=False), "impl": "triton", "tiles": "rows", "BLOCK_K": 16, "num_warps": 4}
+        forms = [{**dot, "SAMPLES": 2}] + [{**t.default(a), "tiles": "rows", "BLOCK_K": 1, "BLOCK_M": 8,
+                                            "num_warps": 1, "SAMPLES": 2}] * rows_fit(a_conv(a))
+        for params in forms:
+            source = t.render(a, params)
+            assert "smp = pj // " in source and "q0 = q0 * 2" in source
+            runner.run_ok(task, source)
+    why = "SAMPLES takes a row of 4 batch elements a program: rows tiles, a batch it divides"
+    assert base.invalid(a, {**dot, "SAMPLES": 4}) == why
+    assert base.invalid(a, {**dot, "tiles": "channels", "SAMPLES": 2}) == why.replace("4", "2")
+
+
+def a_conv(a):
+    return next(k for k in base.plan(a).kernels if k.kind == "gemm").nodes[0]
 
 
 def test_rows_tiles_in_dot_steps(runner, tmp_path):

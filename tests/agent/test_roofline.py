@@ -412,3 +412,23 @@ def test_windows_that_step_one_element_try_lanes_of_vector_loads():
     assert not any("VEC" in m.params for m in moves(a, t, lanes[0].params, measured(1.6), a.to_json()))
     odd = analysis_of("pool_max_nd")
     assert not any("VEC" in m.params for m in moves(odd, t, t.default(odd), measured(1.6), odd.to_json()))
+
+
+def test_a_rows_tile_tries_two_batch_elements_a_program(tmp_path):
+    """Rows tiles load each weight for their own outputs alone: the roofline offers the same row of two batch
+    elements a program (SAMPLES 2), once; not where the batch is odd."""
+    task = tmp_path / "conv_norm.py"
+    task.write_text((FIXTURES / "conv_norm.py").read_text())  # batch 2
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    rows = {**t.default(a), "impl": "triton"}
+    found = [m for m in moves(a, t, rows, measured(3.0, flops=1.0, nbytes=1e9), a.to_json())
+             if m.reason.endswith("(SAMPLES 1->2)")]
+    assert len(found) == 1 and found[0].params == {**rows, "SAMPLES": 2}
+    assert not [m for m in moves(a, t, {**rows, "SAMPLES": 2}, measured(3.0, flops=1.0, nbytes=1e9), a.to_json())
+                if "SAMPLES" in m.reason]
+    odd = tmp_path / "conv_norm_odd.py"
+    odd.write_text(task.read_text().replace("(2, 3, 3, 4, 5)", "(3, 3, 3, 4, 5)"))
+    b = analyze(str(odd), small=True)
+    assert not [m for m in moves(b, t, {**t.default(b), "impl": "triton"}, measured(3.0, flops=1.0, nbytes=1e9),
+                                 b.to_json()) if "SAMPLES" in m.reason]

@@ -386,8 +386,8 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
                 + ["rows"]  # in dot steps (BLOCK_K over 1) any convolution can take rows tiles
             space["packed"] = [0, 1]  # 1: the weight copied with its output channels innermost (implicit_gemm)
             space["SAMPLES"] = [1, 2, 4]  # rows tiles: batch elements a program takes (implicit_gemm._render_rows)
-        if outer_steps(kernel.nodes[0]):
-            space["BLOCK_K"] = [1] + space["BLOCK_K"]
+        if outer_steps(kernel.nodes[0]) or kernel.nodes[0].fn == "conv" and rows_fit(kernel.nodes[0]):
+            space["BLOCK_K"] = [1] + space["BLOCK_K"]  # outer products (rows tiles' alone where not outer_steps)
         return space
     o, r, i = sizes(kernel)
     rp = next_pow2(r)

@@ -159,13 +159,19 @@ def test_children_of_a_convolution_run_twice_keep_that_form():
 
 def test_a_one_warp_rows_parent_keeps_its_warp_and_a_vendor_convolution_refuses_the_epilogue_forms():
     """Rows tiles run a warp a program by default, so a convolution's space offers one warp: refit kept a parent's
-    num_warps 1 as 2 (on an H200, level 2's 60 1.016 -> 1.582 ms). The vendor convolution (impl torch) cannot take
+    num_warps 1 as 2 (on an H200, level 2's 60 1.016 -> 1.582 ms), and outer-product steps wherever rows tiles
+    take them: it kept BLOCK_K 1 as 16 (level 2's 87 3.158 -> 13.822 ms). The vendor convolution (impl torch) cannot take
     the norm's statistics in its epilogue: a configuration asking it for them is refused, not run without them."""
     task = task_context(FIXTURES / "conv_norm.py")
     a = analyze(task.source, small=True)
     t = BY_NAME["gemm"]
     rows = next(v for v in t.variants(a) if v.get("tiles") == "rows" and v["impl"] == "triton")
     assert rows["num_warps"] == 1 and ParamOperator().refit(a, t, {"template": "gemm", **rows})["num_warps"] == 1
+    plain = task_context(FIXTURES / "conv_kinds.py")  # unstrided in its leading dim: rows tiles' outer products
+    b = analyze(plain.source, small=True)
+    outer = {**t.default(b), "impl": "triton", "tiles": "rows", "BLOCK_K": 1, "BLOCK_M": 8, "num_warps": 1}
+    assert base.invalid(b, outer) is None
+    assert ParamOperator().refit(b, t, {"template": "gemm", **outer})["BLOCK_K"] == 1
     assert base.invalid(a, {**rows, "stats": 1, "recompute": 1}) is None
     assert base.invalid(a, {**rows, "stats": 1, "impl": "torch"}) == \
         "stats: statistics in the epilogue need a convolution in rows tiles, of one group"

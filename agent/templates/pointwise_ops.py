@@ -180,7 +180,7 @@ POINTWISE = {
     "cosh": _unary("(0.5 * (tl.exp({x}) + tl.exp(-{x})))"),
     "erf": _unary("tl.erf({x})"),
     "erfc": _unary("(1.0 - tl.erf({x}))"),
-    "sigmoid": _unary("tl.sigmoid({x})"),
+    "sigmoid": _unary("_sigmoid({x})"),
     "tanh": _unary("_tanh({x})"),
     "abs": lambda a, kw: E(f"tl.abs({a[0].code})", a[0].kind if a[0].kind != "b" else "i"),
     "floor": _unary("tl.floor({x})"),
@@ -192,11 +192,12 @@ POINTWISE = {
     "pow": _pow,
     "relu": lambda a, kw: E(f"tl.maximum({a[0].code}, 0)", _num(a[0])),
     "gelu": _gelu,
-    "silu": _unary("({x} * tl.sigmoid({x}))"),
+    "silu": _unary("({x} * _sigmoid({x}))"),
     "mish": _unary("_mish({x})"),
     "softplus": lambda a, kw: E(_softplus(f(a[0]), _arg(a, 1, kw, "beta", 1.0), _arg(a, 2, kw, "threshold", 20.0)), "f"),
-    "hardswish": _unary("({x} * tl.minimum(tl.maximum({x} + 3.0, 0.0), 6.0) / 6.0)"),
-    "hardsigmoid": _unary("tl.minimum(tl.maximum({x} / 6.0 + 0.5, 0.0), 1.0)"),
+    # a sixth as a product, not a division (div.full.f32: about 8 instructions; 1 ulp of difference at most)
+    "hardswish": _unary("({x} * tl.minimum(tl.maximum({x} + 3.0, 0.0), 6.0) * 0.16666666666666666)"),
+    "hardsigmoid": _unary("tl.minimum(tl.maximum({x} * 0.16666666666666666 + 0.5, 0.0), 1.0)"),
     "hardtanh": lambda a, kw: E(f"tl.minimum(tl.maximum({f(a[0])}, {_arg(a, 1, kw, 'min_val', -1.0)!r}), "
                                 f"{_arg(a, 2, kw, 'max_val', 1.0)!r})", "f"),
     "leaky_relu": lambda a, kw: E(f"tl.where({f(a[0])} > 0, {f(a[0])}, {f(a[0])} * "
@@ -308,13 +309,27 @@ def _log1p(x):
     # (no relative accuracy near 1), 3 units in the last place elsewhere; two instructions where tl.log's
     # libdevice polynomial takes about 30. Level 1's 98_KLDivLoss, two logs an element pair, was bound by them
     # (62 instructions an element pair, 13 so). A kernel that calls it takes the constexpr SFU, true where its
-    # tensors are on a GPU and the candidate's logs are "sfu" (program._sfu_log): the interpreter runs no PTX.
+    # tensors are on a GPU and the candidate's logs are "sfu" (program._sfu): the interpreter runs no PTX.
     "_log": '''@triton.jit
 def _log(SFU: tl.constexpr, x):
     y = tl.log(x)
     if SFU and y.dtype == tl.float32:
         y = tl.inline_asm_elementwise("lg2.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
                                       pack=1) * 0.6931471805599453
+    return y
+''',
+    # 1 / (1 + e^-x) as the SFU's 2^x and reciprocal (ex2.approx.ftz, rcp.approx.ftz: 2 and 1 units in the last
+    # place), four instructions where tl.sigmoid's full-range exp and division take about eleven: level 2's
+    # 60_ConvTranspose3d_Swish_GroupNorm_HardSwish's convolution was bound by instruction issue. Flushed to zero
+    # below 2^-126, where x e^x is under fp32's tolerance anyway. The SFU constexpr as for _log.
+    "_sigmoid": '''@triton.jit
+def _sigmoid(SFU: tl.constexpr, x):
+    y = tl.sigmoid(x)
+    if SFU and y.dtype == tl.float32:
+        e = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x * -1.4426950408889634],
+                                      dtype=tl.float32, is_pure=True, pack=1)
+        y = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [1.0 + e], dtype=tl.float32,
+                                      is_pure=True, pack=1)
     return y
 ''',
     "_tanh": '''@triton.jit

@@ -74,7 +74,8 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
                    sfu: bool = True) -> str:
     """The candidate file: `params` for the primary kernel, defaults for the others except where `overrides`
     ({kernel index: params}) tunes one, and `products` (how tl.dot multiplies: precision, operands) for every
-    kernel. With `sfu`, a log is the special function unit's on a GPU (_sfu_log), else tl.log."""
+    kernel. With `sfu`, a log or a sigmoid is the special function unit's on a GPU (_sfu), else tl.log or
+    tl.sigmoid."""
     inputs = [b for b, leaf in program.bases.items() if not _from_self(b)]
     tensor_inputs = [b for b in inputs if b in program.arg_names]
     batch = batch_of(program, kernels, tensor_inputs) if shapes_of(params) == "dynamic" else None
@@ -100,11 +101,11 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
             p["offsets64"] = i in batch.wide
             small = _small_rows(k, f"_{k.layout}_kernel{i}_small", p, batch.size)
             if small:
-                smalls[i] = (small[0], _sfu_log(small[1], sfu))
+                smalls[i] = (small[0], _sfu(small[1], sfu))
         code = render_kernel(k, f"_{k.layout}_kernel{i}", p)
         if stats and params.get("recompute") and i == stats.row_kernel:
             code = _then(code, _again(kernels, primary, stats, params))
-        codes.append(_sfu_log(code, sfu))
+        codes.append(_sfu(code, sfu))
     if batch is None:
         _one_launch(codes, kernels)
     sources = "\n\n\n".join(_shared(codes, kernels) + [c.source for _, c in smalls.values()])
@@ -205,17 +206,22 @@ def _kw_fallback(guard):
 '''
 
 
-def _sfu_log(code: KernelCode | None, sfu: bool) -> KernelCode | None:
-    """`code` with each of its kernels that takes a log (pointwise_ops' _log) given the constexpr SFU: true where
-    the launch's first tensor is on a GPU and `sfu` holds (the log is then the SFU's), else false (tl.log)."""
-    if code is None or "_log(" not in code.source:
+SFU_HELPERS = ("_log", "_sigmoid")  # pointwise_ops' helpers that take the SFU's instructions on a GPU
+
+
+def _sfu(code: KernelCode | None, sfu: bool) -> KernelCode | None:
+    """`code` with each of its kernels that takes a log or a sigmoid (pointwise_ops' _log, _sigmoid) given the
+    constexpr SFU: true where the launch's first tensor is on a GPU and `sfu` holds (they are then the SFU's),
+    else false (tl.log, tl.sigmoid)."""
+    calls = re.compile(rf"\b({'|'.join(SFU_HELPERS)})\(")
+    if code is None or not calls.search(code.source):
         return code
     blocks, named = re.split(r"(?m)^(?=@triton\.jit)", code.source), []
     for i, block in enumerate(blocks):
-        if re.search(r"\b_log\(", block):
+        if calls.search(block):
             named.append(re.search(r"(?m)^def (\w+)\(", block).group(1))
             block = block.replace("):\n", ", SFU: tl.constexpr):\n", 1)  # the def line's end
-            blocks[i] = re.sub(r"\b_log\(", "_log(SFU, ", block)
+            blocks[i] = calls.sub(r"\1(SFU, ", block)
     for launch in code.launches:
         if launch.kernel in named:
             launch.meta["SFU"] = f"{_local(launch.args[0])}.is_cuda" if sfu else "False"
@@ -469,10 +475,11 @@ def _merged(parts: list[KernelCode], name: str) -> KernelCode:
         mine = [f"q{n}_{x}" for x in pointers]
         params += mine
         args += launch.args
-        meta[f"BLOCK_{n}"] = launch.meta["BLOCK"]
+        meta.update({f"{key}_{n}": value for key, value in launch.meta.items()})  # BLOCK, then SFU where taken
         end = start + launch.grid[0]
         branch = "else" if n == len(parts) - 1 else f"{'elif' if n else 'if'} pid < {end}"
-        calls += [f"    {branch}:", f"        {launch.kernel}({', '.join(mine)}, pid - {start}, BLOCK_{n})"]
+        constexprs = ", ".join(f"{key}_{n}" for key in launch.meta)
+        calls += [f"    {branch}:", f"        {launch.kernel}({', '.join(mine)}, pid - {start}, {constexprs})"]
         start = end
     signature = ", ".join(params + [f"{m}: tl.constexpr" for m in meta])
     dispatch = "\n".join(["@triton.jit", f"def {name}({signature}):", "    pid = tl.program_id(0)"] + calls)

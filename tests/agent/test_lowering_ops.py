@@ -108,6 +108,37 @@ def logs(x, y, n, BLOCK: tl.constexpr):
     assert (err[~near] <= 3 * torch.finfo(torch.float32).eps * want[~near].abs()).all()
 
 
+@pytest.mark.gpu
+def test_the_fast_sigmoid_is_as_accurate_as_tl_sigmoid(tmp_path):
+    """_sigmoid on a GPU (the SFU's 2^x and reciprocal) against a float64 sigmoid: within 4 units in the last
+    place plus the rounding of x log2(e) (which tl.sigmoid's exp has too) wherever the result is a normal float,
+    and zero below that."""
+    import importlib.util
+
+    import torch
+    from agent.templates.pointwise_ops import HELPERS
+    module = tmp_path / "fast_sigmoid.py"  # Triton reads a kernel's source from its file
+    module.write_text("import triton\nimport triton.language as tl\n\n\n" + HELPERS["_sigmoid"] + '''
+
+@triton.jit
+def sigmoids(x, y, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + i, _sigmoid(True, tl.load(x + i, mask=i < n, other=0.0)), mask=i < n)
+''')
+    spec = importlib.util.spec_from_file_location("fast_sigmoid", module)
+    fast = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fast)
+    x = torch.cat([torch.linspace(-100, 100, 1 << 16), torch.randn(1 << 16) * 4]).cuda()
+    y = torch.empty_like(x)
+    fast.sigmoids[(-(-x.numel() // 1024),)](x, y, x.numel(), BLOCK=1024)
+    want = torch.sigmoid(x.double())
+    eps = torch.finfo(torch.float32).eps
+    normal = want >= torch.finfo(torch.float32).tiny
+    bound = (4 + 1.5 * x.double().abs()) * eps * want
+    assert ((y.double() - want).abs()[normal] <= bound[normal]).all()
+    assert (y[~normal] >= 0).all() and (y[~normal] <= torch.finfo(torch.float32).tiny).all()
+
+
 def test_random_numbers_are_refused():
     a = analyze(str(FIXTURES / "low_random.py"), small=True)
     assert matching(a) == []

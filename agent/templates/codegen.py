@@ -274,10 +274,11 @@ class Gen(Reductions):
         return " + ".join(parts) if parts else "0"
 
     def aligned(self, c: int, n: int) -> str | None:
-        """(linear index // c) % n in the domain's own dims, where both cuts fall on them: c a divisor a of
-        dim k's size times the dims after it, c * n the domain's size or the size of the dims after some k0.
-        A convolution's epilogue so reads a group's statistic once a channel, not once an element. None where
-        they do not."""
+        """(linear index // c) % n written over the domain's own coordinates, where both cuts fall on its dims:
+        c is a times the stride of some dim k (a dividing that dim's size), and c * n the size of the dims from
+        some dim `top` on. It is then the linear index of dims top..k, divided by a. A convolution's epilogue
+        so reads a group norm's statistic (rows (batch, group), c = a group's elements) once a channel, not
+        through the flat index once an element. None where the cuts do not fall on dims."""
         cs, total = contiguous_strides(self.D), math.prod(self.D)
         k = next((d for d in range(len(self.D)) if c % cs[d] == 0 and (cs[d - 1] if d else total) % c == 0), None)
         top = next((d for d in range(len(self.D)) if c * n == (cs[d - 1] if d else total)), None)

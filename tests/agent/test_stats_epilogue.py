@@ -100,25 +100,37 @@ def test_where_the_rows_do_not_fall_on_the_tiles_it_says_why(tmp_path):
         T.render(a, dot_tiles)
 
 
+def recompute_source(kind: str, folder: Path, **more) -> tuple[Path, str]:
+    task = task_of(kind, folder)
+    a = analyze(str(task), small=True)
+    rows = next(v for v in T.variants(a) if v.get("tiles") == "rows" and v["impl"] == "triton")
+    params = {**rows, "stats": 1, "recompute": 1, **more}
+    assert base.invalid(a, params) is None
+    return task, T.render(a, params)
+
+
 @pytest.mark.parametrize("kind", CASES)
 def test_recompute_runs_the_convolution_twice_and_never_writes_its_output(kind, runner, tmp_path):
     """recompute: the first launch stores only the partials, the combining kernel the row statistics, and a
     second launch of the convolution writes the norm's output from them; no buffer holds the convolution's
-    output, and the result matches the reference at every kind of row, at 8- and 16-wide tiles, and with a
-    tile's row taken in both batch elements (SAMPLES 2: the partials stored a batch element at a time)."""
-    task = task_of(kind, tmp_path)
-    a = analyze(str(task), small=True)
-    rows = next(v for v in T.variants(a) if v.get("tiles") == "rows" and v["impl"] == "triton")
-    again = {**rows, "stats": 1, "recompute": 1}
-    runner.run_ok(task, T.render(a, {**rows, "stats": 1, "SAMPLES": 2}))
-    for params in (again, {**again, "BLOCK_M": 8}, {**again, "SAMPLES": 2}):
-        assert base.invalid(a, params) is None
-        source = T.render(a, params)
-        launches = re.findall(r"^        (_\w+)\[", source, re.M)
-        assert launches == ["_gemm_kernel0", "_row_kernel1_final", "_gemm_kernel0_again"], launches
-        buffer = re.search(r"_gemm_kernel0\[.*?\]\((.*?)\)", source).group(1)
-        assert not re.search(r"\bbuf_v\d+\b", buffer)  # the first launch is given no output buffer
-        assert len(re.findall(r"^        packed_\w+ = ", source, re.M)) <= 1  # a packed weight is made once
+    output, and the result matches the reference at every kind of row."""
+    task, source = recompute_source(kind, tmp_path)
+    launches = re.findall(r"^        (_\w+)\[", source, re.M)
+    assert launches == ["_gemm_kernel0", "_row_kernel1_final", "_gemm_kernel0_again"], launches
+    buffer = re.search(r"_gemm_kernel0\[.*?\]\((.*?)\)", source).group(1)
+    assert not re.search(r"\bbuf_v\d+\b", buffer)  # the first launch is given no output buffer
+    assert len(re.findall(r"^        packed_\w+ = ", source, re.M)) <= 1  # a packed weight is made once
+    runner.run_ok(task, source)
+
+
+@pytest.mark.parametrize("kind", ["transposed2d_ragged", "conv2d_bn"])
+def test_recompute_at_narrow_tiles_and_over_two_batch_elements(kind, runner, tmp_path):
+    """The same at 8-wide tiles, and with a tile's row taken in both batch elements (SAMPLES 2: the partials
+    stored a batch element at a time), with and without the second launch: a group norm whose last channel
+    tile runs past its last row, and a batch norm."""
+    for more in ({"BLOCK_M": 8}, {"SAMPLES": 2}, {"SAMPLES": 2, "recompute": 0}):
+        task, source = recompute_source(kind, tmp_path, **more)
+        assert ("_gemm_kernel0_again[" in source) == bool(more.get("recompute", 1))
         runner.run_ok(task, source)
 
 

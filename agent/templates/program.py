@@ -206,13 +206,13 @@ def _kw_fallback(guard):
 '''
 
 
-SFU_HELPERS = ("_log", "_sigmoid")  # pointwise_ops' helpers that take the SFU's instructions on a GPU
+SFU_HELPERS = ("_log", "_sigmoid", "_exp")  # pointwise_ops' helpers that take the SFU's instructions on a GPU
 
 
 def _sfu(code: KernelCode | None, sfu: bool) -> KernelCode | None:
-    """`code` with each of its kernels that takes a log or a sigmoid (pointwise_ops' _log, _sigmoid) given the
-    constexpr SFU: true where the launch's first tensor is on a GPU and `sfu` holds (they are then the SFU's),
-    else false (tl.log, tl.sigmoid)."""
+    """`code` with each of its kernels that takes a log, an exp or a sigmoid (pointwise_ops' _log, _exp,
+    _sigmoid) given the constexpr SFU: true where the launch's first tensor is on a GPU and `sfu` holds (they are
+    then the SFU's), else false (tl.log, tl.exp, tl.sigmoid)."""
     calls = re.compile(rf"\b({'|'.join(SFU_HELPERS)})\(")
     if code is None or not calls.search(code.source):
         return code

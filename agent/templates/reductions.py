@@ -82,19 +82,19 @@ class Reductions:
         if self.p.get("online") == 2:
             new = self.fresh("mn")
             self.body.lines += [f"{new} = tl.maximum({m}, tl.max({vv}, axis={self.axis}, keep_dims=True))",
-                                f"{s} = {s} * tl.exp({m} - {new}) + tl.exp({vv} - {new})", f"{m} = {new}"]
+                                f"{s} = {s} * _exp({m} - {new}) + _exp({vv} - {new})", f"{m} = {new}"]
             return
         if self.p.get("online") == 3:
             new, g = self.fresh("mn"), self.fresh("og")
             self.body.lines += [f"{g} = tl.reshape({vv}, {self._group_tile(peak, 3)}, can_reorder=False)",
                                 f"{new} = tl.maximum({m}, tl.max({g}, axis=2))",
-                                f"{s} = {s} * tl.exp({m} - {new}) + tl.sum(tl.exp({g} - {new}[:, :, None]), axis=2)",
+                                f"{s} = {s} * _exp({m} - {new}) + tl.sum(_exp({g} - {new}[:, :, None]), axis=2)",
                                 f"{m} = {new}"]
             return
         # per lane, one exp per element: of exp(m - new) and exp(vv - new), one is exp(0) = 1, the other
         # exp(-|vv - m|)
         e = self.fresh("oe")
-        self.body.lines += [f"{e} = tl.exp(-tl.abs({vv} - {m}))",
+        self.body.lines += [f"{e} = _exp(-tl.abs({vv} - {m}))",
                             f"{s} = tl.where({vv} > {m}, {s} * {e} + 1.0, {s} + {e})",
                             f"{m} = tl.maximum({m}, {vv})"]
 

@@ -498,6 +498,8 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             return "the pipelined chunks need more shared memory than a block has"
         if p.get("PERSIST") and p.get("SPLIT", 1) > 1:
             return "PERSIST takes whole rows in turn; it cannot split them"
+        if p.get("pairs") and p.get("mode") == "one_pass" and (p.get("SPLIT", 1) > 1 or "EPI_PARTS" in p):
+            return "pairs load a whole row once, in one program; a split row is loaded a chunk at a time"
         if p.get("GROUP") and p.get("SPLIT", 1) == 1:
             return "GROUP launches the rows of a split in groups; it needs SPLIT > 1"
         if p.get("LAG") and (p.get("SPLIT", 1) == 1 or p.get("GROUP") or p.get("shapes") == "dynamic"):

@@ -210,7 +210,8 @@ def combine_params(kernel, st: Stats, tuned: dict) -> dict:
     (the search's parameters for that kernel) over that. On an H200 (session 18) level 2's 21, whose norm had
     been one kernel a row at 8 warps in 4096-wide chunks, ran its combining kernel so in 0.565 ms, not 0.610."""
     own = {**split_rows(*sizes(kernel)[:2], rewrites=True), **tuned}
-    return {**{k: v for k, v in own.items() if k not in ("LAG", "COOP", "GROUP", "PERSIST")}, "EPI_PARTS": st.count}
+    dropped = ("LAG", "COOP", "GROUP", "PERSIST", "pairs")  # forms of a row kernel that loads its rows itself
+    return {**{k: v for k, v in own.items() if k not in dropped}, "EPI_PARTS": st.count}
 
 
 def worth_it(kernels: list, i: int, p: dict) -> bool:

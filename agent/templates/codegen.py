@@ -365,10 +365,16 @@ class Gen(Reductions):
         if not self.pairs:
             return
         self.stage = stage
-        full = [key for key in self.top.cache if isinstance(key, Node) and self.k.level.get(key) == "full"
-                or isinstance(key, tuple) and key[0] == "inline" and key[-1] == "full"]
+        self.take_per_element()
+
+    def take_per_element(self) -> dict:
+        """The per-element values (full-level nodes, inlined expressions) cached in the top scope, removed from
+        it: what a one-pass kernel computed over its whole row, which a later use must not take for its own."""
+        full = {key: v for key, v in self.top.cache.items() if isinstance(key, Node) and self.k.level.get(key) == "full"
+                or isinstance(key, tuple) and key[0] == "inline" and key[-1] == "full"}
         for key in full:
             del self.top.cache[key]
+        return full
 
     def chunk_constant(self, leaf: Leaf, shape: tuple) -> bool:
         """Whether a row kernel's leaf, read per element, holds one value over each chunk of BLOCK_R: every dim

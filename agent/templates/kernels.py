@@ -319,10 +319,13 @@ def _point_sum(gen: Gen, r: Node, emit: bool = True) -> bool:
         gen.body, gen.chunk_start = outer, start
         return ok
     gen.body.lines += [f"rr = tl.broadcast_to({t.code}, [BLOCK_O, 1])", f"mask = rmask & (rr >= 0) & (rr < {gen.R})"]
+    # e at the target: a one-pass kernel's values over the whole row (and its rows held as pairs) are not it
+    row_values, pairs, gen.pairs = gen.take_per_element(), gen.pairs, set()
     gen.reduce_now(r)
+    gen.top.cache.update(row_values)
     # its own names for the index and mask: a chunk loop's rr and mask must not be assigned before the loop
     gen.top.lines += _own_indices(gen.body.lines, "_t")
-    gen.body, gen.chunk_start = outer, start
+    gen.body, gen.chunk_start, gen.pairs = outer, start, pairs
     return True
 
 

@@ -48,6 +48,9 @@ def _row_loops(source: str, kernel: str) -> int:
     ({"mode": "looped", "BLOCK_R": 128, "online": 0, "fold": 1}, 2),  # the max first, then the rest
     ({"mode": "looped", "BLOCK_R": 128, "online": 2, "pipeline": 1, "num_stages": 3}, 1),  # tl.range loops
     ({"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "online": 3}, 1),  # a max per group of 8 logits
+    # a row in one block: the target's logit loaded for itself, not taken from the row's values (was 4e3 off)
+    ({"mode": "one_pass", "fold": 0}, 0),
+    ({"mode": "looped", "BLOCK_R": 1024, "fold": 0}, 0),
 ])
 def test_cross_entropy_reads_its_logits_once(params, loops, runner):
     """Rows of 1000 in chunks of 128: 7 whole chunks unmasked, then the remainder. The target's logit is one

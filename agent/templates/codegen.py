@@ -344,7 +344,8 @@ class Gen(Reductions):
         return scope.cache[key]
 
     def pair_load(self, leaf: Leaf, key: tuple) -> E:
-        """A row held as 32-bit pairs (self.pairs): loaded once, through an int32 view of its tensor, and widened
+        """A row held as 32-bit pairs (self.pairs): loaded once, through an int32 view of its flattened tensor
+        (the rows are even; a dim of the tensor may be odd: a group norm's rows span its channels), and widened
         where this stage uses it. Each stage's shift, 16 plus the stage's number times program_id(1) (0 in
         these one-dimensional grids), is one the compiler cannot prove equal to another stage's, so it keeps
         no widened row live across a reduction."""
@@ -353,7 +354,7 @@ class Gen(Reductions):
             name = self.fresh("u")
             if not self.pair_loads:
                 self.top.lines.append("rp = tl.arange(0, BLOCK_R // 2)[None, :]")
-            self.top.lines += [f"{name} = tl.load({self.ptr(leaf.base + '.view(torch.int32)')} + ro * {half} + "
+            self.top.lines += [f"{name} = tl.load({self.ptr(leaf.base + '.view(-1).view(torch.int32)')} + ro * {half} + "
                                f"{leaf.offset // 2} + rp, mask=rmask & (rp < {half}), other=0)"
                                f".to(tl.uint32, bitcast=True)"]
             self.pair_loads[key] = name

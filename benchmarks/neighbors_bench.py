@@ -68,7 +68,7 @@ def sweep(task: Path, dtype: str | None, keys: set[str] | None, rows: Path, work
 
     def job(p: dict, baselines=None) -> EvalJob:
         source = BY_NAME[p["template"]].render(a, {k: v for k, v in p.items() if k != "template"})
-        return EvalJob(spec, source, trials=2, timeout_s=600, baselines=baselines)
+        return EvalJob(spec, source, timeout_s=600, baselines=baselines)  # the search's trials
 
     def keep(p: dict, r) -> dict:
         t = r.timing

@@ -112,6 +112,26 @@ def test_what_triton_and_copy_do_on_their_own_is_no_change():
             sys.modules["__triton_launcher"] = saved
 
 
+def test_a_graph_compiled_again_is_no_change_and_a_module_replaced_is():
+    """torch.compile of a graph compiled before loads its Inductor kernel as a new module of compile_tasks (the
+    evaluator's baseline, measured again in a later job of the worker); any other module replaced is a change."""
+    import types
+
+    x = torch.randn(8, 16)
+    torch.compile(lambda t: torch.softmax(t * 3.0, -1))(x)
+    before = snapshot()
+    torch.compile(lambda t: torch.softmax(t * 3.0, -1))(x)  # the same graph, compiled anew
+    reloaded = [k for k, v in sys.modules.items() if k.startswith("torch._inductor.runtime.compile_tasks.")
+                and id(v) != before["modules"].get(k, id(v))]
+    assert reloaded and changes(before, snapshot()) == []
+    saved = sys.modules["json"]
+    sys.modules["json"] = types.ModuleType("json")
+    try:
+        assert changes(before, snapshot()) == ["the module json was replaced in sys.modules"]
+    finally:
+        sys.modules["json"] = saved
+
+
 def test_each_job_compiles_into_its_own_triton_cache(tmp_path, monkeypatch):
     """Kernels land in the job's directory (deleted with it); only Triton's own driver modules are shared."""
     from triton.runtime.cache import get_cache_manager

@@ -95,7 +95,8 @@ def sweep(task: Path, dtype: str | None, keys: set[str] | None, rows: Path, work
 
 
 def table(rows: list[dict]) -> list[str]:
-    lines = ["| task | moves | wrong | first ms | fastest ms | first/fastest | fastest move |", "|---|---:|---:|---:|---:|---:|---|"]
+    lines = ["| task | moves | wrong | first ms | fastest ms | first/fastest | fastest move |",
+             "|---|---:|---:|---:|---:|---:|---|"]
     for task in dict.fromkeys(r["task"] for r in rows):
         mine = [r for r in rows if r["task"] == task]
         ok = [r for r in mine if r["verdict"] == "correct" and r["ms"]]

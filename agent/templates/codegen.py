@@ -354,7 +354,8 @@ class Gen(Reductions):
             name = self.fresh("u")
             if not self.pair_loads:
                 self.top.lines.append("rp = tl.arange(0, BLOCK_R // 2)[None, :]")
-            self.top.lines += [f"{name} = tl.load({self.ptr(leaf.base + '.view(-1).view(torch.int32)')} + ro * {half} + "
+            words = self.ptr(leaf.base + ".view(-1).view(torch.int32)")
+            self.top.lines += [f"{name} = tl.load({words} + ro * {half} + "
                                f"{leaf.offset // 2} + rp, mask=rmask & (rp < {half}), other=0)"
                                f".to(tl.uint32, bitcast=True)"]
             self.pair_loads[key] = name

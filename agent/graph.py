@@ -181,15 +181,16 @@ def _no_code(run: Run, ind: Individual, reason: str) -> Individual:
 
 def evaluate(state: State, runtime: Runtime[Run]) -> dict:
     """Evaluates the pending candidates together; each result is stored as soon as it returns. Until the
-    run has its eager and torch.compile baselines, the first candidate goes alone so that they are measured
-    once, not by every candidate of the round."""
+    run has its eager and torch.compile baselines, candidates go one at a time, so that they are measured
+    once, not by every candidate of the round: a candidate that fails before its timing brings none, and the
+    next one goes alone too (each measuring them in the same worker also recompiled the reference's graph)."""
     run, cfg = runtime.context, runtime.context.config
     if not state.pending:  # only candidates without code this round: they already have their verdicts
         return {}
     run.say(f"evaluating {' '.join(f'#{i.id}' for i in state.pending)}")
     pending, done, baselines, broken = list(state.pending), [], state.baselines, None
-    groups = [pending[:1], pending[1:]] if baselines is None else [pending]
-    for group in filter(None, groups):
+    while pending:
+        group, pending = (pending, []) if baselines else (pending[:1], pending[1:])
         futures = {run.executor.submit(EvalJob(task=run.spec, candidate=i.source, timeout_s=cfg.eval_timeout_s,
                                                trials=cfg.trials, seed=cfg.seed, trial_seed=cfg.trial_seed,
                                                baselines=baselines)): i

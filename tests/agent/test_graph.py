@@ -1,4 +1,4 @@
-"""The search graph's shape, its termination rules and its propose node (no evaluator needed here)."""
+"""The search graph's shape, its termination rules, its propose node, and its evaluate node's order of work."""
 import time
 from pathlib import Path
 
@@ -6,7 +6,7 @@ import pytest
 from langgraph.runtime import Runtime
 
 from agent.context import Run, RunConfig
-from agent.graph import (BudgetSpent, FloorReached, Plateau, TimeUp, build_graph, check_limits, propose,
+from agent.graph import (BudgetSpent, FloorReached, Plateau, TimeUp, build_graph, check_limits, evaluate, propose,
                          route_after_update, route_start)
 from agent.interfaces import Individual, Proposal, TaskContext
 from agent.llm import LLMError
@@ -109,3 +109,21 @@ def test_propose_with_nothing_new_ends_the_search(tmp_path):
     run = _run(tmp_path, [Scripted("template", [Proposal("src1", "template")])], budget=10)
     state = State(archive=[_done(1, 1.0)], parents=[_done(1, 1.0)])
     assert propose(state, Runtime(context=run)) == {"pending": []}
+
+
+def test_candidates_go_one_at_a_time_until_one_brings_the_baselines(tmp_path):
+    """A first candidate that fails before its timing brings no baselines: the next goes alone and measures
+    them, and the one after is timed against those, not measuring them again (on an H200 each doing so in the
+    same worker recompiled the reference's graph)."""
+    from tools.executor import ExecutorConfig, LocalExecutor
+    fixtures = Path(__file__).parents[1] / "tools" / "fixtures"
+    run = _run(tmp_path, [], batch_size=3)
+    run.spec = TaskSpec(str(fixtures / "task_softmax.py"))
+    pending = [run.store.add_proposed(run.run_id, Proposal((fixtures / "candidates" / name).read_text(), "template"),
+                                      None) for name in ("zeros_output.py", "honest.py", "honest.py")]
+    with LocalExecutor(ExecutorConfig(workers_per_device=2)) as run.executor:
+        out = evaluate(State(pending=pending), Runtime(context=run))
+    first, second, third = out["fresh"]
+    assert first.result.verdict == "incorrect" and first.result.baselines is None
+    assert second.result.correct and third.result.correct
+    assert third.result.baselines == second.result.baselines == out["baselines"]

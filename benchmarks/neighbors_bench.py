@@ -4,11 +4,11 @@ questions the search's own runs cannot: does any point of the space the param se
 first do their neighbours reach (on a GPU; on a CPU the times are interpreter times, labelled, never speedups).
 
 For each task: the template operator's first PROPOSALS candidates, then each of them with one parameter changed
-to each other value of its template's space, the moves `invalid` refuses left out. The first candidate is
-evaluated alone and its eager and torch.compile times (measured once) go with every other job. Every result is
-appended to OUT/rows.jsonl as it comes, and a second call skips what is there. Prints, per task, the moves tried,
-the wrong ones (each with its parameters and the evaluator's reason), the first candidate's time and the fastest
-correct move's. Exit 1 when a move was judged wrong, 0 otherwise.
+to each other value of its template's space, the moves `invalid` refuses left out. Moves go one at a time until
+one brings its eager and torch.compile times, which then go with every other job (as agent/graph.py does).
+Every result is appended to OUT/rows.jsonl as it comes, and a second call skips what is there. Prints, per task,
+the moves tried, the wrong ones (each with its parameters and the evaluator's reason), the first candidate's
+time and the fastest correct move's. Exit 1 when a move was judged wrong, 0 otherwise.
 
     python benchmarks/neighbors_bench.py TASK.py... [--dtype bfloat16] [--params fold,SPLIT] [--out OUT]
     python benchmarks/neighbors_bench.py --llm-ops softmax,cross_entropy [--dtype bfloat16]   # llm_ops_bench's
@@ -36,9 +36,9 @@ from tools.results import EvalJob, TaskSpec  # noqa: E402
 PROPOSALS = 4
 
 
-def moves(ctx: TaskContext, keys: set[str] | None) -> list[dict]:
-    """The template operator's first candidates and each of their single-parameter moves, once each."""
-    a = analysis_of(ctx)
+def moves(ctx: TaskContext, a, keys: set[str] | None) -> list[dict]:
+    """The template operator's first candidates and each of their single-parameter moves (`a`: the task's
+    analysis), once each."""
     out, seen = [], set()
     for first in TemplateOperator().propose(ctx, [], PROPOSALS):
         t = first.params["template"]
@@ -64,7 +64,7 @@ def sweep(task: Path, dtype: str | None, keys: set[str] | None, rows: Path, work
     spec = TaskSpec(str(task), name=task.stem, dtype=dtype)
     ctx = task_context(spec, small=False)  # a CPU takes the task's small shapes
     a = analysis_of(ctx)
-    todo = [p for p in moves(ctx, keys) if json.dumps(p, sort_keys=True) not in done]
+    todo = [p for p in moves(ctx, a, keys) if json.dumps(p, sort_keys=True) not in done]
 
     def job(p: dict, baselines=None) -> EvalJob:
         source = BY_NAME[p["template"]].render(a, {k: v for k, v in p.items() if k != "template"})
@@ -81,16 +81,14 @@ def sweep(task: Path, dtype: str | None, keys: set[str] | None, rows: Path, work
 
     print(f"{task.stem}: {len(todo)} moves to judge ({len(done)} judged before)", flush=True)
     with LocalExecutor(ExecutorConfig(workers_per_device=workers)) as ex:
-        baselines = None
-        if todo:  # the first alone: its eager and torch.compile times go with the others
-            first = ex.map([job(todo[0])])[0]
-            keep(todo[0], first)
-            baselines = first.baselines
-        futures = [(p, ex.submit(job(p, baselines))) for p in todo[1:]]
-        for n, (p, f) in enumerate(futures, 2):
-            row = keep(p, f.result())
-            if n % 10 == 0 or row["verdict"] != "correct":
-                print(f"  {n}/{len(todo)} {row['verdict']} {row['params']}", flush=True)
+        baselines, n = None, 0
+        while n < len(todo):  # one at a time until a move brings the eager and torch.compile times, as the search
+            group = todo[n:] if baselines else todo[n:n + 1]
+            for p, f in [(p, ex.submit(job(p, baselines))) for p in group]:
+                result = f.result()
+                baselines, row, n = baselines or result.baselines, keep(p, result), n + 1
+                if n % 10 == 0 or row["verdict"] != "correct":
+                    print(f"  {n}/{len(todo)} {row['verdict']} {row['params']}", flush=True)
     return list(done.values())
 
 

@@ -789,6 +789,10 @@ def _held(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, stores: tuple
     ran 4.20 and 4.54. The row's other programs wait for its last one: its combine is one vector reduction
     into scalars (_split, reductions.shifted_merge). Hand-edited, 34 ran in 4.28 ms so and in 6.40 where the
     combine took [1, SPLIT] tiles and the statistics came back as [1, 1] tiles.
+    A poll is an atomic read: polling with volatile loads (one acquiring atomic after) ran slower on an H200
+    where a row has many chunks (session 28: 35, 256 a group, 5.25 -> 5.70 ms; 34, 32 a row, 4.30 -> 4.53) and
+    1% faster at 8 (38_L1Norm_, 5.45 -> 5.40, behind its two-pass form's 5.28); a nanosleep between loads no
+    better. Chunks of 4096 at 2 warps or 16384 at 8 ran no faster than 8192 at 4 on any of the three.
     A program polls for its row's statistics at most SPINS times (HELD_SPINS on a GPU, 0 in the interpreter).
     If they are not in by then (its peers never started: the GPU is shared, or the interpreter runs programs
     one at a time), it marks its chunk and counts it into the row's state, and the last program, which never

@@ -1,7 +1,11 @@
 """The timing rule every GPU time follows (tools/profile.steadier): a measurement spread wider than
 RETIME_SPREAD is taken once more and the steadier of the two kept; a steady one is kept as it is. The GPU is kept
-busy ahead of each timed call for as long as the host takes to launch it (tools/profile.head_start_ms)."""
-from tools.profile import HEAD_START_MAX_MS, RETIME_SPREAD, Measured, head_start_ms, steadier
+busy ahead of each timed call for as long as the host takes to launch it (tools/profile.head_start_ms). The L2
+state the flush leaves is one of two named ones."""
+import pytest
+import torch
+
+from tools.profile import HEAD_START_MAX_MS, RETIME_SPREAD, Measured, head_start_ms, steadier, time_call
 
 
 def runs(*measured: Measured):
@@ -36,3 +40,10 @@ def test_the_head_start_covers_the_hosts_launch_time_up_to_its_cap():
     assert 0.05 < head_start_ms(0.03) < 0.1
     assert head_start_ms(0.5) > 0.5
     assert head_start_ms(50.0) == HEAD_START_MAX_MS
+
+
+def test_an_unknown_l2_state_is_refused_before_anything_is_timed():
+    calls = []
+    with pytest.raises(ValueError, match="l2 must be one of dirty, clean"):
+        time_call(lambda: calls.append(1), torch.device("cpu"), l2="warm")
+    assert calls == []

@@ -133,6 +133,7 @@ class Gen(Reductions):
         self.positions_last = False
         self.channel_mask = ""  # a rows tile's mask of its channels alone (implicit_gemm._render_rows; rm: a row)
         self.evict = ""  # an eviction policy for per-element loads and stores (a lagged split's, kernels._lagged)
+        self.load_evict = ""  # one for per-element loads alone (a flat kernel's `evict`, kernels._flat)
         self.chunk_start = None  # a row kernel's chunk start where per-element code runs (r0 in a chunk loop)
         self.pivot_values: dict = {}  # the values a Welford pivot's chunk loaded (a held split reuses them)
         self.tile_mask = "mask"  # what a tap's load is masked by besides its checks (window_lanes: the rows')
@@ -333,8 +334,9 @@ class Gen(Reductions):
             # floats compute in fp32 whatever the run-time dtype (a suite may cast inputs to bf16)
             cast = ".to(tl.float32)" if leaf.dtype.is_floating_point else ""
             # the tensor the kernel walks, not a small one read along it (a weight per channel stays in L1)
-            walked = self.evict and level == "full" and _extent(leaf) >= math.prod(self.D)
-            evict = f", eviction_policy=\"{self.evict}\"" if walked else ""
+            policy = self.evict or self.load_evict
+            walked = policy and level == "full" and _extent(leaf) >= math.prod(self.D)
+            evict = f", eviction_policy=\"{policy}\"" if walked else ""
             load = f"tl.load({t(f'{self.ptr(leaf.base)} + {off}')}{mask}{evict})"
             narrow = held in self.narrow
             scope.lines.append(f"{name} = {t(load)}" + ("" if narrow else cast))

@@ -146,6 +146,7 @@ def render_kernel(kernel: Kernel, name: str, p: dict) -> KernelCode:
 
 def _flat(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen = Gen(kernel, name, p)
+    gen.load_evict = "evict_last" if p.get("evict") else ""  # elementwise.variants says why
     numel = math.prod(kernel.domain)
     block = min(p.get("BLOCK", 1024), next_pow2(numel))
     dyn = _dynamic(kernel, p)

@@ -84,6 +84,20 @@ def test_structural_choices(task, template, params, runner):
         assert "_gemm_kernel0[(" in source and "_col_kernel1[(" in source
 
 
+def test_evict_keeps_the_walked_input_in_l2_and_leaves_broadcasts_and_stores_alone(runner):
+    """A flat kernel's `evict` (elementwise.variants): the tensor it walks is loaded evict_last; a per-channel
+    parameter and a broadcast row, read again and again, and the output keep no hint; the result is the same."""
+    source = check("tpl_chain_where_bias", "elementwise", {"evict": 1}, runner)
+    loads = [line for line in source.splitlines() if "tl.load(" in line]
+    walked = [line for line in loads if "+ offs," in line]
+    assert len(walked) == 1 and 'eviction_policy="evict_last"' in walked[0]
+    assert len(loads) == 3 and all("eviction_policy" not in line for line in loads if line not in walked)
+    assert "tl.store(" in source and all("eviction_policy" not in line for line in source.splitlines()
+                                         if "tl.store(" in line)
+    plain = check("tpl_chain_where_bias", "elementwise", {"evict": 0}, runner)
+    assert "eviction_policy" not in plain
+
+
 def test_split_rows_for_a_full_reduction(runner):
     """A loss over every element: SPLIT programs each write a partial sum, a combine kernel finishes."""
     source = check("tpl_mse", "rowwise", {"mode": "looped", "BLOCK_R": 128, "SPLIT": 8}, runner)

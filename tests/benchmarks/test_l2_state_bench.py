@@ -15,9 +15,10 @@ def _run(*args):
 
 
 def test_sizes_that_are_not_whole_megabytes_are_refused():
-    done = _run("--sizes", "32,1.5")
-    assert done.returncode == 2 and done.stdout.strip().count("\n") == 0
-    assert "whole MB counts" in done.stdout and "Traceback" not in done.stderr
+    for sizes in ("32,1.5", "0", ""):
+        done = _run("--sizes", sizes)
+        assert done.returncode == 2 and done.stdout.strip().count("\n") == 0, sizes
+        assert "whole MB counts" in done.stdout and "Traceback" not in done.stderr, sizes
 
 
 def test_without_a_gpu_it_says_so_and_times_nothing():

@@ -178,7 +178,7 @@ def _render(tmp_path, name: str, task: str, template: str, params: dict) -> Path
 
 
 def test_dynamic_kernels_tuned_at_one_batch_are_right_at_others(tmp_path):
-    flat = _render(tmp_path, "flat", FLAT, "elementwise", {"shapes": "dynamic"})
+    flat = _render(tmp_path, "flat", FLAT, "elementwise", {"shapes": "dynamic", "evict": 1})
     row = _render(tmp_path, "row", ROW, "rowwise", {"shapes": "dynamic"})
     looped = _render(tmp_path, "looped", ROW, "rowwise", {"shapes": "dynamic", "mode": "looped", "BLOCK_R": 128,
                                                           "BLOCK_O": 1})
@@ -187,6 +187,7 @@ def test_dynamic_kernels_tuned_at_one_batch_are_right_at_others(tmp_path):
     static = _render(tmp_path, "static", FLAT, "elementwise", {})
     source = flat.read_text()
     assert "n0, BLOCK: tl.constexpr" in source and "mask = offs < n0 * 111" in source
+    assert 'eviction_policy="evict_last"' in source and 'eviction_policy="evict_last"' not in static.read_text()
     assert "x.dim() != 3 or tuple(x.shape[1:]) != (3, 37)" in source  # the guard: rank and inner sizes only
     assert "torch.empty((kw_batch, 3, 37)" in source and "(kw_batch * 111 + 1023) // 1024" in source
     assert "rmask = ro < n0" in row.read_text()

@@ -13,7 +13,6 @@ GPU only: on a machine without CUDA it says so and exits 2.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
+from tools.evaluate import cache_dir  # noqa: E402
 from tools.profile import device_ceilings, time_call  # noqa: E402
 
 
@@ -39,8 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         print("l2_state_bench: this benchmark times a GPU and none is visible (CUDA unavailable).")
         return 2
     dev = torch.device("cuda")
-    cache = Path(os.environ.get("KERNELWRIGHT_CACHE", Path.home() / ".cache/kernelwright"))
-    bandwidth = device_ceilings(cache)["copy_bytes_per_s"]
+    bandwidth = device_ceilings(cache_dir())["copy_bytes_per_s"]
     print(f"{torch.cuda.get_device_name()}, floor at {bandwidth / 1e12:.2f} TB/s (bytes read + written)\n")
     print("| MB each way | floor ms | dirty L2 ms | clean L2 ms | dirty/clean | dirty/floor | clean/floor |")
     print("|---:|---:|---:|---:|---:|---:|---:|")

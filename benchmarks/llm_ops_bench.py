@@ -330,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         print("llm_ops_bench times kernels on a CUDA GPU and this machine has none; run it on a GPU host.",
               file=sys.stderr)
         return 2
+    from tools.evaluate import cache_dir
     from tools.profile import device_ceilings
     from tools.task import import_file
     out = Path(args.out)
@@ -343,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
                 (Path(tmp) / f"{names[(op, shape)]}.py").write_text(task_source(op, shape))
         code = build(Path(tmp), out / "runs", args.budget, args.build_seconds)
         print(f"build exited {code} (its log: {out / 'build.log'})", flush=True)
-        ceilings = device_ceilings(Path(os.environ.get("KERNELWRIGHT_CACHE", Path.home() / ".cache/kernelwright")))
+        ceilings = device_ceilings(cache_dir())
         for (op, shape), name in names.items():
             best = out / "runs" / name / "best.py"
             module = import_file(Path(tmp) / f"{name}.py", f"kw_task_{name}")

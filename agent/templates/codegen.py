@@ -357,8 +357,9 @@ class Gen(Reductions):
             if not self.pair_loads:
                 self.top.lines.append("rp = tl.arange(0, BLOCK_R // 2)[None, :]")
             words = self.ptr(leaf.base + ".view(-1).view(torch.int32)")
+            evict = f", eviction_policy=\"{self.load_evict}\"" if self.load_evict else ""
             self.top.lines += [f"{name} = tl.load({words} + ro * {half} + "
-                               f"{leaf.offset // 2} + rp, mask=rmask & (rp < {half}), other=0)"
+                               f"{leaf.offset // 2} + rp, mask=rmask & (rp < {half}), other=0{evict})"
                                f".to(tl.uint32, bitcast=True)"]
             self.pair_loads[key] = name
         return E(f"_pairs({self.pair_loads[key]}, 16 + {self.stage} * tl.program_id(1))", "f")

@@ -12,7 +12,8 @@ how many programs run.
         per-element output a flat kernel over the row values its combining kernel stores), pass fusions online,
         welford, fold, and tail_first,
         PERSIST (0: a program per block of rows; k: k programs per SM, each taking blocks of rows in turn),
-        pipeline (1: chunk loops pipelined over num_stages), evict (1: eviction hints on a row read again)
+        pipeline (1: chunk loops pipelined over num_stages), evict (1: eviction hints: a row read again kept
+        in L2 for its later pass; a one-pass row loaded evict_last)
   col   BLOCK_I, BLOCK_R, num_warps, num_stages
   gemm  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, SAMPLES (rows tiles: batch elements a
         program takes) (+ SPLIT_K, impl, precision at plan level, and
@@ -404,8 +405,10 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
             space["COOP"] = [0, 1]  # 1: a chunk a program, held in registers across the row's combine (kernels._held)
         if "looped" in space["mode"]:
             space["pipeline"] = [0, 1]  # the chunk loops software-pipelined over num_stages (tl.range)
-        if "looped" in space["mode"] and looped_passes(kernel, {}) > 1:
-            space["evict"] = [0, 1]  # 1: a row's earlier passes evict_last, its last evict_first (kernels._reduction)
+        if "one_pass" in space["mode"] or "looped" in space["mode"] and looped_passes(kernel, {}) > 1:
+            # 1: a looped row's earlier passes evict_last, its last evict_first; a one-pass row loaded evict_last
+            # (kernels._reduction)
+            space["evict"] = [0, 1]
         if "looped" in space["mode"] and o > SMS:
             space["PERSIST"] = [0, 1, 2]  # SMS x PERSIST programs, each taking blocks of rows in turn
         if "one_pass" in space["mode"] and pair_rows(kernel):
@@ -430,13 +433,17 @@ def online_form(kernel: Kernel) -> int:
     return 3 if any(m.dtype.itemsize == 2 for m in online_pairs(kernel).values()) else 2
 
 
+def row_item(kernel: Kernel) -> int:
+    """Bytes an element of a row kernel's widest floating-point input (4 where it has none)."""
+    return max([a.dtype.itemsize for m in kernel.nodes for a in m.args
+                if isinstance(a, Leaf) and a.kind == "tensor" and a.dtype.is_floating_point] or [4])
+
+
 def l2_groups(kernel: Kernel) -> list[int]:
     """Rows per launch of a split (GROUP) whose rows take a quarter to half of L2, so the combining kernel's
     second read of a group's rows comes from L2; none where all rows fit already."""
     o, r, _ = sizes(kernel)
-    item = max([a.dtype.itemsize for m in kernel.nodes for a in m.args
-                if isinstance(a, Leaf) and a.kind == "tensor" and a.dtype.is_floating_point] or [4])
-    return [g for g in POW2 if g < o and L2_BYTES // 4 <= g * r * item <= L2_BYTES // 2]
+    return [g for g in POW2 if g < o and L2_BYTES // 4 <= g * r * row_item(kernel) <= L2_BYTES // 2]
 
 
 def persistent(kernel: Kernel, p: dict, space: dict) -> dict:

@@ -472,4 +472,59 @@ def test_rows_read_again_are_kept_in_l2_for_the_later_passes(task, params, runne
     assert set(re.findall(r'tl\.store\([^\n]*eviction_policy="(\w+)"', body)) == {"evict_first"}
     once = analyze(str(FIXTURES / "var_cross_entropy.py"), small=True)
     assert looped_passes(base.plan(once).main, {"mode": "looped"}) == 1
-    assert "evict" not in BY_NAME["rowwise"].space(once)
+    t = BY_NAME["rowwise"]
+    assert "eviction_policy" not in t.render(once, {**t.default(once), "mode": "looped", "BLOCK_R": 128, "evict": 1})
+
+
+@pytest.mark.parametrize("task, params", [
+    ("var_layer_norm", {}),  # two reductions, then the store; its weight and bias not walked
+    ("var_softmax_masked", {"BLOCK_O": 2}),  # a partial block of rows
+])
+def test_a_one_pass_row_is_loaded_evict_last(task, params, runner):
+    """evict in a one-pass row kernel: the row it walks, loaded once, takes evict_last; no other load and no
+    store takes a hint, and the output is the same. Held as bf16 pairs, the pairs' one load takes it."""
+    source = check(task, "rowwise", {"mode": "one_pass", "evict": 1, **params}, runner)
+    body = source.split("def _row_kernel0(", 1)[1].split("class ModelNew", 1)[0]
+    loads = re.findall(r"tl\.load\([^\n]*", body)
+    hinted = [line for line in loads if 'eviction_policy="evict_last"' in line]
+    assert len(hinted) == 1 and "tl.load(p0 + ro * " in hinted[0]
+    assert body.count("eviction_policy") == 1
+    a = analyze(str(FIXTURES / f"{task}.py"), small=True, dtype="bfloat16")
+    t = BY_NAME["rowwise"]
+    pairs = t.render(a, {**t.default(a), "mode": "one_pass", "pairs": 1, "evict": 1, **params})
+    assert re.search(r'u1 = tl\.load\([^\n]*eviction_policy="evict_last"\)\.to\(tl\.uint32', pairs)
+    assert pairs.count("eviction_policy") == 1
+
+
+BIG_ROWS = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, labels):
+        return {op}
+
+
+def get_inputs():
+    return [torch.randn({rows}, 8192), torch.randint(0, 8192, ({rows},))]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("op, rows, hinted", [
+    ("torch.softmax(x, dim=-1)", 16384, True),  # 256 MB of bf16 rows, read once and written
+    ("torch.softmax(x, dim=-1)", 2048, False),  # 32 MB: the rows fit L2
+    ("nn.functional.cross_entropy(x, labels)", 16384, False),  # no per-element output
+])
+def test_one_pass_rows_that_outgrow_l2_try_the_hint_second(op, rows, hinted, tmp_path):
+    """rowwise.streams_rows: a one-pass default over bf16 rows of twice L2 or more, with a per-element output,
+    takes a variant loading them evict_last (at 8 warps at most) second."""
+    task = tmp_path / "rows.py"
+    task.write_text(BIG_ROWS.format(op=op, rows=rows))
+    a = analyze(str(task), small=False, dtype="bfloat16")
+    out = BY_NAME["rowwise"].variants(a)
+    assert out[0]["mode"] == "one_pass" and not out[0].get("evict")
+    assert (out[1] == {**out[0], "evict": 1, "num_warps": min(8, out[0]["num_warps"])}) == hinted

@@ -134,6 +134,7 @@ class Gen(Reductions):
         self.channel_mask = ""  # a rows tile's mask of its channels alone (implicit_gemm._render_rows; rm: a row)
         self.evict = ""  # an eviction policy for per-element loads and stores (a lagged split's, kernels._lagged)
         self.load_evict = ""  # one for per-element loads alone (a flat kernel's `evict`, kernels._flat)
+        self.reread_evict = ""  # one for per-element loads of a smaller tensor, read again along the walk
         self.chunk_start = None  # a row kernel's chunk start where per-element code runs (r0 in a chunk loop)
         self.pivot_values: dict = {}  # the values a Welford pivot's chunk loaded (a held split reuses them)
         self.tile_mask = "mask"  # what a tap's load is masked by besides its checks (window_lanes: the rows')
@@ -333,10 +334,11 @@ class Gen(Reductions):
             mask = f", mask={t(mask)}, other=0" if self.is_block(off) or inside else ""
             # floats compute in fp32 whatever the run-time dtype (a suite may cast inputs to bf16)
             cast = ".to(tl.float32)" if leaf.dtype.is_floating_point else ""
-            # the tensor the kernel walks, not a small one read along it (a weight per channel stays in L1)
-            policy = self.evict or self.load_evict
-            walked = policy and level == "full" and _extent(leaf) >= math.prod(self.D)
-            evict = f", eviction_policy=\"{policy}\"" if walked else ""
+            # the tensor the kernel walks takes the kernel's policy; a smaller one read again along it (RoPE's cos
+            # and sin, by every head) takes reread_evict
+            walked = level == "full" and _extent(leaf) >= math.prod(self.D)
+            policy = (self.evict or self.load_evict) if walked else self.reread_evict if level == "full" else ""
+            evict = f", eviction_policy=\"{policy}\"" if policy else ""
             load = f"tl.load({t(f'{self.ptr(leaf.base)} + {off}')}{mask}{evict})"
             narrow = held in self.narrow
             scope.lines.append(f"{name} = {t(load)}" + ("" if narrow else cast))
@@ -875,6 +877,14 @@ def _leaves(nodes: list, members: dict) -> list[Leaf]:
                 seen.add(id(a))
                 stack.append(a)
     return out
+
+
+def reread_bytes(kernel: Kernel) -> int:
+    """Bytes of the tensors smaller than a kernel's domain that its per-element loads read again along it (a
+    broadcast operand: the loads that Gen.reread_evict hints)."""
+    n = math.prod(kernel.domain)
+    leaves = {(a.base, a.offset, a.strides): a for m in kernel.nodes for a in m.args if isinstance(a, Leaf)}
+    return sum(_extent(a) * a.dtype.itemsize for a in leaves.values() if 1 < _extent(a) < n)
 
 
 def _extent(leaf: Leaf) -> int:

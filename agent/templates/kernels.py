@@ -146,7 +146,9 @@ def render_kernel(kernel: Kernel, name: str, p: dict) -> KernelCode:
 
 def _flat(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen = Gen(kernel, name, p)
-    gen.load_evict = "evict_last" if p.get("evict") else ""  # elementwise.variants says why
+    # evict 1: the tensors it walks loaded evict_last; 2: the smaller ones it reads again (elementwise.variants)
+    gen.load_evict = "evict_last" if p.get("evict") == 1 else ""
+    gen.reread_evict = "evict_last" if p.get("evict") == 2 else ""
     numel = math.prod(kernel.domain)
     block = min(p.get("BLOCK", 1024), next_pow2(numel))
     dyn = _dynamic(kernel, p)

@@ -2,7 +2,8 @@
 (132 SMs, 227 KB shared memory per block, 64K registers per SM); on the CPU interpreter they only change
 how many programs run.
 
-  flat  BLOCK, num_warps, evict (1: the tensors it walks loaded evict_last: elementwise.variants)
+  flat  BLOCK, num_warps, evict (1: the tensors it walks loaded evict_last; 2: the smaller tensors it reads
+        again along them: elementwise.variants)
   plane layout (plane | flat), BLOCK_H, BLOCK_W, ROWS tiles a program takes down the plane, num_warps,
         unaligned (1: one element per lane in every load; on by default where a window's taps along a row are
         not 16-byte aligned: unaligned_taps), VEC (outputs a lane takes along the row, its windows built from
@@ -373,7 +374,7 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
                 "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4]}
     if layout == "flat":
         return {"BLOCK": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [1, 2, 4, 8, 16], "num_stages": [1],
-                "evict": [0, 1]}
+                "evict": [0, 1, 2]}
     if layout == "plane":
         return {"layout": ["plane", "flat"], "BLOCK_H": [b for b in POW2[:8] if b <= next_pow2(kernel.domain[-2])],
                 "BLOCK_W": [b for b in POW2 if 16 <= b <= max(16, min(1024, next_pow2(kernel.domain[-1])))],

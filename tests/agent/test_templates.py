@@ -96,6 +96,40 @@ def test_evict_keeps_the_walked_input_in_l2_and_leaves_broadcasts_and_stores_alo
                                          if "tl.store(" in line)
     plain = check("tpl_chain_where_bias", "elementwise", {"evict": 0}, runner)
     assert "eviction_policy" not in plain
+    again = check("tpl_chain_where_bias", "elementwise", {"evict": 2}, runner)  # the operands read again
+    loads = [line for line in again.splitlines() if "tl.load(" in line]
+    assert [('eviction_policy="evict_last"' in line) for line in loads] == [("+ offs," not in line) for line in loads]
+    assert again.count("eviction_policy") == 2
+
+
+ROPE = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, cos, sin):
+        return x * cos + torch.cat((-x[..., 64:], x[..., :64]), dim=-1) * sin
+
+
+def get_inputs():
+    return [torch.randn(1, 8, {tokens}, 128), torch.randn({tokens}, 128), torch.randn({tokens}, 128)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("tokens, hint", [(512, 2), (32, 1)])
+def test_broadcast_operands_read_again_try_their_own_hint_second(tokens, hint, tmp_path):
+    """elementwise.variants: where a flat kernel reads broadcast operands of REREAD_BYTES or more again along its
+    walk (RoPE's cos and sin, 256 KB each over 512 positions in fp32), the second variant loads them evict_last
+    (evict 2); with 16 KB of them, the tensor walked (evict 1)."""
+    task = tmp_path / "rope.py"
+    task.write_text(ROPE.format(tokens=tokens))
+    a = analyze(str(task), small=False)
+    out = BY_NAME["elementwise"].variants(a)
+    assert out[1] == {**out[0], "evict": hint}
 
 
 def test_split_rows_for_a_full_reduction(runner):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import re
-from concurrent.futures import as_completed
 from dataclasses import replace
 from typing import Literal
 
@@ -29,6 +28,7 @@ from agent.interfaces import Individual
 from agent.llm import LLMError
 from agent.state import InputState, State
 from knowledge.errors import KBError
+from tools.executor import sharing_baselines
 from tools.results import EvalJob, EvalResult
 
 IMPROVEMENT = 1.01  # a new best must be at least 1% faster than the old one to count as progress
@@ -180,29 +180,25 @@ def _no_code(run: Run, ind: Individual, reason: str) -> Individual:
 
 
 def evaluate(state: State, runtime: Runtime[Run]) -> dict:
-    """Evaluates the pending candidates together; each result is stored as soon as it returns. Until the
-    run has its eager and torch.compile baselines, candidates go one at a time, so that they are measured
-    once, not by every candidate of the round: a candidate that fails before its timing brings none, and the
-    next one goes alone too (each measuring them in the same worker also recompiled the reference's graph)."""
+    """Evaluates the pending candidates together, the first alone until the run has its eager and
+    torch.compile baselines (tools.executor.sharing_baselines); each result is stored as soon as it returns."""
     run, cfg = runtime.context, runtime.context.config
     if not state.pending:  # only candidates without code this round: they already have their verdicts
         return {}
     run.say(f"evaluating {' '.join(f'#{i.id}' for i in state.pending)}")
-    pending, done, baselines, broken = list(state.pending), [], state.baselines, None
-    while pending:
-        group, pending = (pending, []) if baselines else (pending[:1], pending[1:])
-        futures = {run.executor.submit(EvalJob(task=run.spec, candidate=i.source, timeout_s=cfg.eval_timeout_s,
-                                               trials=cfg.trials, seed=cfg.seed, trial_seed=cfg.trial_seed,
-                                               baselines=baselines)): i
-                   for i in group}
-        for future in as_completed(futures):
-            result = future.result()
-            ind = replace(futures[future], result=result)
-            run.store.record_result(run.run_id, ind.id, result)
-            done.append(ind)
-            baselines = baselines or result.baselines
-            broken = broken or (result.reason if result.task_error else None)
-            run.say(progress_line(ind, spent(state.archive) + len(done), cfg.budget))
+
+    def job(i: Individual, baselines) -> EvalJob:
+        return EvalJob(task=run.spec, candidate=i.source, timeout_s=cfg.eval_timeout_s, trials=cfg.trials,
+                       seed=cfg.seed, trial_seed=cfg.trial_seed, baselines=baselines)
+
+    done, baselines, broken = [], state.baselines, None
+    for i, result in sharing_baselines(run.executor, state.pending, job, baselines):
+        ind = replace(i, result=result)
+        run.store.record_result(run.run_id, ind.id, result)
+        done.append(ind)
+        baselines = baselines or result.baselines
+        broken = broken or (result.reason if result.task_error else None)
+        run.say(progress_line(ind, spent(state.archive) + len(done), cfg.budget))
     if broken:
         raise TaskUnusable(broken)
     return {"pending": [], "fresh": sorted(state.fresh + done, key=lambda i: i.id), "baselines": baselines}

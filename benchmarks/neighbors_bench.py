@@ -30,7 +30,7 @@ from agent.interfaces import TaskContext  # noqa: E402
 from agent.operators.template import TemplateOperator, analysis_of  # noqa: E402
 from agent.optimize import task_context  # noqa: E402
 from agent.templates import BY_NAME, base  # noqa: E402
-from tools.executor import ExecutorConfig, LocalExecutor  # noqa: E402
+from tools.executor import ExecutorConfig, LocalExecutor, sharing_baselines  # noqa: E402
 from tools.results import EvalJob, TaskSpec  # noqa: E402
 
 PROPOSALS = 4
@@ -81,14 +81,10 @@ def sweep(task: Path, dtype: str | None, keys: set[str] | None, rows: Path, work
 
     print(f"{task.stem}: {len(todo)} moves to judge ({len(done)} judged before)", flush=True)
     with LocalExecutor(ExecutorConfig(workers_per_device=workers)) as ex:
-        baselines, n = None, 0
-        while n < len(todo):  # one at a time until a move brings the eager and torch.compile times, as the search
-            group = todo[n:] if baselines else todo[n:n + 1]
-            for p, f in [(p, ex.submit(job(p, baselines))) for p in group]:
-                result = f.result()
-                baselines, row, n = baselines or result.baselines, keep(p, result), n + 1
-                if n % 10 == 0 or row["verdict"] != "correct":
-                    print(f"  {n}/{len(todo)} {row['verdict']} {row['params']}", flush=True)
+        for n, (p, result) in enumerate(sharing_baselines(ex, todo, job), 1):  # as the search shares them
+            row = keep(p, result)
+            if n % 10 == 0 or row["verdict"] != "correct":
+                print(f"  {n}/{len(todo)} {row['verdict']} {row['params']}", flush=True)
     return list(done.values())
 
 

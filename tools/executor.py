@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import queue
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from tools.evaluate import WarmWorker, visible_gpus
@@ -53,6 +53,21 @@ class LocalExecutor:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def sharing_baselines(executor, items: list, job_of, baselines=None):
+    """Each item's (item, result), as results return, each job made by job_of(item, baselines). Until a result
+    brings the eager and torch.compile baselines, items go one at a time, so that these are measured once, not
+    by every item of a group (a candidate that fails before its timing brings none, and the next goes alone
+    too; each measuring them in the same worker also recompiles the reference's graph); then all the rest."""
+    pending = list(items)
+    while pending:
+        group, pending = (pending, []) if baselines else (pending[:1], pending[1:])
+        futures = {executor.submit(job_of(item, baselines)): item for item in group}
+        for future in as_completed(futures):
+            result = future.result()
+            baselines = baselines or result.baselines
+            yield futures[future], result
 
 
 def add_cluster_option(parser) -> None:

@@ -3,11 +3,9 @@ in the same run (or reused from earlier in this run), the speed-of-light floor, 
 fast time is a true one."""
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import torch
 
+from tools.evaluate import cache_dir
 from tools.profile import Measured, count_work, device_ceilings, floor_ms, matmul_key, time_call
 from tools.rules import RUNTIME_REASONS
 from tools.results import Baselines, EvalJob, Timing
@@ -30,7 +28,7 @@ def measure(setup: Setup, job: EvalJob, checked: Checked) -> tuple[Timing, Basel
     del inputs  # a re-verification below makes its own
     floor = copy = None
     if on_gpu:
-        ceilings = device_ceilings(Path(os.environ.get("KERNELWRIGHT_CACHE", Path.home() / ".cache/kernelwright")))
+        ceilings = device_ceilings(cache_dir())
         floor = floor_ms(flops, nbytes, ceilings, matmul_key(setup.dtype or torch.float32, job.task.tf32))
         copy = nbytes / ceilings["copy_bytes_per_s"] * 1e3
     suspicious = floor is not None and candidate.median_ms < SUSPICIOUS_BELOW * floor

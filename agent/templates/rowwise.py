@@ -84,8 +84,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
 
 
 def streams_rows(main) -> bool:
-    """Whether a one-pass row kernel's loads should take the `evict` hint by default: rows of twice L2 or more,
-    read once, with a per-element output. On an H200 (session 29, bf16, ms, hint off -> on): softmax over
+    """Whether a one-pass row kernel's variants try its loads with the `evict` hint second: rows of twice L2 or
+    more, read once, with a per-element output. On an H200 (session 29, bf16, ms, hint off -> on): softmax over
     2048x32768 0.0714 -> 0.0696, RMSNorm over 16384x8192 0.1334 -> 0.1285, LayerNorm 0.1436 -> 0.1427 at 16
     warps and 0.1336 -> 0.1287 at 8 (its two reductions ran faster at 8, RMSNorm's one level); softmax over
     8192x4096 (64 MB) level, RMSNorm and LayerNorm over 4096x4096 (32 MB) 2-4% slower, cross-entropy over

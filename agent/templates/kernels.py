@@ -399,9 +399,7 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
     full_stores = [(m, b) for m, b in kernel.stores.items() if kernel.level[m] == "full"]
     red_stores = [(m, b) for m, b in kernel.stores.items() if kernel.level[m] == "red"]
     if one_pass:
-        # a row loaded once, evict_last (evict), as a copy's loads ran faster so (session 28): on an H200
-        # (session 29, bf16) softmax over 2048x32768 ran 0.0715 -> 0.0695 ms, RMSNorm over 16384x8192 0.1340 ->
-        # 0.1287, LayerNorm 0.1432 -> 0.1422
+        # a row loaded once, evict_last (evict): where it pays, rowwise.streams_rows
         gen.load_evict = "evict_last" if p.get("evict") and gen.layout == "row" else ""
         gen.top.lines += _chunk(gen, "0")
         for k, s in enumerate(sorted(set(stages.values()))):

@@ -43,6 +43,7 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     that reads the row once; the looped alternative takes them too."""
     d = default(analysis)
     main = base.plan(analysis).main
+    streams = streams_rows(main)
     out = [d]
     other = {**d, "mode": "looped", "BLOCK_R": 2048, "BLOCK_O": 1, "num_warps": 8} if d["mode"] == "one_pass" \
         else {**d, "mode": "one_pass", "num_warps": 8 if narrow_rows(main) else 16, "BLOCK_O": 1}
@@ -53,7 +54,7 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         other = {**other, "evict": 1, **({"BLOCK_R": 4096, "num_warps": 16} if sizes(main)[1] >= 8192 else {})}
     if other["mode"] == "one_pass" and pair_rows(main):  # a program a row: two blocks an SM hold their pairs
         other = {**other, "pairs": 1, **({"PERSIST": 0} if "PERSIST" in d else {})}
-    if other["mode"] == "one_pass" and streams_rows(main):
+    if other["mode"] == "one_pass" and streams:
         other = {**other, "evict": 1}
     if d.get("SPLIT", 1) > 1:
         out.append({**d, "SPLIT": max(8, d["SPLIT"] // 8)})
@@ -73,7 +74,7 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         out.append({**d, "BLOCK_O": 1, "BLOCK_R": 4096, "num_warps": 8, "SPLIT": split, "GROUP": group})
     if d.get("PERSIST") == 0:  # rows read twice, many, one a SM: persistent programs second (params.persistent)
         out.insert(1, {**d, "PERSIST": 1})
-    if d["mode"] == "one_pass" and streams_rows(main):
+    if d["mode"] == "one_pass" and streams:
         out.insert(1, {**d, "evict": 1, "num_warps": min(8, d["num_warps"])})
     out = [p for p in out if kernel_invalid(main, p) is None]
     if d["mode"] == "looped" and d.get("SPLIT", 1) == 1 and looped_passes(main, d) > 1:

@@ -336,8 +336,9 @@ class Gen(Reductions):
             cast = ".to(tl.float32)" if leaf.dtype.is_floating_point else ""
             # the tensor the kernel walks takes the kernel's policy; a smaller one read again along it (RoPE's cos
             # and sin, by every head) takes reread_evict
-            walked = level == "full" and _extent(leaf) >= math.prod(self.D)
-            policy = (self.evict or self.load_evict) if walked else self.reread_evict if level == "full" else ""
+            reread = level == "full" and rereads(leaf, math.prod(self.D))
+            walked = level == "full" and not reread
+            policy = (self.evict or self.load_evict) if walked else self.reread_evict if reread else ""
             evict = f", eviction_policy=\"{policy}\"" if policy else ""
             load = f"tl.load({t(f'{self.ptr(leaf.base)} + {off}')}{mask}{evict})"
             narrow = held in self.narrow
@@ -879,12 +880,17 @@ def _leaves(nodes: list, members: dict) -> list[Leaf]:
     return out
 
 
+def rereads(leaf: Leaf, n: int) -> bool:
+    """Whether a per-element load of `leaf` in a kernel over n elements reads a smaller tensor again along the
+    walk (a broadcast operand): the loads that Gen.reread_evict hints and reread_bytes sizes."""
+    return 0 < _extent(leaf) < n
+
+
 def reread_bytes(kernel: Kernel) -> int:
-    """Bytes of the tensors smaller than a kernel's domain that its per-element loads read again along it (a
-    broadcast operand: the loads that Gen.reread_evict hints)."""
+    """Bytes of the tensors that a kernel's per-element loads read again along its walk (rereads)."""
     n = math.prod(kernel.domain)
     leaves = {(a.base, a.offset, a.strides): a for m in kernel.nodes for a in m.args if isinstance(a, Leaf)}
-    return sum(_extent(a) * a.dtype.itemsize for a in leaves.values() if 1 < _extent(a) < n)
+    return sum(_extent(a) * a.dtype.itemsize for a in leaves.values() if rereads(a, n))
 
 
 def _extent(leaf: Leaf) -> int:

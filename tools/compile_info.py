@@ -80,16 +80,39 @@ def _signature(name: str, launch: Launch) -> dict:
                        if "constexpr" in str(p.annotation)}
     bound = dict(zip(arg_names, launch.args))
     bound.update({k: v for k, v in launch.kwargs.items() if k in arg_names})
-    signature, constexprs = {}, {}
+    signature, constexprs, divisible = {}, {}, []
     for arg, value in bound.items():
         if arg in constexpr_names or value is None:
             signature[arg], constexprs[arg] = "constexpr", value
         else:
             signature[arg] = _triton_type(value)
+            if _divisible(value):
+                divisible.append(arg)
     json.dumps(constexprs)
     options = {k: v for k, v in launch.kwargs.items() if k in ("num_warps", "num_stages")}
     return {"name": name, "function": fn.__name__, "signature": signature, "constexprs": constexprs,
-            "options": options}
+            "options": options, "divisible": divisible}
+
+
+def _divisible(value) -> bool:
+    """Whether Triton's launcher takes an argument as divisible by 16: a 16-byte aligned tensor, or such an int."""
+    if isinstance(value, TensorArg):
+        return value.aligned
+    return type(value) is int and value % 16 == 0
+
+
+def _divisibility(jit, spec: dict) -> dict:
+    """ASTSource's attributes for the arguments the launch found 16-divisible (a tensor's address, an int), as
+    Triton's launcher specializes a kernel on a GPU, save those the kernel asks it not to
+    (do_not_specialize_on_alignment for a pointer, do_not_specialize for an int): on a CPU the compile would
+    otherwise assume unaligned pointers, and load one element a lane where the GPU's kernel loads vectors."""
+    attrs = {}
+    for i, param in enumerate(getattr(jit, "params", ())):
+        pointer = spec["signature"].get(param.name, "").startswith("*")
+        kept = param.do_not_specialize_on_alignment if pointer else param.do_not_specialize
+        if param.name in spec.get("divisible", ()) and not kept:
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    return attrs
 
 
 def _compile_sm90(spec: dict, module) -> KernelInfo:
@@ -99,7 +122,7 @@ def _compile_sm90(spec: dict, module) -> KernelInfo:
 
     jit = getattr(module, spec["function"])
     jit = getattr(jit, "fn", jit) if not hasattr(jit, "arg_names") else jit  # an autotuned kernel wraps one
-    kernel = triton.compile(ASTSource(jit, spec["signature"], spec["constexprs"]),
+    kernel = triton.compile(ASTSource(jit, spec["signature"], spec["constexprs"], _divisibility(jit, spec)),
                             target=GPUTarget("cuda", 90, 32), options=spec["options"])
     registers, spills = _ptxas_usage(kernel.asm["ptx"])
     return KernelInfo(spec["name"], registers, spills, kernel.metadata.shared, kernel.metadata.num_warps,

@@ -22,6 +22,7 @@ class TensorArg:
     """What compile metadata needs of a tensor argument; the tensor itself is not kept alive."""
 
     dtype: torch.dtype
+    aligned: bool = True  # its data 16-byte aligned: Triton's launcher compiles a kernel for that (vector loads)
 
 
 @dataclass
@@ -94,8 +95,12 @@ def _tensor_bytes(args: tuple, kwargs: dict) -> int:
 
 def _light(values):
     if isinstance(values, dict):
-        return {k: TensorArg(v.dtype) if isinstance(v, torch.Tensor) else v for k, v in values.items()}
-    return tuple(TensorArg(v.dtype) if isinstance(v, torch.Tensor) else v for v in values)
+        return {k: _tensor_arg(v) if isinstance(v, torch.Tensor) else v for k, v in values.items()}
+    return tuple(_tensor_arg(v) if isinstance(v, torch.Tensor) else v for v in values)
+
+
+def _tensor_arg(t: torch.Tensor) -> TensorArg:
+    return TensorArg(t.dtype, t.data_ptr() % 16 == 0)
 
 
 class OpRecorder(TorchDispatchMode):

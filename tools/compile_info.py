@@ -107,26 +107,32 @@ def _divisibility(jit, spec: dict) -> dict:
     (do_not_specialize_on_alignment for a pointer, do_not_specialize for an int): on a CPU the compile would
     otherwise assume unaligned pointers, and load one element a lane where the GPU's kernel loads vectors."""
     attrs = {}
-    for i, param in enumerate(getattr(jit, "params", ())):
-        pointer = spec["signature"].get(param.name, "").startswith("*")
-        kept = param.do_not_specialize_on_alignment if pointer else param.do_not_specialize
-        if param.name in spec.get("divisible", ()) and not kept:
+    for i, param in enumerate(jit.params):
+        if param.name not in spec["divisible"]:
+            continue
+        pointer = spec["signature"][param.name].startswith("*")
+        if not (param.do_not_specialize_on_alignment if pointer else param.do_not_specialize):
             attrs[(i,)] = [["tt.divisibility", 16]]
     return attrs
 
 
 def _compile_sm90(spec: dict, module) -> KernelInfo:
+    jit = getattr(module, spec["function"])
+    jit = getattr(jit, "fn", jit) if not hasattr(jit, "arg_names") else jit  # an autotuned kernel wraps one
+    kernel = compiled(spec, jit)
+    registers, spills = _ptxas_usage(kernel.asm["ptx"])
+    return KernelInfo(spec["name"], registers, spills, kernel.metadata.shared, kernel.metadata.num_warps,
+                      kernel.metadata.num_stages)
+
+
+def compiled(spec: dict, jit):
+    """The kernel `jit` compiled for sm_90 as the launch `spec` (_signature) describes it."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    jit = getattr(module, spec["function"])
-    jit = getattr(jit, "fn", jit) if not hasattr(jit, "arg_names") else jit  # an autotuned kernel wraps one
-    kernel = triton.compile(ASTSource(jit, spec["signature"], spec["constexprs"], _divisibility(jit, spec)),
-                            target=GPUTarget("cuda", 90, 32), options=spec["options"])
-    registers, spills = _ptxas_usage(kernel.asm["ptx"])
-    return KernelInfo(spec["name"], registers, spills, kernel.metadata.shared, kernel.metadata.num_warps,
-                      kernel.metadata.num_stages)
+    return triton.compile(ASTSource(jit, spec["signature"], spec["constexprs"], _divisibility(jit, spec)),
+                          target=GPUTarget("cuda", 90, 32), options=spec["options"])
 
 
 def _from_kernel(name: str, kernel) -> KernelInfo:

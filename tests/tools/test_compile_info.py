@@ -6,7 +6,7 @@ import textwrap
 
 import torch
 
-from tools.compile_info import _divisibility, _signature
+from tools.compile_info import _divisibility, _signature, compiled
 from tools.guard import Launch, _light
 
 COPY = textwrap.dedent('''
@@ -32,13 +32,7 @@ def _copy_kernel(tmp_path):
 
 
 def _ptx(jit, spec: dict) -> str:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    kernel = triton.compile(ASTSource(jit, spec["signature"], spec["constexprs"], _divisibility(jit, spec)),
-                            target=GPUTarget("cuda", 90, 32), options=spec["options"])
-    return kernel.asm["ptx"]
+    return compiled(spec, jit).asm["ptx"]
 
 
 def test_the_launch_records_which_arguments_are_16_divisible(tmp_path):

@@ -76,11 +76,17 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         out.insert(1, {**d, "PERSIST": 1})
     if d["mode"] == "one_pass" and streams:
         out.insert(1, {**d, "evict": 1, "num_warps": min(8, d["num_warps"])})
+    elif d["mode"] == "one_pass" and pair_rows(main) and d.get("PERSIST", 0) == 0:
+        # rows that fit L2 held as pairs, two a program at 4 warps: on an H200 (session 31) an RMSNorm over
+        # 4096x4096 bf16 ran 0.0204 ms three times, the default's 8 warps a row 0.0211 (Liger's 0.0210-0.0212)
+        out.insert(1, {**d, "pairs": 1, "BLOCK_O": 2, "num_warps": 4, "evict": 1})
     out = [p for p in out if kernel_invalid(main, p) is None]
     if d["mode"] == "looped" and d.get("SPLIT", 1) == 1 and looped_passes(main, d) > 1:
         # a row read again, kept in L2 for it: second, or third after a form that reads the row once
         once = len(out) > 1 and (out[1].get("COOP") or out[1]["mode"] == "one_pass")
         out.insert(2 if once else 1, {**d, "evict": 1})
+    if reads_once(main, d):
+        out += [p for p in ({**d, "BLOCK_R": 8192, "num_warps": 16}, {**d, "BLOCK_R": 2048, "num_warps": 8}) if p != d]
     return out
 
 
@@ -93,6 +99,16 @@ def streams_rows(main) -> bool:
     4096x32000 (no per-element output) 1.3% slower at its 8 warps."""
     o, r, _ = sizes(main)
     return o * r * row_item(main) >= 2 * L2_BYTES and any(main.level[m] == "full" for m in main.stores)
+
+
+def reads_once(main, d: dict) -> bool:
+    """Whether a looped default reads its rows once and writes nothing per element (cross-entropy over a
+    vocabulary: an online log-sum-exp and the target's logit in one pass), so that its variants end with wider
+    chunks at 16 warps and narrower ones at 8: no one chunk was fastest at both sizes. On an H200
+    (session 31, bf16, the whole forward, ms, as 8192 at 16 warps / 4096 at 8 / 2048 at 8): 4096x32000 0.0753 /
+    0.0777 / 0.0784, 2048x128256 0.1389 / 0.1370 / 0.1358."""
+    return d["mode"] == "looped" and d.get("SPLIT", 1) == 1 and looped_passes(main, d) == 1 and \
+        not any(main.level[m] == "full" for m in main.stores)
 
 
 def render(analysis: TaskAnalysis, params: dict) -> str:

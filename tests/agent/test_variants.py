@@ -67,6 +67,7 @@ def test_cross_entropy_reads_its_logits_once(params, loops, runner):
     ("var_softmax_masked", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 2, "online": 3}),  # groups of 8
     ("var_softmax_masked", {"mode": "one_pass", "BLOCK_O": 2, "pairs": 1}),  # 350 pairs a row of 700, -inf
     ("var_layer_norm", {"mode": "one_pass", "BLOCK_O": 1, "pairs": 1}),  # two reductions, then the store
+    ("var_layer_norm", {"mode": "one_pass", "BLOCK_O": 2, "pairs": 1, "evict": 1}),  # 9 rows: 4 blocks and 1
     ("tpl_group_norm", {"mode": "one_pass", "BLOCK_O": 8, "pairs": 1}),  # even rows of a tensor whose W is 3
 ])
 def test_bf16_rows_through_the_evaluator(task, params):
@@ -528,3 +529,52 @@ def test_one_pass_rows_that_outgrow_l2_try_the_hint_second(op, rows, hinted, tmp
     out = BY_NAME["rowwise"].variants(a)
     assert out[0]["mode"] == "one_pass" and not out[0].get("evict")
     assert (out[1] == {**out[0], "evict": 1, "num_warps": min(8, out[0]["num_warps"])}) == hinted
+
+
+WIDE_ROWS = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, labels):
+        return {op}
+
+
+def get_inputs():
+    return [torch.randn(2048, 128256), torch.randint(0, 128256, (2048,))]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_bf16_rows_that_fit_l2_try_pairs_two_a_program_second():
+    """A one-pass bf16 row with per-element outputs, over rows that fit L2, takes its rows as pairs, two a
+    program at 4 warps, loaded evict_last, second; rows of twice L2 (streams_rows) take their own hinted form."""
+    for rows, paired in ((4096, True), (16384, False)):
+        a = analyze(str(FIXTURES / "var_softmax_rows.py"), False, shapes={"rows": rows, "dim": 4096},
+                    dtype="bfloat16")
+        out = BY_NAME["rowwise"].variants(a)
+        assert out[0]["mode"] == "one_pass" and not out[0].get("pairs")
+        second = {**out[0], "pairs": 1, "BLOCK_O": 2, "num_warps": 4, "evict": 1}
+        assert (out[1] == second) == paired and base.invalid(a, out[1]) is None
+
+
+@pytest.mark.parametrize("op, tried", [
+    ("nn.functional.cross_entropy(x, labels)", True),  # read once, one loss a row
+    ("torch.softmax(x, dim=-1)", False),  # written back per element: its own variants
+])
+def test_rows_read_once_try_other_chunks_second(op, tried, tmp_path):
+    """rowwise.reads_once: a looped default over rows it reads once, with no per-element output, also tries
+    chunks of 8192 at 16 warps and of 2048 at 8, after its other forms."""
+    task = tmp_path / "wide.py"
+    task.write_text(WIDE_ROWS.format(op=op))
+    a = analyze(str(task), small=False, dtype="bfloat16")
+    out = BY_NAME["rowwise"].variants(a)
+    d = out[0]
+    assert d["mode"] == "looped" and (d["BLOCK_R"], d["num_warps"]) == (4096, 8)
+    chunks = [(p["BLOCK_R"], p["num_warps"]) for p in out[1:] if p == {**d, "BLOCK_R": p["BLOCK_R"],
+                                                                          "num_warps": p["num_warps"]}]
+    assert (chunks == [(8192, 16), (2048, 8)]) == tried
+    assert all(base.invalid(a, p) is None for p in out)

@@ -291,9 +291,7 @@ def test_an_argmin_with_64_bit_offsets_compiles_for_sm_90(tmp_path):
     sm_90 without a GPU, as the evaluator does on a CPU (tools/compile_info.py)."""
     import importlib.util
 
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from tools.compile_info import compiled
 
     (tmp_path / "argmin_task.py").write_text(ARGMIN_WIDE)
     analysis = analyze(str(tmp_path / "argmin_task.py"), small=False, arch="cpu")
@@ -309,6 +307,6 @@ def test_an_argmin_with_64_bit_offsets_compiles_for_sm_90(tmp_path):
     signature = {a: "constexpr" if a.startswith("BLOCK") else "i32" if a == "n0" else "*fp32" for a in args}
     signature[[a for a in args if a.startswith("p")][-1]] = "*i64"  # the argmin's output
     constexprs = {a: params[a] for a in args if a.startswith("BLOCK")}
-    kernel = triton.compile(ASTSource(jit, signature, constexprs), target=GPUTarget("cuda", 90, 32),
-                            options={"num_warps": params["num_warps"]})
+    kernel = compiled({"signature": signature, "constexprs": constexprs, "divisible": [],
+                       "options": {"num_warps": params["num_warps"]}}, jit)
     assert "ld.global" in kernel.asm["ptx"]

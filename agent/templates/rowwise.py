@@ -40,7 +40,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     read trails the first (LAG, third) and a split run in groups of rows that fit L2; where the default's rows
     are read twice and many, persistent programs next (params.persistent). A looped default that reads its row
     again, with eviction hints that keep it in L2 for the later pass (evict), comes second, or third after a form
-    that reads the row once; the looped alternative takes them too."""
+    that reads the row once; the looped alternative takes them too. A one-pass bf16 row that fits L2 comes
+    second as pairs, two rows a program at 4 warps; a looped row read once ends with other chunks (reads_once)."""
     d = default(analysis)
     main = base.plan(analysis).main
     streams = streams_rows(main)

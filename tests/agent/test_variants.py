@@ -565,7 +565,7 @@ def test_bf16_rows_that_fit_l2_try_pairs_two_a_program_second():
     ("nn.functional.cross_entropy(x, labels)", True),  # read once, one loss a row
     ("torch.softmax(x, dim=-1)", False),  # written back per element: its own variants
 ])
-def test_rows_read_once_try_other_chunks_second(op, tried, tmp_path):
+def test_rows_read_once_try_other_chunks_last(op, tried, tmp_path):
     """rowwise.reads_once: a looped default over rows it reads once, with no per-element output, also tries
     chunks of 8192 at 16 warps and of 2048 at 8, after its other forms."""
     task = tmp_path / "wide.py"

@@ -133,7 +133,7 @@ def row_reads(kernel: Kernel, p: dict) -> int:
     """How often a row kernel under parameters `p` reads each row: once held in registers, else once per reduction
     stage left after the pass fusions (kernels.py), plus a pass writing the row; a split reads its chunk, then
     again to write it, unless it holds the chunk (COOP)."""
-    full = any(kernel.level[m] == "full" for m in kernel.stores)
+    full = kernel.writes_elements
     if p.get("SPLIT", 1) > 1:
         return 1 + (full and not p.get("COOP"))
     if p.get("mode") == "one_pass" or p.get("BLOCK_R", 1024) >= sizes(kernel)[1]:
@@ -191,7 +191,7 @@ def _reads(kernel: Kernel, p: dict) -> list[tuple[dict, str]]:
     if persist:
         out.append((persist, f"{fact}: try {persist['PERSIST'] * SMS} persistent programs taking rows in turn, "
                              f"the rows in flight within L2 (its later reads from L2)"))
-    groups = l2_groups(kernel) if "SPLIT" in space and any(kernel.level[m] == "full" for m in kernel.stores) else []
+    groups = l2_groups(kernel) if "SPLIT" in space and kernel.writes_elements else []
     fused = {k: p.get(k) or 1 for k, _ in FUSIONS if k in space}  # a split takes one pass
     held = {**held_split(kernel), **fused}
     if groups and kernel_invalid(kernel, {**p, **held}) is None:
@@ -218,7 +218,7 @@ def _reads(kernel: Kernel, p: dict) -> list[tuple[dict, str]]:
         out.append(({"tail_first": 1}, f"{fact}: try the last pass from the row's end, first re-reading what L2 "
                                        f"still holds (tail_first 0->1)"))
     if p.get("SPLIT", 1) > 1 and not (p.get("FLAT") or p.get("LAG") or p.get("COOP") or p.get("GROUP")) and \
-            any(kernel.level[m] == "full" for m in kernel.stores):
+            kernel.writes_elements:
         out.append(({"FLAT": 1}, f"{fact}: try the output pass as a flat kernel over the rows' statistics, a block "
                                  f"a program (FLAT 0->1)"))
     return out

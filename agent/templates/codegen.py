@@ -93,7 +93,7 @@ def narrow_rows(kernel: Kernel) -> set[tuple]:
     (Gen.narrow): those reduced by max or min in a kernel whose outputs are per row (cross-entropy, logsumexp).
     On an H200 (session 12) cross-entropy over 4096x32000 bf16 logits went 0.192 -> 0.076 ms at 8 warps (16
     warps: 0.165 -> 0.084); a softmax, whose exps stay live for its store, ran 1.5% slower."""
-    if kernel.layout != "row" or any(kernel.level[m] == "full" for m in kernel.stores):
+    if kernel.layout != "row" or kernel.writes_elements:
         return set()
     return {(r.args[0].base, r.args[0].offset, r.args[0].strides) for r in kernel.nodes
             if r.op == "reduce" and r.fn in ("max", "min") and isinstance(r.args[0], Leaf)
@@ -108,7 +108,7 @@ def pair_rows(kernel: Kernel) -> set[tuple]:
     softmax over 2048x32768 bf16 ran in 0.0719 ms so (16 warps, two blocks an SM), in 0.0888 with its fp32 exps
     held (one block an SM)."""
     if kernel.layout != "row" or kernel.rdims != (len(kernel.domain) - 1,) or kernel.domain[-1] % 2 \
-            or not any(kernel.level[m] == "full" for m in kernel.stores):
+            or not kernel.writes_elements:
         return set()
     strides = contiguous_strides(kernel.domain)
     return {(leaf.base, leaf.offset, leaf.strides) for leaf in _leaves(kernel.nodes, kernel.level)

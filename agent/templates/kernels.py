@@ -344,7 +344,7 @@ def looped_passes(kernel: Kernel, p: dict) -> int:
     pairs = {**(online_pairs(k) if p.get("online", 1) else {}), **(welford_pairs(k) if p.get("welford", 1) else {})}
     points = point_sums(k, p)
     return len({st for r, st in reduction_stages(k, pairs).items() if r not in points}) + \
-        any(k.level[m] == "full" for m in k.stores)
+        k.writes_elements
 
 
 def point_sums(kernel: Kernel, p: dict) -> set[Node]:

@@ -102,7 +102,7 @@ def _held_invalid(kernel: Kernel, p: dict, r: int, width: int) -> str | None:
         return "COOP holds a split's chunks (SPLIT > 1) in one launch: no LAG, no GROUP, no dynamic shapes"
     if p.get("BLOCK_O", 1) != 1:
         return "COOP takes one row a program (BLOCK_O 1)"
-    if not any(kernel.level[m] == "full" for m in kernel.stores):
+    if not kernel.writes_elements:
         return "COOP keeps a chunk for its per-element output: it needs one"
     if p["SPLIT"] != -(-r // width):
         return f"COOP takes a chunk of BLOCK_R a program: SPLIT must be {-(-r // width)}"
@@ -466,7 +466,7 @@ def persistent(kernel: Kernel, p: dict, space: dict) -> dict:
 def _rewrites_row(kernel: Kernel) -> bool:
     """A looped row kernel that writes the whole row after its reductions (softmax, norms): its last pass
     may walk the row from the end (`tail_first`), re-reading first what the previous pass left in L2."""
-    return kernel.scan_reverse is None and any(kernel.level[m] == "full" for m in kernel.stores) \
+    return kernel.scan_reverse is None and kernel.writes_elements \
         and any(m.op == "reduce" for m in kernel.nodes)
 
 
@@ -513,7 +513,7 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             return "GROUP launches the rows of a split in groups; it needs SPLIT > 1"
         if p.get("LAG") and (p.get("SPLIT", 1) == 1 or p.get("GROUP") or p.get("shapes") == "dynamic"):
             return "LAG runs a split (SPLIT > 1) in one launch: no GROUP, no dynamic shapes"
-        if p.get("LAG") and not any(kernel.level[m] == "full" for m in kernel.stores):
+        if p.get("LAG") and not kernel.writes_elements:
             return "LAG overlaps a split's two passes: it needs a per-element output"
         if p.get("COOP"):
             reason = _held_invalid(kernel, p, r, width)

@@ -63,7 +63,7 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         out.append({**d, "welford": 2})
     out.append(other)
     groups = l2_groups(main) if "GROUP" in space(analysis) and d["mode"] == "looped" else []
-    if groups and any(main.level[m] == "full" for m in main.stores):
+    if groups and main.writes_elements:
         # first: a chunk a program, held in registers across the row's combine (the input read once); then the
         # split's passes in one launch, the second read a row behind the first, from L2
         out.insert(1, {**d, **held_split(main)})
@@ -99,7 +99,7 @@ def streams_rows(main) -> bool:
     8192x4096 (64 MB) level, RMSNorm and LayerNorm over 4096x4096 (32 MB) 2-4% slower, cross-entropy over
     4096x32000 (no per-element output) 1.3% slower at its 8 warps."""
     o, r, _ = sizes(main)
-    return o * r * row_item(main) >= 2 * L2_BYTES and any(main.level[m] == "full" for m in main.stores)
+    return o * r * row_item(main) >= 2 * L2_BYTES and main.writes_elements
 
 
 def reads_once(main, d: dict) -> bool:
@@ -108,8 +108,7 @@ def reads_once(main, d: dict) -> bool:
     chunks at 16 warps and narrower ones at 8: no one chunk was fastest at both sizes. On an H200
     (session 31, bf16, the whole forward, ms, as 8192 at 16 warps / 4096 at 8 / 2048 at 8): 4096x32000 0.0753 /
     0.0777 / 0.0784, 2048x128256 0.1389 / 0.1370 / 0.1358."""
-    return d["mode"] == "looped" and d.get("SPLIT", 1) == 1 and looped_passes(main, d) == 1 and \
-        not any(main.level[m] == "full" for m in main.stores)
+    return d["mode"] == "looped" and d.get("SPLIT", 1) == 1 and looped_passes(main, d) == 1 and not main.writes_elements
 
 
 def render(analysis: TaskAnalysis, params: dict) -> str:

@@ -53,6 +53,11 @@ class Kernel:
         return tuple(1 if k in self.rdims else s for k, s in enumerate(self.domain))
 
     @property
+    def writes_elements(self) -> bool:
+        """Whether the kernel stores a per-element output (a member at level "full"), not only per-row values."""
+        return any(self.level[m] == "full" for m in self.stores)
+
+    @property
     def has_window(self) -> bool:
         return any(n.op == "window" for n in self.nodes)
 

@@ -155,7 +155,7 @@ def why_not_recomputed(kernels: list, st: Stats, outputs: tuple = ()) -> str | N
            for j, k in enumerate(kernels) for m in k.nodes for a in m.args):
         return "another kernel reads the convolution's output"
     row = kernels[st.row_kernel]
-    if not any(row.level[m] == "full" for m in row.stores) or row_values(row) is None:
+    if not row.writes_elements or row_values(row) is None:
         return "the row kernel's per-element output cannot be computed from stored row statistics"
     return None
 

@@ -289,17 +289,21 @@ def _loop(gen: Gen, body: list[str], reverse: bool = False) -> list[str]:
     width = _realign(gen, body) if n else 0
     if width:
         big = ".to(tl.int64)" if gen.big else ""
-        walk = re.compile(rf"\bro \* {gen.R} \+ rr\b(?!\s*[*/%])")
         before = [f"rbase = (ro * {gen.R} + {width - 1}) // {width} * {width}", f"hd = rbase - ro * {gen.R}"]
         before = [] if before[1] in gen.top.lines else before  # set by the row's first loop
         whole = [f"rq = (r0 + tl.arange(0, BLOCK_R)[None, :]){big}", "rr = rq + hd", whole[1]]
         rest = [whole[0], f"rr = (rq + hd) % {gen.R}", f"mask = rmask & (rq < {gen.R})"]
-        whole += [walk.sub("rbase + rq", line) for line in body]
+        whole += [_walk(gen.R).sub("rbase + rq", line) for line in body]
     else:
         whole += body
     whole = head + _indent(whole)
     rest = [f"r0 = {n * gen.block_r}"] + rest + body if n * gen.block_r < gen.R else []
     return before + (rest + whole if reverse else whole + rest)
+
+
+def _walk(r: int) -> re.Pattern:
+    """A row kernel's offset of an element of rows of r contiguous elements, as Gen.offset writes it."""
+    return re.compile(rf"\bro \* {r} \+ rr\b(?!\s*[*/%])")
 
 
 def _realign(gen: Gen, body: list[str]) -> int:
@@ -310,13 +314,14 @@ def _realign(gen: Gen, body: list[str]) -> int:
     first aligned element, and its remainder chunk wraps around the row, taking the elements after them and the
     hd before. Only where every per-element access in the body walks the rows (ro * R + rr; no weight along
     them, no chunk loads at r0, no index kept as argmax's) and nothing depends on the order of the chunks (no
-    scan). On an H200 (session 32, ms, evict_last for the second pass): the L1 norm 5.27 -> 4.72, the L2 norm
-    5.18 -> 4.74, their floor 4.02; the same without the eviction hint 5.38 -> 5.43."""
+    scan). On an H200 (session 32, ms, evict_last for the second pass, 16384-wide chunks at 32 warps): the L1
+    norm 5.27 -> 4.72, the L2 norm 5.18 -> 4.74, their floor 4.02 (at 16 warps 4.54 and 4.44; rows of 65536,
+    aligned, 4.08); without the eviction hint 5.38 -> 5.43. The remainder's loads and stores split in two,
+    its whole words from rbase and the rest at the row's own indices, ran slower: 5.91 and 5.88."""
     floats = [a.dtype.itemsize for m in gen.k.nodes for a in m.args
               if isinstance(a, Leaf) and a.kind == "tensor" and a.dtype.is_floating_point]
     width = 16 // min(floats, default=4)
-    walk = rf"\bro \* {gen.R} \+ rr\b(?!\s*[*/%])"
-    left = [re.sub(walk, "", line) for line in body]
+    left = [_walk(gen.R).sub("", line) for line in body]
     if gen.layout != "row" or gen.k.scan_reverse is not None or gen.R % width == 0 or gen.block_r % width \
             or left == body or any(re.search(r"\b(rr|r0)\b", line) for line in left):
         return 0

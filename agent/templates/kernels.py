@@ -278,26 +278,25 @@ def _chunk(gen: Gen, start: str) -> list[str]:
 def _loop(gen: Gen, body: list[str], reverse: bool = False) -> list[str]:
     """The chunk loop over a row, or from its end with `reverse`. In a row layout the whole chunks need no bound
     on the reduced index: they run unmasked (but for rmask), and the remainder chunk, if any, with the bound,
-    after them (before them in reverse)."""
+    after them (before them in reverse); rows of no multiple of 16 bytes start their whole chunks on a word
+    (_realign)."""
     rng, stages = _range(gen.p)
     if gen.layout != "row":
         return [f"for r0 in {rng}(0, {gen.R}, BLOCK_R{stages}):"] + _indent(_chunk(gen, "r0") + body)
     n = gen.R // gen.block_r
     head = [f"for it in {rng}(0, {n}{stages}):", f"    r0 = ({n - 1} - it) * BLOCK_R"] if reverse else \
         [f"for r0 in {rng}(0, {n * gen.block_r}, BLOCK_R{stages}):"]
-    whole, rest, before = [_chunk(gen, "r0")[0], "mask = tl.broadcast_to(rmask, [BLOCK_O, BLOCK_R])"], _chunk(gen, "r0"), []
+    index, rest, before = _chunk(gen, "r0")[:1], _chunk(gen, "r0") + body, []
     width = _realign(gen, body) if n else 0
     if width:
         big = ".to(tl.int64)" if gen.big else ""
         before = [f"rbase = (ro * {gen.R} + {width - 1}) // {width} * {width}", f"hd = rbase - ro * {gen.R}"]
         before = [] if before[1] in gen.top.lines else before  # set by the row's first loop
-        whole = [f"rq = (r0 + tl.arange(0, BLOCK_R)[None, :]){big}", "rr = rq + hd", whole[1]]
-        rest = [whole[0], f"rr = (rq + hd) % {gen.R}", f"mask = rmask & (rq < {gen.R})"]
-        whole += [_walk(gen.R).sub("rbase + rq", line) for line in body]
-    else:
-        whole += body
-    whole = head + _indent(whole)
-    rest = [f"r0 = {n * gen.block_r}"] + rest + body if n * gen.block_r < gen.R else []
+        index = [f"rq = (r0 + tl.arange(0, BLOCK_R)[None, :]){big}", "rr = rq + hd"]
+        rest = [index[0], f"rr = (rq + hd) % {gen.R}", f"mask = rmask & (rq < {gen.R})"] + body
+        body = [_walk(gen.R).sub("rbase + rq", line) for line in body]
+    whole = head + _indent(index + ["mask = tl.broadcast_to(rmask, [BLOCK_O, BLOCK_R])"] + body)
+    rest = [f"r0 = {n * gen.block_r}"] + rest if n * gen.block_r < gen.R else []
     return before + (rest + whole if reverse else whole + rest)
 
 

@@ -37,7 +37,7 @@ def kernels(source: str, layout: str) -> list[str]:
     return re.findall(rf"def _{layout}_kernel\d+\(.*?(?=\n\n|\Z)", source, re.S)
 
 
-@pytest.mark.parametrize("task", ["pool_max_nd", "pool_avg_nd"])
+@pytest.mark.parametrize("task", ["pool_max_nd_small", "pool_avg_nd_small"])
 @pytest.mark.parametrize("layout", ["plane", "flat"])
 def test_pooling_of_any_rank_matches_the_reference(task, layout, runner):
     source = render(task, "pooling", {"layout": layout})
@@ -137,7 +137,7 @@ def test_windows_strided_along_rows_take_one_row_of_lanes(runner):
     2-D tile's lanes to its first dim, a different row for each lane: KernelBench's 3-D max pool ran 3.542 ms
     at 8x128 tiles and 1.357 at one 64-wide row. Plane kernels of such windows take one output row a tile, and
     a column reduction over them (a logsumexp over channels of a max pool) two reduced rows."""
-    a = analyze(str(FIXTURES / "pool_max_nd.py"), small=True)
+    a = analyze(str(FIXTURES / "pool_max_nd_small.py"), small=True)
     tiles = [kernel_default(k) for k in base.plan(a).kernels if k.layout == "plane"]
     # a row a tile, or a warp's lanes over rows narrower than a warp; more rows a program in a loop (ROWS)
     assert tiles and all(t["BLOCK_H"] * t["BLOCK_W"] <= max(32, t["BLOCK_W"]) for t in tiles), tiles
@@ -145,7 +145,7 @@ def test_windows_strided_along_rows_take_one_row_of_lanes(runner):
     assert any(t["ROWS"] > 1 for t in tiles), tiles
     stride_one = analyze(str(FIXTURES / "window_rows.py"), small=True)
     assert BY_NAME["pooling"].default(stride_one)["BLOCK_H"] > 1
-    check("pool_max_nd", render("pool_max_nd", "pooling"), runner)
+    check("pool_max_nd_small", render("pool_max_nd_small", "pooling"), runner)
 
     a = analyze(str(FIXTURES / "pool_then_logsumexp.py"), small=True)
     cols = [k for k in base.plan(a).kernels if k.layout == "col"]

@@ -153,14 +153,15 @@ def test_optimize_offers_both_programs_and_reports_the_rewrite(tmp_path):
     from agent.analysis import analyze
     from agent.templates.ir import lower
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
-    env.update(TRITON_INTERPRET="1", KERNELWRIGHT_KB_DIR=str(tmp_path / "kb"))
+    env.update(TRITON_INTERPRET="1")
     out = tmp_path / "out"
     # A fixed trial seed: at some seeds (103336055: masked inputs x4.5, 13 outputs) the GEMV, which sums the
     # weights first, lands 11x further from a float64 run than PyTorch's GEMM and row sum, and the evaluator
     # rightly refuses it; this test is about the search and its report, so it replays a seed where both pass.
+    # No knowledge store: an empty one would offer no seeds, and storing the result is not what this test is about.
     done = subprocess.run([sys.executable, "-m", "agent.cli", "optimize", str(ROW_SUM), "--budget", "2", "--small",
-                           "--trial-seed", "7919", "--out", str(out)], capture_output=True, text=True, env=env,
-                          cwd=str(ROOT), timeout=600)
+                           "--trial-seed", "7919", "--out", str(out), "--no-knowledge"], capture_output=True,
+                          text=True, env=env, cwd=str(ROOT), timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     assert report["config"]["trial_seed"] == 7919

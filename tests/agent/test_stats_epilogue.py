@@ -16,18 +16,18 @@ T = BY_NAME["gemm"]
 
 def task_of(kind: str, folder: Path) -> Path:
     path = folder / f"conv_norm_{kind}.py"
-    path.write_text((FIXTURES / "conv_norm.py").read_text().replace('kind = "transposed3d"', f'kind = "{kind}"'))
+    path.write_text((FIXTURES / "conv_norm_small.py").read_text().replace('kind = "transposed3d"', f'kind = "{kind}"'))
     return path
 
 
 # kind: (partials a row at the variant's tiles, whether the last channel tile is guarded, partials at 8 a tile)
-CASES = {"transposed3d": (35, False, 70),  # output 5 x 7 x 9: 35 rows of positions, one 16-wide tile or two 8-wide
-         "conv2d": (4, False, 12),  # output 4 x 19, 4 channels a row: 4 tiles of 4 rows each
-         "conv2d_wide_rows": (10, False, 20),  # 32 channels a row: two 16-channel blocks of each of 5 rows
-         "conv2d_ragged": (3, True, 3),  # 8 channels a row, 24 channels: the second tile's second row is none
-         "transposed2d_ragged": (7, True, 14),  # the same, two slots: output 7 x 9, one tile a row or two
-         "conv2d_bn": (8, True, 16),  # a row a channel over 2 batch elements x 4 rows x 1 or 2 tiles; 24 channels
-         "transposed3d_bn": (70, False, 140)}  # 2 x 35 rows of positions
+CASES = {"transposed3d": (9, False, 18),  # output 3 x 3 x 9: 9 rows of positions, one 16-wide tile or two 8-wide
+         "conv2d": (2, False, 4),  # output 2 x 9, 4 channels a row: 2 tiles of 4 rows each, or 2 x 2 8-wide
+         "conv2d_wide_rows": (4, False, 8),  # 32 channels a row: two 16-channel blocks of each of 2 rows
+         "conv2d_ragged": (2, True, 2),  # 8 channels a row, 24 channels: the second tile's second row is none
+         "transposed2d_ragged": (3, True, 6),  # the same, two slots: output 3 x 9, one tile a row or two
+         "conv2d_bn": (4, True, 8),  # a row a channel over 2 batch elements x 2 rows x 1 or 2 tiles; 24 channels
+         "transposed3d_bn": (18, False, 36)}  # 2 x 9 rows of positions
 
 
 @pytest.mark.parametrize("kind", CASES)
@@ -60,13 +60,14 @@ def test_rows_tiles_in_dot_steps_take_the_statistics_too(kind, runner, tmp_path)
 
 def test_a_batch_norms_many_partials_are_merged_first(runner, tmp_path, monkeypatch):
     """More partials a row than a combining program merges at once (kernels.MERGE_PARTS, 4096; 16 here, so that
-    a small shape has more): a merging kernel takes them 16 at a time, the last chunk part-full."""
+    a small shape has more): a merging kernel takes them 16 at a time, the last chunk part-full (18 partials a
+    channel: chunks of 16 and 2)."""
     monkeypatch.setattr(kernels, "MERGE_PARTS", 16)
     task = task_of("transposed3d_bn", tmp_path)
     a = analyze(str(task), small=True)
     rows = next(v for v in T.variants(a) if v.get("tiles") == "rows" and v["impl"] == "triton")
     source = T.render(a, {**rows, "stats": 1})
-    assert "_row_kernel1_merge[(16, 5)]" in source and "_row_kernel1_merged0 = torch.empty((16, 5)" in source
+    assert "_row_kernel1_merge[(16, 2)]" in source and "_row_kernel1_merged0 = torch.empty((16, 2)" in source
     runner.run_ok(task, source)
 
 

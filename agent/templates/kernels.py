@@ -286,7 +286,8 @@ def _loop(gen: Gen, body: list[str], reverse: bool = False) -> list[str]:
     n = gen.R // gen.block_r
     head = [f"for it in {rng}(0, {n}{stages}):", f"    r0 = ({n - 1} - it) * BLOCK_R"] if reverse else \
         [f"for r0 in {rng}(0, {n * gen.block_r}, BLOCK_R{stages}):"]
-    index, rest, before = _chunk(gen, "r0")[:1], _chunk(gen, "r0") + body, []
+    chunk = _chunk(gen, "r0")
+    index, rest, before = chunk[:1], chunk + body, []
     width = _realign(gen, body) if n else 0
     if width:
         big = ".to(tl.int64)" if gen.big else ""

@@ -20,6 +20,7 @@ from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased, rows_f
 from agent.templates.params import (CONV_BLOCK_K, SMS, gemm_tiles, interleaved_tiles, kernel_default, kernel_invalid,
                                     kernel_space, rows_form)
 from agent.templates.program import work
+from agent.templates.split_operands import pays
 from agent.templates.stats_epilogue import recompute_pays, stats_pair, worth_it
 
 NAME = "gemm"
@@ -61,6 +62,18 @@ def split_products(analysis: TaskAnalysis, pl, k) -> bool:
     return k.nodes[0].fn == "conv" and not outer_steps(k.nodes[0]) and not analysis.tf32 and not pl.half_products()
 
 
+def split_operands(analysis: TaskAnalysis, pl, k) -> bool:
+    """Whether an fp32 matrix product defaults to input_precision "tf32x3" with its operands split once in
+    memory (split_operands.py: 1.8x cuBLAS's fp32 on an H200 at 5x less error against float64), where its flops
+    a byte of operand pay for the split (split_operands.pays), its tiles 128 x 128 at 8 warps and 3 stages, or
+    64 x 128 at 4 warps and 4 stages where 128 x 128 tiles are fewer than the SMs (1024 x 2048 x 768: 0.0721 ms
+    against 0.1032 and cuBLAS's 0.0824). Not where the task allows TF32 (one TF32 product is its own), for
+    16-bit operands, or where the task is verified at several shape sets: a shape-general kernel
+    (shapes="dynamic") would split its tiles in registers, slower than FMA products."""
+    return k.nodes[0].fn != "conv" and not analysis.tf32 and not pl.half_products() and not analysis.shape_sets \
+        and pays(k.nodes[0])
+
+
 def space(analysis: TaskAnalysis) -> dict[str, list]:
     pl, k, m, kk, n, batch, epilogue = _gemm(analysis)
     s = dict(kernel_space(k))
@@ -80,8 +93,9 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
     split = 1
     while tiles * split < SMS and kk // (split * 2) >= 1024 and split < 16 and k.nodes[0].fn == "mm":
         split *= 2
-    # in fp32 without TF32 a vendor GEMM runs at the FMA peak, which a Triton tl.dot does not reach: keep
-    # it under the fused Triton epilogue when there is one (a bare GEMM must stay Triton to count). The work
+    # in fp32 without TF32 a vendor GEMM runs at the FMA peak, which a Triton tl.dot does not reach unless a
+    # matrix product's operands are split once (split_operands): else keep the vendor's under the fused Triton
+    # epilogue when there is one (a bare GEMM must stay Triton to count). The work
     # is the whole program's: a network's convolutions are each small (ResNet-18's largest under 1 GFLOP, its
     # Triton convolutions 0.41x eager on an H200) and together most of its time. In bf16 the vendor's tensor-core
     # kernels mostly win too: on an H200, KernelBench level 2's Triton GEMMs ran at 0.41-0.82x torch.compile and
@@ -91,14 +105,18 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
     # ones (their weights packed) in 4.07 and 1.19 (session 21, an H200).
     flops = sum(2 * math.prod(gemm_dims(x.nodes[0])) for x in pl.kernels if x.kind == "gemm")
     fp32_phased = phased(k.nodes[0]) and not pl.half_products()
-    vendor = epilogue and not (analysis.tf32 and not pl.half_products()) and flops >= 2**30 and not fp32_phased
-    split_fp32 = split_products(analysis, pl, k) and d.get("tiles") != "rows"  # rows tiles have no tl.dot
-    if split_fp32:
+    parts = split_operands(analysis, pl, k)  # a matrix product's operands split once, in memory
+    vendor = epilogue and not (analysis.tf32 and not pl.half_products()) and flops >= 2**30 and not fp32_phased \
+        and not parts
+    in_registers = split_products(analysis, pl, k) and d.get("tiles") != "rows"  # rows tiles have no tl.dot
+    if in_registers:
         d["num_stages"] = 1
         if d.get("tiles") == "interleaved":  # tiles of their own (params.interleaved_tiles)
             d.update(interleaved_tiles(k, split=True))
+    if parts and math.ceil(m / 128) * math.ceil(n / 128) * batch < SMS:  # fewer 128 x 128 tiles than SMs
+        d.update({"BLOCK_M": min(64, d["BLOCK_M"]), "num_warps": 4, "num_stages": 4})
     return {**d, "SPLIT_K": split, "impl": "torch" if vendor else "triton",
-            "precision": "tf32" if analysis.tf32 else "tf32x3" if split_fp32 else "ieee",
+            "precision": "tf32" if analysis.tf32 else "tf32x3" if in_registers or parts else "ieee",
             **({"operands": base.default_operands(analysis)} if pl.half_products() else {})}
 
 

@@ -28,6 +28,7 @@ from agent.templates.ir import Leaf, Node, contiguous_strides
 from agent.templates.rnn_kernel import render_rnn
 from agent.templates.reductions import chan_merge, shifted_merge
 from agent.templates.schedule import Kernel, squeezed
+from agent.templates.split_operands import operand_parts, products, split_launches
 
 
 def _indent(lines: list[str], n: int = 1) -> list[str]:
@@ -963,8 +964,11 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
     k_chunk = math.ceil(math.ceil(K / split) / bk) * bk if split > 1 else K
     even_k = K % bk == 0 and (split == 1 or K % k_chunk == 0)
     sa, sb = a.strides, b.strides
-    big = ".to(tl.int64)" if gen.big else ""
     dyn = _dynamic(kernel, p)
+    # tf32x3: the operands split once into TF32 parts (split_operands), where their sizes are constants
+    split3 = p.get("precision") == "tf32x3" and not dyn
+    parts = (a.shape[0] if batched else 1) * M * K + (b.shape[0] if batched else 1) * N * K
+    big = ".to(tl.int64)" if gen.big or (split3 and parts >= 2**31) else ""
     rows = BATCH_ARG if dyn else M  # M in the kernel: masks and the program order follow it
     lines = ["pid = tl.program_id(0)", f"num_m = tl.cdiv({rows}, BLOCK_M)", f"num_n = tl.cdiv({N}, BLOCK_N)",
              "width = GROUP_M * num_n", "first_m = (pid // width) * GROUP_M",
@@ -972,24 +976,31 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
              "pid_n = (pid % width) // gsize",
              f"rm1 = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){big}",
              f"rn1 = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){big}", f"rk = tl.arange(0, BLOCK_K){big}"]
-    a_base, b_base = f"{gen.ptr(a.base)} + {a.offset}", f"{gen.ptr(b.base)} + {b.offset}"
     if batched:
         lines.append(f"pid_b = tl.program_id(1){big}")
-        a_base += f" + pid_b * {sa[0]}"
-        b_base += f" + pid_b * {sb[0]}"
     k_start = "0"
     if split > 1:
         lines.append("pid_k = tl.program_id(2)")
         k_start = f"pid_k * {k_chunk}"
-    # each operand is loaded along its contiguous axis: a K-contiguous B (a Linear weight, w.t()) as an
-    # [N, K] tile and an M-contiguous A as [K, M], transposed in registers for the dot
-    a_t = sa[-2] == 1 and sa[-1] != 1
-    b_t = sb[-2] == 1 and sb[-1] != 1
     ks = f"({k_start} + rk)"
-    a_ptrs = (f"{a_base} + {ks}[:, None] * {sa[-1]} + rm1[None, :] * {sa[-2]}" if a_t else
-              f"{a_base} + rm1[:, None] * {sa[-2]} + {ks}[None, :] * {sa[-1]}")
-    b_ptrs = (f"{b_base} + rn1[:, None] * {sb[-1]} + {ks}[None, :] * {sb[-2]}" if b_t else
-              f"{b_base} + {ks}[:, None] * {sb[-2]} + rn1[None, :] * {sb[-1]}")
+    pre = None
+    if split3:  # the parts, [.., M, K] and [.., N, K], take the places of a and b: K contiguous in both
+        pre = split_launches(name, a, b, batched)
+        a_ptrs = f"rm1[:, None] * {K} + {ks}[None, :]" + (f" + pid_b * {M * K}" if batched else "")
+        b_ptrs = f"rn1[:, None] * {K} + {ks}[None, :]" + (f" + pid_b * {N * K}" if batched else "")
+        a_t, b_t, sa, sb = False, True, (K, 1), (1, K)
+    else:  # each operand is loaded along its contiguous axis: a K-contiguous B (a Linear weight, w.t()) as an
+        # [N, K] tile and an M-contiguous A as [K, M], transposed in registers for the dot
+        a_base, b_base = f"{gen.ptr(a.base)} + {a.offset}", f"{gen.ptr(b.base)} + {b.offset}"
+        if batched:
+            a_base += f" + pid_b * {sa[0]}"
+            b_base += f" + pid_b * {sb[0]}"
+        a_t = sa[-2] == 1 and sa[-1] != 1
+        b_t = sb[-2] == 1 and sb[-1] != 1
+        a_ptrs = (f"{a_base} + {ks}[:, None] * {sa[-1]} + rm1[None, :] * {sa[-2]}" if a_t else
+                  f"{a_base} + rm1[:, None] * {sa[-2]} + {ks}[None, :] * {sa[-1]}")
+        b_ptrs = (f"{b_base} + rn1[:, None] * {sb[-1]} + {ks}[None, :] * {sb[-2]}" if b_t else
+                  f"{b_base} + {ks}[:, None] * {sb[-2]} + rn1[None, :] * {sb[-1]}")
     lines += [f"a_ptrs = {a_ptrs}", f"b_ptrs = {b_ptrs}", "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
               f"for k0 in range(0, {k_chunk}, BLOCK_K):"]
     left = f"{K} - ({k_start} + k0)"
@@ -998,12 +1009,18 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
     n_cond = [] if N % bn == 0 else [f"(rn1[:, None] < {N})" if b_t else f"(rn1[None, :] < {N})"]
     a_mask = " & ".join(m_cond + ([] if even_k else [k_row if a_t else k_col]))
     b_mask = " & ".join(n_cond + ([] if even_k else [k_col if b_t else k_row]))
+    a_mask, b_mask = (f", mask={m}, other=0.0" if m else "" for m in (a_mask, b_mask))
     precision, cast = p.get("precision", "ieee"), dot_cast(a, b, p.get("operands", "input"))
-    lines += _indent([f"ta = tl.load(a_ptrs{', mask=' + a_mask + ', other=0.0' if a_mask else ''}){cast}",
-                      f"tb = tl.load(b_ptrs{', mask=' + b_mask + ', other=0.0' if b_mask else ''}){cast}",
-                      f"acc += tl.dot({'tl.trans(ta)' if a_t else 'ta'}, {'tl.trans(tb)' if b_t else 'tb'}, "
-                      f'input_precision="{precision}")',
-                      f"a_ptrs += BLOCK_K * {sa[-1]}", f"b_ptrs += BLOCK_K * {sb[-2]}"])
+    if split3:
+        ah, al, bh, bl = (gen.ptr(buf) for buf in operand_parts(name))
+        loop = [f"ta = tl.load({ah} + a_ptrs{a_mask})", f"ta_lo = tl.load({al} + a_ptrs{a_mask})",
+                f"tb = tl.load({bh} + b_ptrs{b_mask})", f"tb_lo = tl.load({bl} + b_ptrs{b_mask})"]
+        loop += products(("ta", "ta_lo"), ("tb", "tb_lo"))
+    else:
+        loop = [f"ta = tl.load(a_ptrs{a_mask}){cast}", f"tb = tl.load(b_ptrs{b_mask}){cast}",
+                f"acc += tl.dot({'tl.trans(ta)' if a_t else 'ta'}, {'tl.trans(tb)' if b_t else 'tb'}, "
+                f'input_precision="{precision}")']
+    lines += _indent(loop + [f"a_ptrs += BLOCK_K * {sa[-1]}", f"b_ptrs += BLOCK_K * {sb[-2]}"])
     lines += ["rm = rm1[:, None]", "rn = rn1[None, :]", f"mask = (rm < {rows}) & (rn < {N})"]
     gen.groups = [([d], v) for d, v in zip(range(len(kernel.domain)),
                                            (["pid_k"] if split > 1 else []) + (["pid_b"] if batched else []) + ["rm", "rn"])]
@@ -1019,4 +1036,7 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
     meta_values = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": p.get("GROUP_M", 8)}
     launch = Launch(name, grid, list(gen.ptrs) + ([BATCH_HOST] if dyn else []), meta_values, p.get("num_warps", 4),
                     p.get("num_stages", 3))
+    if pre:
+        source, launches, temps = pre
+        return KernelCode(source + "\n\n\n" + "\n".join(src), launches + [launch], temps)
     return KernelCode("\n".join(src), [launch])

@@ -547,10 +547,14 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             _, bm, bn, _ = rows_layout(kernel.nodes[0], p)
         if bk == 1 and not outer_steps(kernel.nodes[0]) and not rows:  # rows tiles: rows_k
             return "outer-product K steps (BLOCK_K 1) are for convolutions over a few input channels"
-        if not rows and max(1, p.get("num_stages", 3)) * (bm * bk + bk * bn) * 4 > SMEM_BYTES:
+        # tf32x3 on a matrix product with static shapes: two parts of each operand (split_operands), and a
+        # K step's products summed in a second accumulator
+        parts = 2 if p.get("precision") == "tf32x3" and kernel.nodes[0].fn != "conv" and \
+            p.get("shapes", "static") == "static" else 1
+        if not rows and max(1, p.get("num_stages", 3)) * (bm * bk + bk * bn) * 4 * parts > SMEM_BYTES:
             return "the pipelined tiles need more shared memory than a block has"
         slots = interleave_slots(kernel.nodes[0]) if inter else 1  # an accumulator a slot (in a rows tile's BLOCK_M)
-        if bm * bn * slots * p.get("SAMPLES", 1) > 128 * 32 * p.get("num_warps", 4):
+        if bm * bn * slots * p.get("SAMPLES", 1) * parts > 128 * 32 * p.get("num_warps", 4):
             return "the accumulator needs more than 128 registers per thread"
     if layout == "attention":
         _, _, d, dv = attention_dims(kernel)

@@ -141,12 +141,16 @@ def test_few_rows_per_program_spread_over_more_programs():
 def test_a_compute_bound_gemm_tries_the_vendor_gemm_then_other_tiles():
     a = analysis_of("tpl_gemm_epilogue", {"batch": 4096, "d_in": 4096, "d_out": 4096})
     t = BY_NAME["gemm"]
-    start = {**t.default(a), "impl": "triton"}
+    assert t.default(a)["precision"] == "tf32x3"  # its operands split once (split_operands)
+    start = {**t.default(a), "impl": "triton", "precision": "ieee"}  # the FMA products
     out = moves(a, t, start, measured(1.8), a.to_json())
     assert out[0].params["impl"] == "torch"
     assert out[0].reason == ("compute-bound at 1.80x the floor, a Triton GEMM: try the vendor GEMM under the Triton "
                              "epilogue (impl triton->torch)")
-    tiles = [m for m in out[1:] if m.params["impl"] == "triton"]
+    assert out[1].params["precision"] == "tf32x3" and out[1].reason.endswith(
+        "an fp32 matrix product in FMA products: try its operands split once into TF32 parts, three tensor-core "
+        "products a step (precision ieee->tf32x3)")
+    tiles = [m for m in out[2:] if m.params["impl"] == "triton"]
     assert tiles and all("1024 output tiles of 128x128 for 132 SMs: try " in m.reason for m in tiles)
     assert {(m.params["BLOCK_M"], m.params["BLOCK_N"]) for m in tiles} <= {(256, 128), (128, 256)}
 

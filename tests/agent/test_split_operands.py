@@ -1,0 +1,111 @@
+"""fp32 matrix products as three TF32 products of operands split once in memory (split_operands.py)."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.analysis import analyze
+from agent.templates import BY_NAME
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ROOT = Path(__file__).parents[2]
+
+# The split kernel over special and ordinary values, in the interpreter (its own process: TRITON_INTERPRET
+# must be set before triton is imported): what comes back is checked in the test.
+SPLIT_VALUES = r"""
+import os, sys, tempfile, importlib.util
+os.environ["TRITON_INTERPRET"] = "1"
+import torch
+from agent.templates.ir import Leaf
+from agent.templates.split_operands import split_launches
+x = torch.tensor([[1.0, 1.0 + 2**-12, -(1.0 + 3 * 2**-12), 3.4028235e38, -3.4e38, float("inf"), float("-inf"),
+                   float("nan"), 1e-40, 0.0, -0.0, 0.1, -7.3e-12, 123456.789, 2**-126, 5e-30]] * 3)
+a = Leaf("a", tuple(x.shape), torch.float32, base="x", strides=x.stride())
+b = Leaf("b", (x.shape[1], x.shape[0]), torch.float32, base="x", strides=(1, x.shape[1]))  # x.t(): its [N, K] is x
+source, launches, temps = split_launches("k", a, b, batched=False)
+path = os.path.join(tempfile.mkdtemp(), "split.py")
+open(path, "w").write("import triton\nimport triton.language as tl\n\n\n" + source)
+spec = importlib.util.spec_from_file_location("split", path)
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+bufs = {"x": x, **{name: torch.empty(shape) for name, (shape, dtype) in temps.items()}}
+for launch in launches:
+    getattr(mod, launch.kernel)[launch.grid](*[bufs[arg] for arg in launch.args], **launch.meta)
+torch.save({"x": x, **bufs}, sys.argv[1])
+"""
+
+
+def test_the_parts_are_tf32_values_that_sum_to_the_operand(tmp_path):
+    """hi keeps x's top 11 bits (rounded; truncated where rounding would overflow to infinity), lo the rest
+    rounded to 11 bits: both have their low 13 bits zero (a TF32 product reads no others), hi + lo is x to
+    2^-22 of it, an infinity splits into itself and 0 (not inf - inf), and a NaN stays a NaN. A value far below
+    1 (here under 2^-100, 1e-40 among them) may keep fewer bits: its lo is a subnormal number."""
+    import torch
+
+    out = tmp_path / "parts.pt"
+    done = subprocess.run([sys.executable, "-c", SPLIT_VALUES, str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    parts = torch.load(out)
+    x = parts["x"][0]
+    for hi, lo in ((parts["k_ah"][0, 0], parts["k_al"][0, 0]), (parts["k_bh"][0, 0], parts["k_bl"][0, 0])):
+        finite = torch.isfinite(x)
+        assert torch.equal(hi.view(torch.int32)[finite] & 0x1FFF, torch.zeros_like(hi[finite], dtype=torch.int32))
+        assert torch.equal(lo.view(torch.int32) & 0x1FFF, torch.zeros_like(lo, dtype=torch.int32))
+        normal = finite & (x.abs() >= 2**-100) | (x == 0)
+        exact = x.double()[normal]
+        assert ((hi.double() + lo.double())[normal] - exact).abs().le(exact.abs() * 2**-22).all()
+        assert (lo.double().abs()[normal] <= exact.abs() * 2**-10).all()  # 2^-11 where rounded
+        assert torch.isinf(hi[5]) and torch.isinf(hi[6]) and lo[5] == 0 and lo[6] == 0
+        assert torch.isnan(hi[7])
+        assert torch.isfinite(hi[3]) and torch.isfinite(lo[3])  # FLT_MAX: rounding it up would overflow
+
+
+@pytest.mark.parametrize("shapes, precision", [
+    ({"m": 4096, "k": 4096, "n": 4096}, "tf32x3"),  # 1024 flops a byte of operand
+    ({"m": 1024, "k": 2048, "n": 768}, "tf32x3"),  # 219, and 64 x 128 tiles: 48 of 128 x 128 for 132 SMs
+    ({"m": 256, "k": 524288, "n": 256}, "ieee"),  # 64: the split would move more than the products save
+])
+def test_fp32_products_split_their_operands_where_their_flops_a_byte_pay_for_it(shapes, precision):
+    d = BY_NAME["gemm"].default(analyze(str(FIXTURES / "split_mm_ragged.py"), small=False, shapes=shapes))
+    assert d["precision"] == precision
+    assert d["impl"] == ("triton" if precision == "tf32x3" else "torch")  # else the vendor's, under the epilogue
+    assert (d["BLOCK_M"], d["num_warps"]) == ((64, 4) if shapes["m"] == 1024 else (128, 8))
+
+
+@pytest.mark.parametrize("task, params", [
+    ("split_mm_ragged", {}),  # 37 x 45 x 29, A read through its transpose: every tile ragged
+    ("split_mm_ragged", {"BLOCK_K": 16, "SPLIT_K": 2}),  # two K chunks, the last one short
+    ("tpl_bmm", {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),  # batched, B given transposed
+])
+def test_fp32_products_split_their_operands_once_and_match_the_reference(task, params, runner):
+    from test_templates import check
+
+    source = check(task, "gemm", {**params, "precision": "tf32x3"}, runner)
+    assert source.count("_gemm_kernel0_split0[(") == 1 and source.count("_gemm_kernel0_split1[(") == 1
+    gemm = source[source.index("def _gemm_kernel0("):]
+    assert len(re.findall(r'tl\.dot\([^\n]*input_precision="tf32"\)', gemm)) == 3 and "tf32x3" not in gemm
+    assert "acc += step" in gemm
+
+
+def test_the_split_form_compiles_to_tf32_tensor_core_products_for_sm_90(tmp_path):
+    """On Hopper the three products are TF32 wgmma instructions, reading their tiles from shared memory."""
+    import importlib.util
+
+    from tools.compile_info import compiled
+
+    a = analyze(str(FIXTURES / "split_mm_ragged.py"), small=True)
+    t = BY_NAME["gemm"]
+    params = {**t.default(a), "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3,
+              "precision": "tf32x3"}
+    (tmp_path / "mm.py").write_text(t.render(a, params))
+    spec = importlib.util.spec_from_file_location("split_mm", tmp_path / "mm.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    constexprs = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": params["GROUP_M"]}
+    ptx = compiled({"signature": {**{f"p{i}": "*fp32" for i in range(6)}, **{k: "constexpr" for k in constexprs}},
+                    "constexprs": constexprs, "divisible": [f"p{i}" for i in range(6)],
+                    "options": {"num_warps": 4, "num_stages": 3}}, module._gemm_kernel0).asm["ptx"]
+    assert re.search(r"wgmma\.mma_async\S*\.tf32", ptx), re.findall(r"\b(?:w?gmma|mma)\S*", ptx)[:10]

@@ -7,9 +7,15 @@ in a process of its own with its own time limit.
 
     info = from_kernels(recorder.first)                       # a GPU worker
     info = write_specs(recorder.first, "compile_specs.json")  # a CPU worker: placeholder, figures to come
-    info = compile_after(work_dir, env)                       # the parent, after the worker has answered"""
+    info = compile_after(work_dir, env, cache)                # the parent, after the worker has answered
+
+A compile's answer depends on nothing but what it reads: the candidate's source, the launch specs, Triton (its
+version and the environment it reads) and this file. The parent keeps each answer under a key made of those in
+`cache` (a folder), and a candidate compiled before with the same specs is answered from there, with no process."""
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import inspect
 import json
 import os
@@ -30,6 +36,8 @@ TRITON_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "
 SPECS_FILE = "compile_specs.json"  # in the job's work folder, beside candidate.py
 COMPILE_TIMEOUT_S = 300.0
 PENDING = "pending: compiled for sm_90 after the verdict, outside the candidate's time"
+COMPILED = "compiled for sm_90 on a CPU; registers and spills from ptxas"
+COMPILER_ENV = ("TRITON_", "MLIR_", "LLVM_", "NVPTX_", "PTXAS_", "DISABLE_")  # what Triton's compile may read
 
 
 def from_kernels(first: dict[str, Launch]) -> CompileInfo:
@@ -47,23 +55,33 @@ def write_specs(first: dict[str, Launch], path: str = SPECS_FILE) -> CompileInfo
     return CompileInfo(names, PENDING)
 
 
-def compile_after(work: str, env: dict[str, str], timeout_s: float = COMPILE_TIMEOUT_S) -> CompileInfo | None:
+def compile_after(work: str, env: dict[str, str], cache: Path | None = None,
+                  timeout_s: float = COMPILE_TIMEOUT_S) -> CompileInfo | None:
     """Compiles the kernels whose specs the worker wrote in `work` (None when it wrote none), in a process of
-    its own (the interpreter's patches of triton.language are not in it) started in `work` with `env`."""
+    its own (the interpreter's patches of triton.language are not in it) started in `work` with `env`; or
+    answers from `cache` when the same compile answered there before (only compiles that succeeded are kept)."""
     from tools.sandbox import kill_group
     specs_path = os.path.join(work, SPECS_FILE)
     if not os.path.exists(specs_path):
         return None
-    specs = json.loads(Path(specs_path).read_text())
+    specs_text = Path(specs_path).read_text()
+    specs = json.loads(specs_text)
     env = {k: v for k, v in env.items() if k != "TRITON_INTERPRET"}
+    kept = None
+    if cache is not None:
+        kept = cache / f"{_compile_key(Path(work, 'candidate.py').read_bytes(), specs_text, env)}.json"
+    if kept is not None and kept.exists():
+        return CompileInfo([KernelInfo(**k) for k in json.loads(kept.read_text())], COMPILED)
     run = subprocess.Popen([sys.executable, "-m", "tools.compile_info", "candidate.py", specs_path], cwd=work,
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = run.communicate(timeout=timeout_s)
         if run.returncode != 0:
             raise RuntimeError((err.strip().splitlines() or [f"exit {run.returncode}"])[-1])
-        return CompileInfo([KernelInfo(**k) for k in json.loads(out)],
-                           "compiled for sm_90 on a CPU; registers and spills from ptxas")
+        info = CompileInfo([KernelInfo(**k) for k in json.loads(out)], COMPILED)
+        if kept is not None:
+            _keep(kept, out)
+        return info
     except Exception as e:  # any Triton or ptxas failure, or the time limit: say so, the verdict stands
         kill_group(run.pid)
         run.wait()
@@ -71,6 +89,22 @@ def compile_after(work: str, env: dict[str, str], timeout_s: float = COMPILE_TIM
             e = RuntimeError(f"no answer within {timeout_s:g} s")
         return CompileInfo([KernelInfo(s["name"]) for s in specs],
                            f"not available on this CPU: compiling for sm_90 failed ({_one_line(e)})")
+
+
+def _compile_key(candidate: bytes, specs: str, env: dict[str, str]) -> str:
+    """Everything a compile reads: the candidate, its launch specs, this file, the Python and Triton that run it,
+    and the environment variables Triton and its LLVM read (save the job's own cache folder)."""
+    knobs = sorted((k, v) for k, v in env.items() if k.startswith(COMPILER_ENV) and k != "TRITON_CACHE_DIR")
+    parts = [candidate, specs.encode(), Path(__file__).read_bytes(), sys.executable.encode(),
+             importlib.metadata.version("triton").encode(), json.dumps(knobs).encode()]
+    return hashlib.sha256(b"".join(hashlib.sha256(p).digest() for p in parts)).hexdigest()
+
+
+def _keep(path: Path, answer: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(answer)
+    os.replace(temporary, path)  # atomic: a reader sees a whole answer or none
 
 
 def _signature(name: str, launch: Launch) -> dict:

@@ -78,7 +78,7 @@ class WarmWorker:
                 compiling = time.perf_counter()
                 info = compile_after(work, scrubbed_env({
                     "PYTHONPATH": _import_path(), "HOME": work, "TRITON_CACHE_DIR": os.path.join(scratch, "triton"),
-                    "TRITON_DEFAULT_FP_FUSION": "1"}))
+                    "TRITON_DEFAULT_FP_FUSION": "1"}), cache_dir() / "sm90")
                 if info is not None:
                     result.compile = info
                     result.phase_seconds["compile_info"] = round(time.perf_counter() - compiling, 3)

@@ -56,3 +56,39 @@ def test_the_cpu_compile_vectorizes_where_the_gpu_would_and_only_there(tmp_path)
     unaligned = _signature("copy", Launch("copy", jit, _light((x[1:], x.clone(), 4095)),
                                           {"BLOCK": 1024, "num_warps": 4}, None))
     assert "ld.global.v4" not in _ptx(jit, unaligned)
+
+
+def test_a_compile_is_answered_again_from_the_cache_only_for_the_same_inputs(tmp_path):
+    """The parent's compile of a candidate (tools/evaluate.py) is kept under a key of what it read; the same
+    candidate and specs are answered from the cache with no process (a time limit no process could meet), a
+    changed kernel, launch or Triton setting is compiled again, and a compile that failed is never kept."""
+    import json
+    import os
+
+    from tools.compile_info import COMPILED, SPECS_FILE, compile_after
+
+    work, cache = tmp_path / "work", tmp_path / "cache"
+    work.mkdir()
+    (work / "candidate.py").write_text(COPY)
+    spec = {"name": "copy", "function": "copy", "signature": {"src": "*fp32", "dst": "*fp32", "n": "i32",
+                                                               "BLOCK": "constexpr"},
+            "constexprs": {"BLOCK": 1024}, "options": {"num_warps": 4}, "divisible": ["src", "n"]}
+    (work / SPECS_FILE).write_text(json.dumps([spec]))
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    first = compile_after(str(work), env, cache)
+    assert first.source == COMPILED and first.kernels[0].registers > 0, first.source
+    assert len(list(cache.iterdir())) == 1
+    again = compile_after(str(work), {**env, "TRITON_CACHE_DIR": str(tmp_path / "other")}, cache, timeout_s=1e-3)
+    assert again == first  # the job's own Triton folder is not part of what the compile reads
+
+    def missed(**change) -> bool:
+        info = compile_after(str(work), {**env, **change.get("env", {})}, cache, timeout_s=1e-3)
+        return info.source.startswith("not available") and "no answer within" in info.source
+
+    (work / SPECS_FILE).write_text(json.dumps([{**spec, "constexprs": {"BLOCK": 512}}]))
+    assert missed()
+    (work / SPECS_FILE).write_text(json.dumps([spec]))
+    assert missed(env={"TRITON_DEFAULT_FP_FUSION": "0"})
+    (work / "candidate.py").write_text(COPY.replace("mask=offs < n), mask", "mask=offs < n) + 1, mask"))
+    assert missed()
+    assert len(list(cache.iterdir())) == 1  # the failures (here, the time limit) left nothing

@@ -79,15 +79,15 @@ def test_written_out_attention(kind, runner, tmp_path):
     assert out["error"] is None and len(out["rel_errors"]) == 2 and max(out["rel_errors"]) <= 1e-5, out
 
 
-def test_bfloat16_passes_the_evaluator(tmp_path):
+def test_bfloat16_passes_the_evaluator(tmp_path, warm_executor):
     """Causal bf16 through the real evaluator. Products of fp32 operands: the interpreter's tl.dot reads
     bfloat16 as integers (a GPU runs the default's bf16 tensor-core products)."""
-    from tools.evaluate import evaluate
     from tools.results import EvalJob, TaskSpec
     task, a = lowered("bf16", tmp_path)
     t = BY_NAME["attention"]
     assert t.space(a)["operands"] == ["input", "fp32"] and t.default(a)["operands"] == "input"
     source = t.render(a, {**t.default(a), "operands": "fp32", "BLOCK_N": 32})
     assert ".to(tl.float32)" in source and "tl.minimum(53, (pid_m + 1) * BLOCK_M)" in source
-    result = evaluate(EvalJob(TaskSpec(path=str(task), small=True), source, trials=1, profile=False, timeout_s=120))
+    job = EvalJob(TaskSpec(path=str(task), small=True), source, trials=1, profile=False, timeout_s=120)
+    result = warm_executor.submit(job).result()
     assert result.verdict == "correct", result.reason

@@ -314,14 +314,14 @@ def test_a_strided_transposed_convolution_over_few_channels_takes_rows_tiles(run
 
 
 @pytest.mark.slow
-def test_the_declared_cudnn_variant_passes_the_evaluator():
-    from tools.evaluate import evaluate
+def test_the_declared_cudnn_variant_passes_the_evaluator(warm_executor):
     from tools.results import EvalJob, TaskSpec
     task = FIXTURES / "conv_epilogue.py"
     a = analyze(str(task), small=True)
     t = BY_NAME["gemm"]
     source = t.render(a, {**t.default(a), "impl": "torch"})
-    result = evaluate(EvalJob(TaskSpec(path=str(task), small=True), source, trials=2, profile=False, timeout_s=120))
+    job = EvalJob(TaskSpec(path=str(task), small=True), source, trials=2, profile=False, timeout_s=120)
+    result = warm_executor.submit(job).result()
     assert result.verdict == "correct", result.reason
     assert result.torch_ops == ["aten.convolution"]
 

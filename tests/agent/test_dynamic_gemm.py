@@ -9,7 +9,6 @@ import pytest
 
 from agent.analysis import analyze
 from agent.templates import BY_NAME, base
-from tools.executor import ExecutorConfig, LocalExecutor
 from tools.results import EvalJob, TaskSpec
 from tools.rules import check_source
 
@@ -44,14 +43,13 @@ def candidates():
 
 
 @pytest.fixture(scope="module")
-def results(candidates):
+def results(candidates, warm_executor):
     name, gelu = candidates["gelu"]
     baked = gelu.replace(GRID, "(12 + 15) // 16")  # the row tiles of the tuned batch only
     sources = [(n, s) for n, s in candidates.values()] + [(name, baked)]
     jobs = [EvalJob(TaskSpec(str(FIXTURES / f"{n}.py"), shape_sets=SETS), s, trials=1, profile=False)
             for n, s in sources]
-    with LocalExecutor(ExecutorConfig(workers_per_device=4)) as ex:
-        return dict(zip(list(candidates) + ["baked"], ex.map(jobs)))
+    return dict(zip(list(candidates) + ["baked"], warm_executor.map(jobs)))
 
 
 def test_a_dynamic_gemm_takes_its_rows_at_call_time(candidates):

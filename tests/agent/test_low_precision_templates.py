@@ -5,8 +5,8 @@ as the search analyses it on a CPU: with the cast, for arch "cpu". There the tem
 operands to fp32 (base.default_operands), since Triton's interpreter reads bfloat16 operands of tl.dot as
 integers; the tensor-core path (operands "input") is judged where the interpreter computes it right, in fp16.
 
-One executor with one persistent worker judges every candidate in one batch, unprofiled (so nothing is compiled
-for sm_90): under a minute on 2 shared cores.
+The session's warm worker (warm_executor, tests/conftest.py) judges every candidate in one batch, unprofiled (so
+nothing is compiled for sm_90): under a minute on 2 shared cores.
 """
 import os
 import re
@@ -19,7 +19,6 @@ import torch
 
 from agent.analysis import analyze, load_task
 from agent.templates import BY_NAME, base
-from tools.executor import ExecutorConfig, LocalExecutor
 from tools.results import EvalJob, TaskSpec
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -67,7 +66,7 @@ def no_cpu_kernel(task: str, dtype: str) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def verdicts():
+def verdicts(warm_executor):
     """Per case: the evaluator's result, or ("skip", why it was not judged)."""
     out, jobs = {}, {}
     for case in CASES:
@@ -81,8 +80,7 @@ def verdicts():
         chosen = {**t.default(a), **dict(params)}
         jobs[case] = EvalJob(TaskSpec(str(FIXTURES / f"{task}.py"), dtype=dtype, small=True), t.render(a, chosen),
                              trials=1, profile=False, timeout_s=300)
-    with LocalExecutor(ExecutorConfig(workers_per_device=1)) as ex:
-        out |= dict(zip(jobs, ex.map(list(jobs.values()))))
+    out |= dict(zip(jobs, warm_executor.map(list(jobs.values()))))
     return out
 
 

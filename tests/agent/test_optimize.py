@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
-from tools.evaluate import evaluate
 from tools.results import EvalJob, TaskSpec
 
 TASK = str(Path(__file__).parent / "fixtures" / "task_scale_shift.py")
 
 
 @pytest.mark.slow
-def test_optimize_without_llm_finishes_within_budget_and_writes_a_correct_best(tmp_path, capsys, monkeypatch):
+def test_optimize_without_llm_finishes_within_budget_and_writes_a_correct_best(tmp_path, capsys, monkeypatch,
+                                                                               warm_executor):
     for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("KERNELWRIGHT_KB_DIR", str(tmp_path / "kb"))
@@ -37,7 +37,8 @@ def test_optimize_without_llm_finishes_within_budget_and_writes_a_correct_best(t
     assert (out / "lineage.dot").read_text().startswith("digraph")
 
     best = (out / "best.py").read_text()
-    result = evaluate(EvalJob(TaskSpec(TASK, name="scale_shift"), best, timeout_s=120, trials=1, profile=False))
+    result = warm_executor.submit(EvalJob(TaskSpec(TASK, name="scale_shift"), best, timeout_s=120, trials=1,
+                                          profile=False)).result()
     assert result.correct, result.reason
 
 

@@ -121,26 +121,25 @@ def test_param_search_improves_a_bad_start_under_cpu_timing(runner):
 
 
 @pytest.mark.slow
-def test_a_known_good_seed_beats_a_bad_start_through_the_evaluator():
+def test_a_known_good_seed_beats_a_bad_start_through_the_evaluator(warm_executor):
     """The sandboxed evaluator's interpreted timings rank a stored known-good config (32 rows per program) over
     the bad start, and the search proposes that seed first: two sandboxed runs (the start, then the search's first
     proposal), one after another in one warm worker as a search's runs go."""
-    from tools.evaluate import WarmWorker
     from tools.results import EvalJob, TaskSpec
     task = task_context(ROWS)
     a = analyze(task.source, small=True)
     spec = TaskSpec(path=str(ROWS), small=True)
-    with WarmWorker() as worker:
-        def run(source: str) -> EvalResult:
-            return worker.run(EvalJob(spec, source, trials=1, timeout_s=120))
 
-        start = run(BY_NAME["rowwise"].render(a, {k: v for k, v in BAD.items() if k != "template"}))
-        assert start.correct and start.interpreted
-        archive = [Individual(0, "", "param", None, dict(BAD), result=start)]
-        op = ParamOperator(seeds=[{**BAD, "BLOCK_O": 32}], seed=0)
-        op.observe(archive)
-        first = op.propose(task, archive, 1)[0]
-        archive.append(Individual(1, first.source, "param", 0, first.params, result=run(first.source)))
+    def run(source: str) -> EvalResult:
+        return warm_executor.submit(EvalJob(spec, source, trials=1, timeout_s=120)).result()
+
+    start = run(BY_NAME["rowwise"].render(a, {k: v for k, v in BAD.items() if k != "template"}))
+    assert start.correct and start.interpreted
+    archive = [Individual(0, "", "param", None, dict(BAD), result=start)]
+    op = ParamOperator(seeds=[{**BAD, "BLOCK_O": 32}], seed=0)
+    op.observe(archive)
+    first = op.propose(task, archive, 1)[0]
+    archive.append(Individual(1, first.source, "param", 0, first.params, result=run(first.source)))
     assert "known-good" in first.note
     best = max(archive, key=lambda i: i.fitness)
     assert best.params["BLOCK_O"] == 32 and best.result.timing.ms * 4 < start.timing.ms, \

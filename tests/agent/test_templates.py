@@ -170,17 +170,16 @@ def test_unsupported_tasks_say_why():
 
 
 @pytest.mark.slow
-def test_candidates_pass_the_evaluator():
+def test_candidates_pass_the_evaluator(warm_executor):
     """Through the real sandboxed evaluator: correct on every trial, no PyTorch compute (the torch GEMM
     variant keeps only its declared aten.addmm)."""
-    from tools.evaluate import evaluate
     from tools.results import EvalJob, TaskSpec
     for task, template, params in [("tpl_chain_where_bias", "elementwise", {}), ("tpl_losses", "rowwise", {}),
                                    ("tpl_gemm_epilogue", "gemm", {"impl": "torch"})]:
         a = analyze(str(FIXTURES / f"{task}.py"), small=True)
         t = BY_NAME[template]
         source = t.render(a, {**t.default(a), **params})
-        result = evaluate(EvalJob(TaskSpec(path=str(FIXTURES / f"{task}.py"), small=True), source, trials=2,
-                                  profile=False, timeout_s=120))
+        result = warm_executor.submit(EvalJob(TaskSpec(path=str(FIXTURES / f"{task}.py"), small=True), source,
+                                              trials=2, profile=False, timeout_s=120)).result()
         assert result.verdict == "correct", (task, result.reason)
         assert result.torch_ops == ([] if params.get("impl") != "torch" else ["aten.addmm"])

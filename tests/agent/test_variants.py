@@ -70,13 +70,12 @@ def test_cross_entropy_reads_its_logits_once(params, loops, runner):
     ("var_layer_norm", {"mode": "one_pass", "BLOCK_O": 2, "pairs": 1, "evict": 1}),  # 9 rows: 4 blocks and 1
     ("tpl_group_norm", {"mode": "one_pass", "BLOCK_O": 8, "pairs": 1}),  # even rows of a tensor whose W is 3
 ])
-def test_bf16_rows_through_the_evaluator(task, params):
+def test_bf16_rows_through_the_evaluator(task, params, warm_executor):
     """In bf16 (the evaluator's cast, judged against fp32 math): cross-entropy's one-pass row is held as loaded,
     its max taken at that width and its other uses widened by bits (_widen), its target one load per row; a
     softmax's (its exps live until its store) is widened at its load, or held as 32-bit pairs (pairs), loaded
     once and widened anew by each reduction stage and the store; the online softmax's running max is per group
     of a thread's 8 elements."""
-    from tools.evaluate import evaluate
     from tools.results import EvalJob, TaskSpec
     a = analyze(str(FIXTURES / f"{task}.py"), small=True, dtype="bfloat16")
     t = BY_NAME["rowwise"]
@@ -93,8 +92,8 @@ def test_bf16_rows_through_the_evaluator(task, params):
         assert ("+ rr_t, mask=mask_t" in source and "(rr) ==" not in source) == (task == "var_cross_entropy")
     else:
         assert "BLOCK_R // 8, 8], can_reorder=False)" in source
-    result = evaluate(EvalJob(TaskSpec(path=str(FIXTURES / f"{task}.py"), small=True, dtype="bfloat16"), source,
-                              trials=2, profile=False, timeout_s=300))
+    result = warm_executor.submit(EvalJob(TaskSpec(path=str(FIXTURES / f"{task}.py"), small=True, dtype="bfloat16"),
+                                          source, trials=2, profile=False, timeout_s=300)).result()
     assert result.verdict == "correct", result.reason
 
 

@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 
 from tools.deep import DEEP_SCALES, deep_draw
-from tools.evaluate import WarmWorker
 from tools.inputs import PATTERNS
 from tools.results import EvalJob, TaskSpec
 
@@ -15,13 +14,12 @@ SEED = 20240611
 
 
 @pytest.fixture(scope="module")
-def results():
+def results(warm_executor):
     task = TaskSpec(str(FIXTURES / "task_softmax.py"))
     rare, honest = ((FIXTURES / "candidates" / name).read_text() for name in ("softmax_first_element.py", "honest.py"))
     jobs = {"rare --deep": EvalJob(task, rare, trials=4, trial_seed=SEED, profile=False, deep=4),
             "honest --deep": EvalJob(task, honest, trials=3, profile=False, deep=4)}
-    with WarmWorker() as worker:
-        return {name: worker.run(job) for name, job in jobs.items()}
+    return dict(zip(jobs, warm_executor.map(list(jobs.values()))))
 
 
 def test_deep_finds_what_the_trials_pass_and_names_the_worst_input_and_seed(results):

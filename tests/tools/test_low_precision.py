@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from tools.compare import LOW_FACTOR, LOW_FLOOR, TOLERANCES, UNIT_ROUNDOFF, Failed, compare
-from tools.executor import ExecutorConfig, LocalExecutor
 from tools.results import EvalJob, TaskSpec
 from tools.verify import Checked
 
@@ -21,11 +20,10 @@ CASES = [(c["candidate"], c["task"], c.get("dtype"), c["verdict"], c["reason"])
 
 
 @pytest.fixture(scope="module")
-def results():
+def results(warm_executor):
     jobs = [EvalJob(TaskSpec(str(FIXTURES / task), dtype=dtype), (FIXTURES / "candidates" / candidate).read_text(),
                     trials=3, profile=False) for candidate, task, dtype, _, _ in CASES]
-    with LocalExecutor(ExecutorConfig(workers_per_device=2)) as ex:
-        return ex.map(jobs)
+    return warm_executor.map(jobs)
 
 
 @pytest.mark.parametrize("i", range(len(CASES)), ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from tools.compare import LOW_FACTOR, TOLERANCES, Failed, compare
-from tools.executor import ExecutorConfig, LocalExecutor
 from tools.results import EvalJob, EvalResult, TaskSpec
 from tools.verify import Checked
 
@@ -15,14 +14,13 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture(scope="module")
-def results() -> dict[str, EvalResult]:
+def results(warm_executor) -> dict[str, EvalResult]:
     """The sandboxed workers' results for two scans of the cumsum task cast to bf16 (three trials, no profile)."""
     names = ("scan_bf16_acc.py", "scan_fp32.py")
     jobs = [EvalJob(TaskSpec(str(FIXTURES / "task_cumsum.py"), dtype="bfloat16"),
                     (FIXTURES / "candidates" / name).read_text(), trials=3, trial_seed=7, profile=False)
             for name in names]
-    with LocalExecutor(ExecutorConfig(workers_per_device=2)) as ex:
-        return dict(zip(names, ex.map(jobs)))
+    return dict(zip(names, warm_executor.map(jobs)))
 
 
 def test_a_failing_bf16_candidate_carries_both_figures(results):

@@ -11,7 +11,6 @@ import pytest
 from agent.analysis import analyze
 from agent.templates import BY_NAME
 from tools.cli_eval import summary
-from tools.executor import ExecutorConfig, LocalExecutor
 from tools.results import Baselines, EvalJob, EvalResult, ShapeCheck, TaskSpec, Timing
 from tools.score import shape_speedups
 from tools.task import TaskError, check_spec, parse_shape_sets
@@ -37,13 +36,12 @@ def candidates(folder: Path) -> tuple[Path, str, str, str]:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def results(tmp_path_factory, warm_executor):
     task, dynamic, static, baked = candidates(tmp_path_factory.mktemp("shapes"))
     spec = TaskSpec(str(task), shape_sets=SETS)
     jobs = [EvalJob(spec, source, trials=2, profile=False) for source in (dynamic, static, baked)]
     jobs.append(EvalJob(spec, dynamic, trials=1))  # profiled
-    with LocalExecutor(ExecutorConfig(workers_per_device=4)) as ex:
-        return [EvalResult.from_json(r.to_json()) for r in ex.map(jobs)]  # through the wire format
+    return [EvalResult.from_json(r.to_json()) for r in warm_executor.map(jobs)]  # through the wire format
 
 
 def test_a_dynamic_kernel_is_verified_at_every_shape_set(results):
@@ -159,12 +157,11 @@ def test_on_a_gpu_each_shape_set_is_timed_against_its_baselines(tmp_path):
     assert "geomean over the 4 shape sets with GPU times" in summary(again)
 
 
-def test_a_worker_verifies_shape_sets_for_one_job_after_another(tmp_path):
+def test_a_worker_verifies_shape_sets_for_one_job_after_another(tmp_path, warm_executor):
     """Each job loads the task at each shape set under a module name of its own (kw_task_shapes0, ...); the
     next job in the same worker must not find the last one's there, or the clean check rejects its candidate
     for a module replaced in sys.modules."""
     task, dynamic, _, _ = candidates(tmp_path)
     jobs = [EvalJob(TaskSpec(str(task), shape_sets=SETS[:1]), dynamic, trials=1, profile=False) for _ in range(3)]
-    with LocalExecutor(ExecutorConfig(workers_per_device=1)) as ex:
-        verdicts = [(r.verdict, r.reason) for r in ex.map(jobs)]
+    verdicts = [(r.verdict, r.reason) for r in warm_executor.map(jobs)]  # one worker slot
     assert all(v == "correct" for v, _ in verdicts), verdicts

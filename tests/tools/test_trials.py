@@ -16,7 +16,6 @@ import pytest
 import torch
 
 from tools.compare import Failed
-from tools.executor import ExecutorConfig, LocalExecutor
 from tools.inputs import CHANGED_FRACTION, MASK, Draw, change_part, draw_seed, make_inputs, with_finite_mask
 from tools.results import EvalJob, TaskSpec
 from tools.verify import _check_plain_tensors
@@ -30,11 +29,10 @@ CASES = [(c["candidate"], c["task"], c["verdict"], c["reason"])
 
 
 @pytest.fixture(scope="module")
-def results():
+def results(warm_executor):
     jobs = [EvalJob(TaskSpec(str(FIXTURES / task)), (FIXTURES / "candidates" / candidate).read_text(), trials=3,
                     profile=False) for candidate, task, _, _ in CASES]
-    with LocalExecutor(ExecutorConfig(workers_per_device=2)) as ex:
-        return ex.map(jobs)
+    return warm_executor.map(jobs)
 
 
 @pytest.mark.parametrize("i", range(len(CASES)), ids=[f"{c[0]}-{c[1]}" for c in CASES])
@@ -75,7 +73,7 @@ def test_a_constant_in_the_math_is_judged_and_named(results):
     assert r.verdict == "correct" and "the task's output is a constant" in r.reason, r.reason
 
 
-def test_a_mean_that_only_the_trials_patterns_move_is_judged():
+def test_a_mean_that_only_the_trials_patterns_move_is_judged(warm_executor):
     """A bf16 mean of 16,384 sigmoids moves by under the tolerance between two draws of one kind, but from the
     plain trial to the shifted one it goes from 0.5 to 0.93: a constant cannot pass the trials, so the task is
     judged (it was a task error), the template's kernel is correct and a constant 0.5 is not."""
@@ -86,8 +84,7 @@ def test_a_mean_that_only_the_trials_patterns_move_is_judged():
     honest = matching(a)[0].render(a, matching(a)[0].default(a))
     jobs = [EvalJob(TaskSpec(task, dtype="bfloat16"), source, trials=3, profile=False)
             for source in (honest, (FIXTURES / "candidates" / "constant_loss.py").read_text())]
-    with LocalExecutor(ExecutorConfig(workers_per_device=2)) as ex:
-        good, cheat = ex.map(jobs)
+    good, cheat = warm_executor.map(jobs)
     assert good.verdict == "correct", good.reason
     # which trial catches it depends on the trial seed drawn: the shifted one, or a plain one widened x100; and
     # where a trial's first call passes, its second (part of the inputs changed in place) returns the same
@@ -170,12 +167,11 @@ def test_trial_seeds_are_drawn_unpredictably_and_replay_exactly():
     assert not torch.equal(first, make_inputs(setup, Draw(seed + 1, pattern="shifted"))[0])
 
 
-def test_a_reported_trial_seed_reproduces_the_failure():
+def test_a_reported_trial_seed_reproduces_the_failure(warm_executor):
     """The seed a failure names, given back as trial_seed, draws the same inputs: the same verdict and reason."""
     source = (FIXTURES / "candidates" / "argmax_last_on_ties.py").read_text()
     spec = TaskSpec(str(FIXTURES / "task_argmax.py"))
-    with LocalExecutor() as ex:
-        first = ex.submit(EvalJob(spec, source, trials=3, profile=False)).result()
-        seed = int(first.reason.rsplit("trial seed ", 1)[1].rstrip(").").strip())
-        again = ex.submit(EvalJob(spec, source, trials=3, profile=False, trial_seed=seed)).result()
+    first = warm_executor.submit(EvalJob(spec, source, trials=3, profile=False)).result()
+    seed = int(first.reason.rsplit("trial seed ", 1)[1].rstrip(").").strip())
+    again = warm_executor.submit(EvalJob(spec, source, trials=3, profile=False, trial_seed=seed)).result()
     assert first.verdict == "incorrect" and again.reason == first.reason

@@ -9,16 +9,15 @@ import pytest
 from agent.report_html import TaskRow, row_from_report
 from tools.cli_eval import summary
 from tools.compile_info import PENDING
-from tools.evaluate import evaluate
 from tools.results import VERIFIED_ON, DeepCheck, EvalJob, EvalResult, TaskSpec
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture(scope="module")
-def honest():
-    return evaluate(EvalJob(TaskSpec(str(FIXTURES / "task_softmax.py")),
-                            (FIXTURES / "candidates" / "honest.py").read_text(), trials=2))
+def honest(warm_executor):
+    return warm_executor.submit(EvalJob(TaskSpec(str(FIXTURES / "task_softmax.py")),
+                                        (FIXTURES / "candidates" / "honest.py").read_text(), trials=2)).result()
 
 
 def test_a_cpu_verdict_says_what_it_cannot_see(honest):
@@ -32,9 +31,10 @@ def test_compile_metadata_comes_after_the_verdict(honest):
     assert "compile_info" in honest.phase_seconds and "verify" in honest.phase_seconds
 
 
-def test_a_correctness_check_without_a_profile_compiles_nothing():
-    r = evaluate(EvalJob(TaskSpec(str(FIXTURES / "task_softmax.py")),
-                         (FIXTURES / "candidates" / "honest.py").read_text(), trials=1, profile=False))
+def test_a_correctness_check_without_a_profile_compiles_nothing(warm_executor):
+    job = EvalJob(TaskSpec(str(FIXTURES / "task_softmax.py")), (FIXTURES / "candidates" / "honest.py").read_text(),
+                  trials=1, profile=False)
+    r = warm_executor.submit(job).result()
     assert r.correct and r.compile is None and "compile_info" not in r.phase_seconds
 
 

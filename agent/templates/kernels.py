@@ -967,7 +967,10 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
     dyn = _dynamic(kernel, p)
     # tf32x3: the operands split once into TF32 parts (split_operands), where their sizes are constants
     split3 = p.get("precision") == "tf32x3" and not dyn
-    parts = (a.shape[0] if batched else 1) * M * K + (b.shape[0] if batched else 1) * N * K
+    # the parts padded with zeros to whole tiles and K steps: their loads take no masks
+    mp, np_ = math.ceil(M / bm) * bm, math.ceil(N / bn) * bn
+    kp = k_chunk * split if split > 1 else math.ceil(K / bk) * bk
+    parts = (a.shape[0] if batched else 1) * mp * kp + (b.shape[0] if batched else 1) * np_ * kp
     big = ".to(tl.int64)" if gen.big or (split3 and parts >= 2**31) else ""
     rows = BATCH_ARG if dyn else M  # M in the kernel: masks and the program order follow it
     lines = ["pid = tl.program_id(0)", f"num_m = tl.cdiv({rows}, BLOCK_M)", f"num_n = tl.cdiv({N}, BLOCK_N)",
@@ -985,10 +988,10 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
     ks = f"({k_start} + rk)"
     pre = None
     if split3:  # the parts, [.., M, K] and [.., N, K], take the places of a and b: K contiguous in both
-        pre = split_launches(name, a, b, batched)
-        a_ptrs = f"rm1[:, None] * {K} + {ks}[None, :]" + (f" + pid_b * {M * K}" if batched else "")
-        b_ptrs = f"rn1[:, None] * {K} + {ks}[None, :]" + (f" + pid_b * {N * K}" if batched else "")
-        a_t, b_t, sa, sb = False, True, (K, 1), (1, K)
+        pre = split_launches(name, a, b, batched, (mp, np_, kp))
+        a_ptrs = f"rm1[:, None] * {kp} + {ks}[None, :]" + (f" + pid_b * {mp * kp}" if batched else "")
+        b_ptrs = f"rn1[:, None] * {kp} + {ks}[None, :]" + (f" + pid_b * {np_ * kp}" if batched else "")
+        a_t, b_t, sa, sb = False, True, (kp, 1), (1, kp)
     else:  # each operand is loaded along its contiguous axis: a K-contiguous B (a Linear weight, w.t()) as an
         # [N, K] tile and an M-contiguous A as [K, M], transposed in registers for the dot
         a_base, b_base = f"{gen.ptr(a.base)} + {a.offset}", f"{gen.ptr(b.base)} + {b.offset}"
@@ -1009,7 +1012,7 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
     n_cond = [] if N % bn == 0 else [f"(rn1[:, None] < {N})" if b_t else f"(rn1[None, :] < {N})"]
     a_mask = " & ".join(m_cond + ([] if even_k else [k_row if a_t else k_col]))
     b_mask = " & ".join(n_cond + ([] if even_k else [k_col if b_t else k_row]))
-    a_mask, b_mask = (f", mask={m}, other=0.0" if m else "" for m in (a_mask, b_mask))
+    a_mask, b_mask = (f", mask={m}, other=0.0" if m and not split3 else "" for m in (a_mask, b_mask))
     precision, cast = p.get("precision", "ieee"), dot_cast(a, b, p.get("operands", "input"))
     if split3:
         ah, al, bh, bl = (gen.ptr(buf) for buf in operand_parts(name))

@@ -15,7 +15,7 @@ against 0.0824 (64 x 128 tiles). Error against float64 (relative, in norm): 3.2e
 own fp32 result is 1.6e-06 and 1.2e-06. Chained into the running sum across K steps instead, the same products
 were 60x less accurate (1.9e-05): a tensor core's fp32 accumulation loses bits at every step.
 
-    source, launches, temps = split_launches("k0", a, b, batched=False)
+    source, launches, temps = split_launches("k0", a, b, batched=False, padded=(M, N, K))
 """
 from __future__ import annotations
 
@@ -50,12 +50,13 @@ def operand_parts(name: str) -> tuple[str, str, str, str]:
     return f"{name}_ah", f"{name}_al", f"{name}_bh", f"{name}_bl"
 
 
-def _split_kernel(kname: str, batch: int, rows: int, cols: int, strides: tuple[int, int, int], offset: int,
-                  big: bool) -> str:
-    """A kernel that splits a [batch, rows, cols] view (source strides: batch, row, col) into contiguous hi and lo."""
-    sb, sr, sc = strides
+def _split_kernel(kname: str, batch: int, size: tuple[int, int], padded: tuple[int, int],
+                  strides: tuple[int, int, int], offset: int, big: bool) -> str:
+    """A kernel that splits a [batch, rows, cols] view (`size`; source strides: batch, row, col) into
+    contiguous hi and lo of `padded` rows and cols, zeros past the view's own."""
+    (rows, cols), (rows_p, cols_p), (sb, sr, sc) = size, padded, strides
     i64 = ".to(tl.int64)" if big else ""
-    tiles_c = math.ceil(cols / TILE)
+    tiles_c = math.ceil(cols_p / TILE)
     src = " + ".join([f"p0 + {offset}" if offset else "p0"] + ([f"pid_b * {sb}"] if batch > 1 else []) +
                      [f"r * {sr}", f"c * {sc}"])
     return "\n".join([
@@ -64,39 +65,42 @@ def _split_kernel(kname: str, batch: int, rows: int, cols: int, strides: tuple[i
         f"    pid = tl.program_id(0){i64}"] + ([f"    pid_b = tl.program_id(1){i64}"] if batch > 1 else []) + [
         f"    r = (pid // {tiles_c}) * TILE + tl.arange(0, TILE)[:, None]",
         f"    c = (pid % {tiles_c}) * TILE + tl.arange(0, TILE)[None, :]",
-        f"    m = (r < {rows}) & (c < {cols})",
-        f"    x = tl.load({src}, mask=m, other=0.0)",
+        f"    x = tl.load({src}, mask=(r < {rows}) & (c < {cols}), other=0.0)",
         "    u = x.to(tl.uint32, bitcast=True)",
         "    near = ((u + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)  # rounded to TF32's 10 bits",
         "    cut = (u & 0xFFFFE000).to(tl.float32, bitcast=True)  # truncated: where rounding overflows",
         "    hi = tl.where(x != x, x, tl.where(tl.abs(near) == float(\"inf\"), cut, near))",
         "    lo = tl.where(hi == x, 0.0, x - hi)  # an infinite x: lo 0, not inf - inf",
         "    lo = ((lo.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)",
-        f"    at = {f'pid_b * {rows * cols} + ' if batch > 1 else ''}r * {cols} + c",
+        f"    at = {f'pid_b * {rows_p * cols_p} + ' if batch > 1 else ''}r * {cols_p} + c",
+        f"    m = (r < {rows_p}) & (c < {cols_p})",
         "    tl.store(p1 + at, hi, mask=m)",
         "    tl.store(p2 + at, lo, mask=m)",
     ])
 
 
-def split_launches(name: str, a: Leaf, b: Leaf, batched: bool) -> tuple[str, list[Launch], dict]:
+def split_launches(name: str, a: Leaf, b: Leaf, batched: bool, padded: tuple[int, int, int]
+                   ) -> tuple[str, list[Launch], dict]:
     """The split kernels' source, their launches and the four scratch buffers, for a GEMM of a [.., M, K] by
-    b [.., K, N] (batched: both with a leading batch dim)."""
+    b [.., K, N] (batched: both with a leading batch dim). The parts are `padded` (M, N, K) to whole tiles and
+    K steps, with zeros: the GEMM loads them without masks."""
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    mp, np_, kp = padded
     na, nb = (a.shape[0], b.shape[0]) if batched else (1, 1)
     sa, sb = a.strides, b.strides
     ah, al, bh, bl = operand_parts(name)
     # A as [M, K] (its own strides along M and K), B as [N, K]: N along B's last dim, K along its first
-    views = [(a, ah, al, na, M, (sa[0] if batched else 0, sa[-2], sa[-1])),
-             (b, bh, bl, nb, N, (sb[0] if batched else 0, sb[-1], sb[-2]))]
+    views = [(a, ah, al, na, M, mp, (sa[0] if batched else 0, sa[-2], sa[-1])),
+             (b, bh, bl, nb, N, np_, (sb[0] if batched else 0, sb[-1], sb[-2]))]
     sources, launches, temps = [], [], {}
-    for i, (leaf, hi, lo, batch, rows, strides) in enumerate(views):
+    for i, (leaf, hi, lo, batch, rows, rows_p, strides) in enumerate(views):
         span = leaf.offset + sum((n - 1) * abs(s) for n, s in zip((batch, rows, K), strides)) + 1
-        big = max(span, batch * rows * K) >= INT32_SPAN
+        big = max(span, batch * rows_p * kp) >= INT32_SPAN
         kname = f"{name}_split{i}"
-        sources.append(_split_kernel(kname, batch, rows, K, strides, leaf.offset, big))
-        grid = (math.ceil(rows / TILE) * math.ceil(K / TILE),) + ((batch,) if batch > 1 else ())
+        sources.append(_split_kernel(kname, batch, (rows, K), (rows_p, kp), strides, leaf.offset, big))
+        grid = (math.ceil(rows_p / TILE) * math.ceil(kp / TILE),) + ((batch,) if batch > 1 else ())
         launches.append(Launch(kname, grid, [leaf.base, hi, lo], {"TILE": TILE}, 4, 1))
-        temps[hi] = temps[lo] = ((batch, rows, K), torch.float32)
+        temps[hi] = temps[lo] = ((batch, rows_p, kp), torch.float32)
     return "\n\n\n".join(sources), launches, temps
 
 

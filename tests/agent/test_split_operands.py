@@ -24,7 +24,7 @@ x = torch.tensor([[1.0, 1.0 + 2**-12, -(1.0 + 3 * 2**-12), 3.4028235e38, -3.4e38
                    float("nan"), 1e-40, 0.0, -0.0, 0.1, -7.3e-12, 123456.789, 2**-126, 5e-30]] * 3)
 a = Leaf("a", tuple(x.shape), torch.float32, base="x", strides=x.stride())
 b = Leaf("b", (x.shape[1], x.shape[0]), torch.float32, base="x", strides=(1, x.shape[1]))  # x.t(): its [N, K] is x
-source, launches, temps = split_launches("k", a, b, batched=False)
+source, launches, temps = split_launches("k", a, b, batched=False, padded=(4, 8, 32))
 path = os.path.join(tempfile.mkdtemp(), "split.py")
 open(path, "w").write("import triton\nimport triton.language as tl\n\n\n" + source)
 spec = importlib.util.spec_from_file_location("split", path)
@@ -38,7 +38,7 @@ torch.save({"x": x, **bufs}, sys.argv[1])
 
 
 def test_the_parts_are_tf32_values_that_sum_to_the_operand(tmp_path):
-    """hi keeps x's top 11 bits (rounded; truncated where rounding would overflow to infinity), lo the rest
+    """The parts are padded with zeros to whole tiles and K steps. hi keeps x's top 11 bits (rounded; truncated where rounding would overflow to infinity), lo the rest
     rounded to 11 bits: both have their low 13 bits zero (a TF32 product reads no others), hi + lo is x to
     2^-22 of it, an infinity splits into itself and 0 (not inf - inf), and a NaN stays a NaN. A value far below
     1 (here under 2^-100, 1e-40 among them) may keep fewer bits: its lo is a subnormal number."""
@@ -50,7 +50,12 @@ def test_the_parts_are_tf32_values_that_sum_to_the_operand(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     parts = torch.load(out)
     x = parts["x"][0]
-    for hi, lo in ((parts["k_ah"][0, 0], parts["k_al"][0, 0]), (parts["k_bh"][0, 0], parts["k_bl"][0, 0])):
+    for part in ("k_ah", "k_al", "k_bh", "k_bl"):  # padded to 4 (A) or 8 (B) rows of 32 with zeros
+        padding = torch.ones_like(parts[part], dtype=torch.bool)
+        padding[0, :3, :16] = False
+        assert parts[part].shape[1:] == ((4, 32) if part[2] == "a" else (8, 32)) and not parts[part][padding].any()
+    for hi, lo in ((parts["k_ah"][0, 0, :16], parts["k_al"][0, 0, :16]),
+                   (parts["k_bh"][0, 0, :16], parts["k_bl"][0, 0, :16])):
         finite = torch.isfinite(x)
         assert torch.equal(hi.view(torch.int32)[finite] & 0x1FFF, torch.zeros_like(hi[finite], dtype=torch.int32))
         assert torch.equal(lo.view(torch.int32) & 0x1FFF, torch.zeros_like(lo, dtype=torch.int32))
@@ -88,6 +93,7 @@ def test_fp32_products_split_their_operands_once_and_match_the_reference(task, p
     gemm = source[source.index("def _gemm_kernel0("):]
     assert len(re.findall(r'tl\.dot\([^\n]*input_precision="tf32"\)', gemm)) == 3 and "tf32x3" not in gemm
     assert "acc += step" in gemm
+    assert all("mask" not in line for line in gemm.splitlines() if "_ptrs)" in line)  # padded parts
 
 
 def test_the_split_form_compiles_to_tf32_tensor_core_products_for_sm_90(tmp_path):

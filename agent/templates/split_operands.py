@@ -1,7 +1,9 @@
 """fp32 matrix products on tensor cores at fp32's accuracy (the GEMM template's precision "tf32x3" for a matrix
 product with static shapes): each operand is split once, by a kernel of its own, into a TF32 high part and a
 TF32 low part (x = hi + lo, to 2^-22 of x), written to scratch buffers with K contiguous (A as [M, K], B as
-[N, K]: the layout Hopper's TF32 tensor cores read). Each K step of the GEMM then takes three TF32 products,
+[N, K]: the layout Hopper's TF32 tensor cores read), padded with zeros to whole tiles and K steps so that the
+GEMM loads them without masks (on an H200, level 1's 8_Matmul_with_irregular_shapes_, 8205 x 2949 x 5921,
+ran 6.252 ms with masked loads and 3.046 without). Each K step of the GEMM then takes three TF32 products,
 lo*hi + hi*lo + hi*hi (lo*lo, 2^-22 of the result, dropped), chained in a zeroed accumulator and added to the
 running sum in fp32. A convolution gathers its input tiles, so it cannot split them ahead: its "tf32x3" is
 Triton's own, which splits both tiles again in registers at every K step (as does a matrix product under

@@ -185,7 +185,14 @@ def count_work(model: torch.nn.Module, inputs: list) -> tuple[float, float]:
 
 
 def floor_ms(flops: float, nbytes: float, ceilings: dict, matmul_key: str) -> float:
-    return max(flops / ceilings[matmul_key], nbytes / ceilings["copy_bytes_per_s"]) * 1e3
+    """The speed-of-light time of `flops` and `nbytes`, whichever takes longer. fp32 products at fp32's
+    accuracy run at the faster of the FMA units (cuBLAS's fp32) and a third of the TF32 tensor cores' rate:
+    three TF32 products of operands split into high and low parts (agent/templates/split_operands.py) ran
+    1.8x cuBLAS's fp32 on an H200 (session 33), which a floor from the FMA rate alone called 187% of it."""
+    rate = ceilings[matmul_key]
+    if matmul_key == "matmul_fp32_flops":
+        rate = max(rate, ceilings.get("matmul_tf32_flops", 0.0) / 3)
+    return max(flops / rate, nbytes / ceilings["copy_bytes_per_s"]) * 1e3
 
 
 def matmul_key(dtype: torch.dtype, tf32: bool) -> str:

@@ -31,3 +31,17 @@ def test_cudnns_rnn_op_reads_its_weight_list():
     flops = rnn_flops(torch.Size([10, 3, 32]), weights, 4, torch.Size([49152]), torch.Size([1, 3, 64]),
                       torch.Size([1, 3, 64]), 2, 64, 0, 1, False, 0.0, False, False, [], None)
     assert flops == _gemms(30, 4, [(32, 64)])
+
+
+def test_the_fp32_floor_takes_three_tf32_products_where_they_outrun_the_fma_units():
+    """An fp32 GEMM's floor is at the faster of cuBLAS's fp32 rate and a third of TF32's (split operands,
+    agent/templates/split_operands.py); bf16 and TF32 keep their own rates, and bytes still bound it."""
+    from tools.profile import floor_ms
+
+    rates = {"matmul_fp32_flops": 51e12, "matmul_tf32_flops": 360e12, "matmul_half_flops": 700e12,
+             "copy_bytes_per_s": 4.27e12}
+    assert floor_ms(120e12, 0, rates, "matmul_fp32_flops") == 1e3  # 120 TFLOP at 120 TFLOP/s
+    assert floor_ms(51e12, 0, {**rates, "matmul_tf32_flops": 90e12}, "matmul_fp32_flops") == 1e3  # FMA faster
+    assert floor_ms(360e12, 0, rates, "matmul_tf32_flops") == 1e3
+    assert floor_ms(700e12, 0, rates, "matmul_half_flops") == 1e3
+    assert floor_ms(1e12, 4.27e12, rates, "matmul_fp32_flops") == 1e3  # the bytes take longer

@@ -3,11 +3,11 @@ num_warps, num_stages. On a GPU they are read from the compiled kernels, in the 
 each kernel is compiled for sm_90 anyway (Triton builds a cubin without a GPU) and ptxas reports registers and
 spills; that compile can take minutes, so it never runs in the candidate's time: the worker only writes what
 its kernels were launched with (`write_specs`), and the parent compiles once the verdict is in (`compile_after`),
-in a process of its own with its own time limit.
+in a process of its own (forked by a warm server, tools/compile_server.py) with its own time limit.
 
     info = from_kernels(recorder.first)                       # a GPU worker
     info = write_specs(recorder.first, "compile_specs.json")  # a CPU worker: placeholder, figures to come
-    info = compile_after(work_dir, env, cache)                # the parent, after the worker has answered
+    info = compile_after(work_dir, env, server, cache)        # the parent, after the worker has answered
 
 A compile's answer depends on nothing but what it reads: the candidate's source, the launch specs, Triton (its
 version and the environment it reads) and this file. The parent keeps each answer under a key made of those in
@@ -24,11 +24,15 @@ import sys
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from tools.guard import Launch, TensorArg
 from tools.results import CompileInfo, KernelInfo
+
+if TYPE_CHECKING:
+    from tools.compile_server import CompileServer
 
 TRITON_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
                  torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
@@ -55,12 +59,11 @@ def write_specs(first: dict[str, Launch], path: str = SPECS_FILE) -> CompileInfo
     return CompileInfo(names, PENDING)
 
 
-def compile_after(work: str, env: dict[str, str], cache: Path | None = None,
+def compile_after(work: str, env: dict[str, str], server: CompileServer, cache: Path | None = None,
                   timeout_s: float = COMPILE_TIMEOUT_S) -> CompileInfo | None:
     """Compiles the kernels whose specs the worker wrote in `work` (None when it wrote none), in a process of
-    its own (the interpreter's patches of triton.language are not in it) started in `work` with `env`; or
-    answers from `cache` when the same compile answered there before (only compiles that succeeded are kept)."""
-    from tools.sandbox import kill_group
+    its own (the interpreter's patches of triton.language are not in it), forked by `server` in `work` with
+    `env`; or answers from `cache` when the same compile answered there before (only successes are kept)."""
     specs_path = os.path.join(work, SPECS_FILE)
     if not os.path.exists(specs_path):
         return None
@@ -72,21 +75,13 @@ def compile_after(work: str, env: dict[str, str], cache: Path | None = None,
         kept = cache / f"{_compile_key(Path(work, 'candidate.py').read_bytes(), specs_text, env)}.json"
     if kept is not None and kept.exists():
         return CompileInfo([KernelInfo(**k) for k in json.loads(kept.read_text())], COMPILED)
-    run = subprocess.Popen([sys.executable, "-m", "tools.compile_info", "candidate.py", specs_path], cwd=work,
-                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        out, err = run.communicate(timeout=timeout_s)
-        if run.returncode != 0:
-            raise RuntimeError((err.strip().splitlines() or [f"exit {run.returncode}"])[-1])
+        out = server.run(work, env, timeout_s)
         info = CompileInfo([KernelInfo(**k) for k in json.loads(out)], COMPILED)
         if kept is not None:
             _keep(kept, out)
         return info
     except Exception as e:  # any Triton or ptxas failure, or the time limit: say so, the verdict stands
-        kill_group(run.pid)
-        run.wait()
-        if isinstance(e, subprocess.TimeoutExpired):
-            e = RuntimeError(f"no answer within {timeout_s:g} s")
         return CompileInfo([KernelInfo(s["name"]) for s in specs],
                            f"not available on this CPU: compiling for sm_90 failed ({_one_line(e)})")
 
@@ -150,6 +145,14 @@ def _divisibility(jit, spec: dict) -> dict:
     return attrs
 
 
+def answer() -> str:
+    """The compile of candidate.py's kernels as the specs beside it describe them (in a compile server's child, in
+    the job's folder, without TRITON_INTERPRET), as JSON."""
+    from tools.task import import_file
+    candidate = import_file("candidate.py", "kw_candidate")
+    return json.dumps([_compile_sm90(spec, candidate).__dict__ for spec in json.loads(Path(SPECS_FILE).read_text())])
+
+
 def _compile_sm90(spec: dict, module) -> KernelInfo:
     jit = getattr(module, spec["function"])
     jit = getattr(jit, "fn", jit) if not hasattr(jit, "arg_names") else jit  # an autotuned kernel wraps one
@@ -211,9 +214,3 @@ def _ptxas_usage(ptx: str) -> tuple[int, int]:
 def _one_line(e: Exception) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[-1] if text else ''}"[:200]
-
-
-if __name__ == "__main__":  # python -m tools.compile_info CANDIDATE.py SPECS.json (no TRITON_INTERPRET)
-    from tools.task import import_file
-    candidate = import_file(sys.argv[1], "kw_candidate")
-    print(json.dumps([_compile_sm90(spec, candidate).__dict__ for spec in json.loads(Path(sys.argv[2]).read_text())]))

@@ -50,9 +50,11 @@ class WarmWorker:
     each job in a fresh forked child (tools/forkserver.py)."""
 
     def __init__(self, gpu: int | None = None, isolation: str | None = None):
+        from tools.compile_server import CompileServer
         self.gpu = gpu
         self.isolation = isolation or default_isolation()
         self.server: subprocess.Popen | None = None
+        self.compiler = CompileServer()  # started at the first compile (on a CPU, for a profile)
 
     def run(self, job: EvalJob) -> EvalResult:
         started = time.perf_counter()
@@ -78,7 +80,7 @@ class WarmWorker:
                 compiling = time.perf_counter()
                 info = compile_after(work, scrubbed_env({
                     "PYTHONPATH": _import_path(), "HOME": work, "TRITON_CACHE_DIR": os.path.join(scratch, "triton"),
-                    "TRITON_DEFAULT_FP_FUSION": "1"}), cache_dir() / "sm90")
+                    "TRITON_DEFAULT_FP_FUSION": "1"}), self.compiler, cache_dir() / "sm90")
                 if info is not None:
                     result.compile = info
                     result.phase_seconds["compile_info"] = round(time.perf_counter() - compiling, 3)
@@ -91,7 +93,7 @@ class WarmWorker:
         server.stdin.flush()
         pid_line = self._read_line(START_TIMEOUT_S)
         if not pid_line or not pid_line.startswith("pid "):
-            self.close()
+            self._drop_server()
             return SandboxResult(None, f"the worker's server failed to start: {pid_line or 'no answer'}", False)
         pid = int(pid_line.split()[1])
         exit_line = self._read_line(timeout_s)
@@ -99,15 +101,15 @@ class WarmWorker:
         if exit_line is None:  # timed out: kill the job's process group (in persistent mode, the server's)
             kill_group(pid)
             if not self._read_line(10.0):
-                self.close()
+                self._drop_server()
             return SandboxResult(None, stderr, timed_out=True)
         if not exit_line:  # the server itself died (persistent mode: the candidate took it down)
             code = self.server.wait()
-            self.close()
+            self._drop_server()
             return SandboxResult(code, stderr, timed_out=False)
         status = exit_line.split()
         if status[-1] == "final":  # a persistent server that will not take another job
-            self.close()
+            self._drop_server()
         return SandboxResult(int(status[1]), stderr, timed_out=False)
 
     def _sanitize(self, result: EvalResult, job_path: str, scratch: str, timeout_s: float) -> EvalResult:
@@ -151,6 +153,11 @@ class WarmWorker:
         return self.server.stdout.readline().strip() if ready else None
 
     def close(self) -> None:
+        self._drop_server()
+        self.compiler.close()
+
+    def _drop_server(self) -> None:
+        """Ends this slot's worker server (a broken one, or at close); the next job starts another."""
         if self.server is not None:
             kill_group(self.server.pid)
             self.server.wait()

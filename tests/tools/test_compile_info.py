@@ -66,6 +66,7 @@ def test_a_compile_is_answered_again_from_the_cache_only_for_the_same_inputs(tmp
     import os
 
     from tools.compile_info import COMPILED, SPECS_FILE, compile_after
+    from tools.compile_server import CompileServer
 
     work, cache = tmp_path / "work", tmp_path / "cache"
     work.mkdir()
@@ -75,20 +76,24 @@ def test_a_compile_is_answered_again_from_the_cache_only_for_the_same_inputs(tmp
             "constexprs": {"BLOCK": 1024}, "options": {"num_warps": 4}, "divisible": ["src", "n"]}
     (work / SPECS_FILE).write_text(json.dumps([spec]))
     env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton")}
-    first = compile_after(str(work), env, cache)
+    server = CompileServer()
+    first = compile_after(str(work), env, server, cache)
     assert first.source == COMPILED and first.kernels[0].registers > 0, first.source
     assert len(list(cache.iterdir())) == 1
-    again = compile_after(str(work), {**env, "TRITON_CACHE_DIR": str(tmp_path / "other")}, cache, timeout_s=1e-3)
+    again = compile_after(str(work), {**env, "TRITON_CACHE_DIR": str(tmp_path / "other")}, server, cache,
+                          timeout_s=1e-3)
     assert again == first  # the job's own Triton folder is not part of what the compile reads
 
     def missed(**change) -> bool:
-        info = compile_after(str(work), {**env, **change.get("env", {})}, cache, timeout_s=1e-3)
+        info = compile_after(str(work), {**env, **change.get("env", {})}, server, cache, timeout_s=1e-3)
         return info.source.startswith("not available") and "no answer within" in info.source
 
     (work / SPECS_FILE).write_text(json.dumps([{**spec, "constexprs": {"BLOCK": 512}}]))
     assert missed()
     (work / SPECS_FILE).write_text(json.dumps([spec]))
-    assert missed(env={"TRITON_DEFAULT_FP_FUSION": "0"})
     (work / "candidate.py").write_text(COPY.replace("mask=offs < n), mask", "mask=offs < n) + 1, mask"))
     assert missed()
+    (work / "candidate.py").write_text(COPY)
+    assert missed(env={"TRITON_DEFAULT_FP_FUSION": "0"})
+    server.close()
     assert len(list(cache.iterdir())) == 1  # the failures (here, the time limit) left nothing

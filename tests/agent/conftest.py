@@ -1,5 +1,6 @@
 """What the agent tests share: `runner`, one long-lived Triton-interpreter process (fixtures/tpl_runner.py,
-which sets TRITON_INTERPRET=1 before importing triton) that runs candidates against their tasks."""
+which sets TRITON_INTERPRET=1 before importing triton) that runs candidates against their tasks, one for the
+session's tests (its start, PyTorch, Triton and the analysis imported, was some 5 s of a CPU for each module)."""
 import importlib.util
 from pathlib import Path
 
@@ -11,7 +12,7 @@ tpl_client = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tpl_client)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def runner(tmp_path_factory):
     r = tpl_client.Runner(tmp_path_factory.mktemp("candidates"))
     yield r

@@ -80,13 +80,12 @@ def test_correct_result_carries_interpreter_timing_and_compile_metadata(results)
         assert r.compile.source.startswith("not available")
 
 
-def test_results_cached_by_address_never_pass():
+def test_results_cached_by_address_never_pass(warm_executor):
     """Caught whichever way the cache shows itself: a repeat call on the same inputs launches no kernel, a
     trial handed a reused address gets a stale answer, and the check after timing writes new values into
     the same input tensors."""
     source = (FIXTURES / "candidates" / "pointer_cache.py").read_text()
-    with LocalExecutor() as ex:
-        r = ex.submit(EvalJob(TaskSpec(str(FIXTURES / "task_softmax.py")), source, trials=3)).result()
+    r = warm_executor.submit(EvalJob(TaskSpec(str(FIXTURES / "task_softmax.py")), source, trials=3)).result()
     assert r.verdict in ("incorrect", "rejected"), r.reason
     catches = ("never launched a Triton kernel", "differs from the reference", "reuses earlier results",
                ".data_ptr")  # the last: the candidate language, before it runs

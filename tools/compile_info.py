@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from tools.guard import Launch, TensorArg
+from tools.guard import DescriptorArg, Launch, TensorArg
 from tools.results import CompileInfo, KernelInfo
 
 if TYPE_CHECKING:
@@ -184,6 +184,8 @@ def _from_kernel(name: str, kernel) -> KernelInfo:
 def _triton_type(value) -> str:
     if isinstance(value, TensorArg):
         return "*" + TRITON_DTYPES[value.dtype]
+    if isinstance(value, DescriptorArg):
+        return f"tensordesc<{TRITON_DTYPES[value.dtype]}{list(value.block_shape)}>"
     if isinstance(value, bool):
         return "i1"
     if isinstance(value, int):

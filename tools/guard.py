@@ -26,10 +26,19 @@ class TensorArg:
 
 
 @dataclass
+class DescriptorArg:
+    """What compile metadata needs of a TMA descriptor argument (triton.tools.tensor_descriptor): its tensor's
+    dtype and its tile."""
+
+    dtype: torch.dtype
+    block_shape: tuple
+
+
+@dataclass
 class Launch:
     name: str
     jit_fn: object  # the JITFunction or InterpretedFunction
-    args: tuple  # tensors replaced by TensorArg
+    args: tuple  # tensors replaced by TensorArg, descriptors by DescriptorArg
     kwargs: dict
     kernel: object | None  # the CompiledKernel on a GPU, None in the interpreter
 
@@ -95,12 +104,17 @@ def _tensor_bytes(args: tuple, kwargs: dict) -> int:
 
 def _light(values):
     if isinstance(values, dict):
-        return {k: _tensor_arg(v) if isinstance(v, torch.Tensor) else v for k, v in values.items()}
-    return tuple(_tensor_arg(v) if isinstance(v, torch.Tensor) else v for v in values)
+        return {k: _light_arg(v) for k, v in values.items()}
+    return tuple(_light_arg(v) for v in values)
 
 
-def _tensor_arg(t: torch.Tensor) -> TensorArg:
-    return TensorArg(t.dtype, t.data_ptr() % 16 == 0)
+def _light_arg(value):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    if isinstance(value, torch.Tensor):
+        return TensorArg(value.dtype, value.data_ptr() % 16 == 0)
+    if isinstance(value, TensorDescriptor):
+        return DescriptorArg(value.base.dtype, tuple(value.block_shape))
+    return value
 
 
 class OpRecorder(TorchDispatchMode):

@@ -2,13 +2,13 @@
 
 A candidate is a module of imports, constants, `@triton.jit` kernels, host functions and `torch.nn` modules.
 Outside the kernels, code may allocate tensors, take views and shapes, compute launch grids with arithmetic,
-launch its own kernels, call the vendor ops it declares in KERNELWRIGHT_TORCH_OPS, use `math` and call
-`warnings.warn` (nothing else of `warnings`: a template candidate's guard says once that it runs the reference);
-random draws and `torch.nn` constructors belong in `__init__`. Inside the kernels: `triton.language` and
-arithmetic. Nothing else is in the language, however it is reached: an alias, a computed attribute name, a
-private or hook API, a tensor read into Python or NumPy, a Tensor subclass, a grad or dispatch mode, an attribute
-assigned outside `self`. The task's own code, copied verbatim (a candidate carries its reference), is the task's
-and exempt.
+launch its own kernels (given tensors, or TMA descriptors of them), call the vendor ops it declares in
+KERNELWRIGHT_TORCH_OPS, use `math` and call `warnings.warn` (nothing else of `warnings`: a template candidate's
+guard says once that it runs the reference); random draws and `torch.nn` constructors belong in `__init__`.
+Inside the kernels: `triton.language` and arithmetic. Nothing else is in the language, however it is reached:
+an alias, a computed attribute name, a private or hook API, a tensor read into Python or NumPy, a Tensor
+subclass, a grad or dispatch mode, an attribute assigned outside `self`. The task's own code, copied verbatim (a
+candidate carries its reference), is the task's and exempt.
 
 This file holds the language as data (what may be imported, called, read; the rules a line can break and the
 sentence each gives); tools/language_check.py walks a candidate's parsed module against it.
@@ -19,14 +19,14 @@ import functools
 from dataclasses import dataclass
 
 IMPORTABLE = frozenset("""torch torch.nn torch.nn.functional triton triton.language triton.language.extra
-triton.language.extra.libdevice triton.language.extra.cuda triton.language.extra.cuda.libdevice math
-__future__ typing warnings""".split())
+triton.language.extra.libdevice triton.language.extra.cuda triton.language.extra.cuda.libdevice
+triton.tools.tensor_descriptor math __future__ typing warnings""".split())
 TORCH_HOST = frozenset("""empty empty_like empty_strided zeros zeros_like ones ones_like full full_like arange
 tensor as_strided reshape flatten unflatten transpose permute squeeze unsqueeze t movedim narrow select split
 chunk unbind broadcast_to broadcast_shapes Size device finfo iinfo promote_types is_tensor""".split())
 HOST_CALLS = frozenset({f"torch.{n}" for n in TORCH_HOST} | {
     "torch.cuda.is_available", "triton.cdiv", "triton.next_power_of_2", "triton.Config",
-    "warnings.warn"})
+    "triton.tools.tensor_descriptor.TensorDescriptor", "warnings.warn"})  # TMA: a tensor, its shape and tiles
 INIT_CALLS = frozenset(f"torch.{n}" for n in "randn rand randint randn_like rand_like randperm".split())
 VENDOR_CALLS = frozenset({f"torch.{n}" for n in "mm addmm bmm baddbmm matmul convolution conv1d conv2d conv3d "
                           "conv_transpose1d conv_transpose2d conv_transpose3d".split()} |
@@ -77,7 +77,7 @@ KNOWN_PATHS = [
 ]
 RULES = {  # rule -> the sentence a rejection gives, with {what}
     "imports": "it imports {what}; a candidate may import torch, torch.nn, torch.nn.functional, triton, "
-               "triton.language, math, warnings (to warn) and what its task imports",
+               "triton.language, triton.tools.tensor_descriptor, math, warnings (to warn) and what its task imports",
     "evaluator-access": "it imports the evaluator's own modules ({what})",
     "introspection": "it uses {what}, which inspects the evaluator's frames, modules or objects",
     "concurrency": "it uses {what}, which starts threads, processes or network connections",

@@ -15,11 +15,11 @@ template's main kernel), in this order:
             split run in groups of rows that fit L2 (its second read from L2), eviction hints that keep a row in
             L2 for its later passes (evict), the last pass walking back over what L2 still holds, a split's
             output pass as a flat kernel
-  gemm      the main GEMM: the vendor GEMM under the Triton epilogue (impl), a convolution's FMA dot steps split
-            into TF32 parts (precision tf32x3), its other tiles, a rows tile over two batch elements (SAMPLES),
-            split-K where the output tiles do not
-            fill the GPU, tile shapes nearer the output's (more tiles where they do not fill it, larger ones
-            where they do)
+  gemm      the main GEMM: the vendor GEMM under the Triton epilogue (impl), FMA products split into TF32 parts
+            (precision tf32x3: a convolution's in registers, a matrix product's operands once in memory), split
+            operands' tiles walked by a persistent program an SM (persistent), a convolution's other tiles, a
+            rows tile over two batch elements (SAMPLES), split-K where the output tiles do not fill the GPU,
+            tile shapes nearer the output's (more tiles where they do not fill it, larger ones where they do)
   chunks    memory-bound, a looped row kernel that already reads its rows once: its chunk loop software-
             pipelined, the online softmax's max in the form params.online_form picks (fewer instructions),
             then longer chunks per iteration and more warps (on an H200, cross-entropy over 128k logits read once
@@ -43,6 +43,7 @@ from agent.graph import floor_bar
 from agent.operators.template import config_key
 from agent.templates import base
 from agent.templates.codegen import next_pow2
+from agent.templates.gemm import persistent_pays
 from agent.templates.implicit_gemm import conv_tiles, gemm_dims, outer_steps
 from agent.templates.kernels import looped_passes, online_pairs
 from agent.templates.params import (SMS, gemm_tiles, held_split, interleaved_tiles, kernel_default, kernel_invalid,
@@ -288,9 +289,15 @@ def _gemm(analysis, template, kernel: Kernel, p: dict) -> list[tuple[dict, str]]
                     "on tensor cores (precision ieee->tf32x3, one pipeline stage)"))
     if p.get("precision", "ieee") == "ieee" and "tf32x3" in space.get("precision", []) and \
             kernel.nodes[0].fn != "conv" and p.get("shapes", "static") == "static" and pays(kernel.nodes[0]):
-        out.append(({"impl": "triton", "precision": "tf32x3", "num_stages": min(3, p.get("num_stages", 3))},
+        out.append(({"impl": "triton", "precision": "tf32x3", "num_stages": min(3, p.get("num_stages", 3)),
+                     "persistent": int(persistent_pays(m, n, batch, p))},
                     "an fp32 matrix product in FMA products: try its operands split once into TF32 parts, three "
                     "tensor-core products a step (precision ieee->tf32x3)"))  # 1.8x cuBLAS's (split_operands)
+    if p.get("precision") == "tf32x3" and kernel.nodes[0].fn != "conv" and not p.get("persistent") and \
+            p.get("shapes", "static") == "static" and p.get("SPLIT_K", 1) == 1 and persistent_pays(m, n, batch, p):
+        out.append(({"impl": "triton", "persistent": 1}, f"{tiles} output tiles of split operands, a program each: "
+                                                         "try a program an SM walking them, its parts read by TMA "
+                                                         "(persistent 0->1)"))  # 2-7% (gemm.persistent_pays)
     if p.get("BLOCK_K", 1) > 1 and outer_steps(kernel.nodes[0]):  # 1.4-1.8x faster on six KernelBench tasks
         out.append(({"impl": "triton", **gemm_tiles(kernel)}, f"a phased convolution over few input channels: try "
                                                              f"outer-product K steps (BLOCK_K {p['BLOCK_K']}->1)"))

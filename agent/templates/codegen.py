@@ -54,6 +54,7 @@ class KernelCode:
     host_args: dict = field(default_factory=dict)  # tensors the host lines read: base -> their {field} name
     prep: list = field(default_factory=list)  # tensors the forward makes before the launches: (name, base it is
     # made from, the expression's rest after the base's local name)
+    imports: list = field(default_factory=list)  # the module's import lines its host lines need
 
 
 SMS = 132  # streaming multiprocessors of the H100/H200 the parameters are sized for

@@ -66,12 +66,26 @@ def split_operands(analysis: TaskAnalysis, pl, k) -> bool:
     """Whether an fp32 matrix product defaults to input_precision "tf32x3" with its operands split once in
     memory (split_operands.py: 1.8x cuBLAS's fp32 on an H200 at 5x less error against float64), where its flops
     a byte of operand pay for the split (split_operands.pays), its tiles 128 x 128 at 8 warps and 3 stages, or
-    64 x 128 at 4 warps and 4 stages where 128 x 128 tiles are fewer than the SMs (1024 x 2048 x 768: 0.0721 ms
-    against 0.1032 and cuBLAS's 0.0824). Not where the task allows TF32 (one TF32 product is its own), for
+    64 x 128 at 4 warps and 4 stages where those still fit in one wave of the SMs (1024 x 2048 x 768: 0.0721 ms
+    against 0.1032 and cuBLAS's 0.0824). Not where they take two: on an H200 (session 34, the GEMM alone), 48,
+    72, 96 and 128 tiles of 128 x 128 ran 0.0867, 0.0872, 0.0884 and 0.0390 ms, their 64 x 128 tiles 0.0564,
+    0.1096, 0.1106 and 0.0474. Not where the task allows TF32 (one TF32 product is its own), for
     16-bit operands, or where the task is verified at several shape sets: a shape-general kernel
     (shapes="dynamic") would split its tiles in registers, slower than FMA products."""
     return k.nodes[0].fn != "conv" and not analysis.tf32 and not pl.half_products() and not analysis.shape_sets \
         and pays(k.nodes[0])
+
+
+def persistent_pays(m: int, n: int, batch: int, p: dict) -> bool:
+    """Whether a matrix product's split operands default to persistent tiles (kernels._gemm: a program per SM
+    walking the tiles, the parts read by TMA descriptors): where the tiles fill at least two waves of the SMs.
+    On an H200 (session 34, 128 x 128 x 32 tiles at 8 warps and 3 stages), against the same tiles a program
+    each, the GEMM alone: 2048 x 4096 outputs over K 8192 (512 tiles) 1.321 -> 1.228 ms, 4096^2 over 4096 1.313
+    -> 1.260, 8205 x 2949 over 5921 2.991 -> 2.843; 1024 x 2048 over 768 (128 tiles, under a wave) 0.0388 ->
+    0.0402. The whole candidate, splits included: KernelBench level 1's 2, 7, 8, 10, 11 and 16 1.435 -> 1.400,
+    3.134 -> 2.998, 2.998 -> 2.882, 0.610 -> 0.595, 6.896 -> 6.717, 1.424 -> 1.400; level 2's 28, 40 and 86
+    (their epilogues inside the tile loop) 1.547 -> 1.477, 5.558 -> 5.197, 1.529 -> 1.467."""
+    return math.ceil(m / p["BLOCK_M"]) * math.ceil(n / p["BLOCK_N"]) * batch >= 2 * SMS
 
 
 def space(analysis: TaskAnalysis) -> dict[str, list]:
@@ -113,8 +127,10 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
         d["num_stages"] = 1
         if d.get("tiles") == "interleaved":  # tiles of their own (params.interleaved_tiles)
             d.update(interleaved_tiles(k, split=True))
-    if parts and math.ceil(m / 128) * math.ceil(n / 128) * batch < SMS:  # fewer 128 x 128 tiles than SMs
+    if parts and 2 * math.ceil(m / 128) * math.ceil(n / 128) * batch <= SMS:  # 64 x 128 tiles fill one wave
         d.update({"BLOCK_M": min(64, d["BLOCK_M"]), "num_warps": 4, "num_stages": 4})
+    if parts and split == 1 and persistent_pays(m, n, batch, d):
+        d["persistent"] = 1
     return {**d, "SPLIT_K": split, "impl": "torch" if vendor else "triton",
             "precision": "tf32" if analysis.tf32 else "tf32x3" if in_registers or parts else "ieee",
             **({"operands": base.default_operands(analysis)} if pl.half_products() else {})}
@@ -150,7 +166,7 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         out.append({**d, "impl": "triton"})
     if d["precision"] == "tf32x3":  # and FMA products at their own tiles and stages
         fma = kernel_default(k, rows=False)
-        out.append({**d, "impl": "triton", "precision": "ieee",
+        out.append({**d, "impl": "triton", "precision": "ieee", "persistent": 0,
                     **{key: fma[key] for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")}})
     if d.get("tiles") == "interleaved":  # and the channel tiles it replaced
         out.append({**d, **gemm_tiles(k), "impl": "triton", "tiles": "channels"})

@@ -28,7 +28,8 @@ from agent.templates.ir import Leaf, Node, contiguous_strides
 from agent.templates.rnn_kernel import render_rnn
 from agent.templates.reductions import chan_merge, shifted_merge
 from agent.templates.schedule import Kernel, squeezed
-from agent.templates.split_operands import operand_parts, products, split_launches
+from agent.templates.split_operands import (DESCRIPTOR_IMPORT, descriptor_name, descriptors, operand_parts,
+                                             products, split_launches)
 
 
 def _indent(lines: list[str], n: int = 1) -> list[str]:
@@ -973,13 +974,19 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
     parts = (a.shape[0] if batched else 1) * mp * kp + (b.shape[0] if batched else 1) * np_ * kp
     big = ".to(tl.int64)" if gen.big or (split3 and parts >= 2**31) else ""
     rows = BATCH_ARG if dyn else M  # M in the kernel: masks and the program order follow it
-    lines = ["pid = tl.program_id(0)", f"num_m = tl.cdiv({rows}, BLOCK_M)", f"num_n = tl.cdiv({N}, BLOCK_N)",
+    # persistent: a program a streaming multiprocessor, walking the tiles of all batches, its parts read by TMA
+    persist = split3 and split == 1 and bool(p.get("persistent"))
+    tiles = math.ceil(M / bm) * math.ceil(N / bn)
+    n_batch = a.shape[0] if batched else 1
+    lines = ([f"for t in tl.range(tl.program_id(0), {tiles * n_batch}, PROGRAMS):", f"pid = t % {tiles}"] +
+             [f"pid_b = t // {tiles}"] * batched if persist else ["pid = tl.program_id(0)"])
+    lines += [f"num_m = tl.cdiv({rows}, BLOCK_M)", f"num_n = tl.cdiv({N}, BLOCK_N)",
              "width = GROUP_M * num_n", "first_m = (pid // width) * GROUP_M",
              "gsize = tl.minimum(num_m - first_m, GROUP_M)", "pid_m = first_m + (pid % width) % gsize",
              "pid_n = (pid % width) // gsize",
              f"rm1 = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){big}",
              f"rn1 = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){big}", f"rk = tl.arange(0, BLOCK_K){big}"]
-    if batched:
+    if batched and not persist:
         lines.append(f"pid_b = tl.program_id(1){big}")
     k_start = "0"
     if split > 1:
@@ -1004,8 +1011,8 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
                   f"{a_base} + rm1[:, None] * {sa[-2]} + {ks}[None, :] * {sa[-1]}")
         b_ptrs = (f"{b_base} + rn1[:, None] * {sb[-1]} + {ks}[None, :] * {sb[-2]}" if b_t else
                   f"{b_base} + {ks}[:, None] * {sb[-2]} + rn1[None, :] * {sb[-1]}")
-    lines += [f"a_ptrs = {a_ptrs}", f"b_ptrs = {b_ptrs}", "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-              f"for k0 in range(0, {k_chunk}, BLOCK_K):"]
+    lines += ([] if persist else [f"a_ptrs = {a_ptrs}", f"b_ptrs = {b_ptrs}"]) + [
+        "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", f"for k0 in range(0, {k_chunk}, BLOCK_K):"]
     left = f"{K} - ({k_start} + k0)"
     k_row, k_col = f"(rk[:, None] < {left})", f"(rk[None, :] < {left})"
     m_cond = [] if M % bm == 0 and not dyn else [f"(rm1[None, :] < {rows})" if a_t else f"(rm1[:, None] < {rows})"]
@@ -1014,7 +1021,14 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
     b_mask = " & ".join(n_cond + ([] if even_k else [k_col if b_t else k_row]))
     a_mask, b_mask = (f", mask={m}, other=0.0" if m and not split3 else "" for m in (a_mask, b_mask))
     precision, cast = p.get("precision", "ieee"), dot_cast(a, b, p.get("operands", "input"))
-    if split3:
+    if persist:  # the parts' tensor descriptors, each over its batches' rows: [batch * rows, K]
+        ah, al, bh, bl = (gen.ptr(buf) for buf in operand_parts(name))
+        a_row, b_row = (f"{f'pid_b * {rows_p} + ' if batched else ''}pid_{x} * BLOCK_{x.upper()}"
+                        for x, rows_p in (("m", mp), ("n", np_)))
+        loop = [f"ta = {ah}.load([{a_row}, k0])", f"ta_lo = {al}.load([{a_row}, k0])",
+                f"tb = {bh}.load([{b_row}, k0])", f"tb_lo = {bl}.load([{b_row}, k0])"]
+        loop += products(("ta", "ta_lo"), ("tb", "tb_lo"))
+    elif split3:
         ah, al, bh, bl = (gen.ptr(buf) for buf in operand_parts(name))
         loop = [f"ta = tl.load({ah} + a_ptrs{a_mask})", f"ta_lo = tl.load({al} + a_ptrs{a_mask})",
                 f"tb = tl.load({bh} + b_ptrs{b_mask})", f"tb_lo = tl.load({bl} + b_ptrs{b_mask})"]
@@ -1023,23 +1037,30 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
         loop = [f"ta = tl.load(a_ptrs{a_mask}){cast}", f"tb = tl.load(b_ptrs{b_mask}){cast}",
                 f"acc += tl.dot({'tl.trans(ta)' if a_t else 'ta'}, {'tl.trans(tb)' if b_t else 'tb'}, "
                 f'input_precision="{precision}")']
-    lines += _indent(loop + [f"a_ptrs += BLOCK_K * {sa[-1]}", f"b_ptrs += BLOCK_K * {sb[-2]}"])
+    lines += _indent(loop + ([] if persist else [f"a_ptrs += BLOCK_K * {sa[-1]}", f"b_ptrs += BLOCK_K * {sb[-2]}"]))
     lines += ["rm = rm1[:, None]", "rn = rn1[None, :]", f"mask = (rm < {rows}) & (rn < {N})"]
     gen.groups = [([d], v) for d, v in zip(range(len(kernel.domain)),
                                            (["pid_k"] if split > 1 else []) + (["pid_b"] if batched else []) + ["rm", "rn"])]
+    start = len(gen.top.lines)
     gen.top.lines += lines
     gen.top.cache[g] = "acc"
     gen.kinds[g] = "f"
     store_lines(gen, list(kernel.stores.items()))
-    meta = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"]
+    if persist:  # the tile's lines after the loop's header, its epilogue's stores with them
+        gen.top.lines[start + 1:] = _indent(gen.top.lines[start + 1:])
+    meta = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"] + ["PROGRAMS"] * persist
     src = kernel_header(name, gen, meta, [BATCH_ARG] if dyn else []) + _indent(gen.top.lines)
     n_tiles = math.ceil(N / bn)
     grid = ((f"({BATCH_HOST} + {bm - 1}) // {bm}" + (f" * {n_tiles}" if n_tiles > 1 else ""), 1, 1) if dyn else
-            (math.ceil(M / bm) * n_tiles, a.shape[0] if batched else 1, split))
-    meta_values = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": p.get("GROUP_M", 8)}
-    launch = Launch(name, grid, list(gen.ptrs) + ([BATCH_HOST] if dyn else []), meta_values, p.get("num_warps", 4),
+            (min(tiles * n_batch, SMS), 1, 1) if persist else (tiles, n_batch, split))
+    meta_values = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": p.get("GROUP_M", 8),
+                   **({"PROGRAMS": grid[0]} if persist else {})}
+    args = [descriptor_name(a) if persist and a in operand_parts(name) else a for a in gen.ptrs]
+    launch = Launch(name, grid, args + ([BATCH_HOST] if dyn else []), meta_values, p.get("num_warps", 4),
                     p.get("num_stages", 3))
     if pre:
         source, launches, temps = pre
-        return KernelCode(source + "\n\n\n" + "\n".join(src), launches + [launch], temps)
+        host = descriptors(name, temps, (bm, bn, bk)) if persist else []
+        return KernelCode(source + "\n\n\n" + "\n".join(src), launches + [launch], temps, host=host,
+                          imports=[DESCRIPTOR_IMPORT] if persist else [])
     return KernelCode("\n".join(src), [launch])

@@ -182,8 +182,9 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     names = [buffers[o] for o in program.outputs]
     body.append(f"return {_render_tree(torch.utils._pytree.tree_unflatten(names, program.out_tree))}")
     signature = ", ".join(["self"] + program.arg_names)
+    imports = sorted({line for c in codes if c for line in c.imports})
     lines = [task_source.rstrip(), "", "", header, "import warnings", "", "import torch", "import triton",
-             "import triton.language as tl", ""]
+             "import triton.language as tl"] + imports + [""]
     if torch_ops:
         lines += [f"KERNELWRIGHT_TORCH_OPS = {sorted(set(torch_ops))!r}", ""]
     lines += [FALLBACK]
@@ -247,7 +248,8 @@ def _then(first: KernelCode, second: KernelCode) -> KernelCode:
     """One kernel's code followed by another's: both sources, then both launches in order."""
     return KernelCode(first.source + "\n\n\n" + second.source, first.launches + second.launches,
                       {**first.temps, **second.temps}, first.host + second.host,
-                      {**first.host_args, **second.host_args}, first.prep + second.prep)
+                      {**first.host_args, **second.host_args}, first.prep + second.prep,
+                      first.imports + [i for i in second.imports if i not in first.imports])
 
 
 def _launches(code: KernelCode) -> list[str]:

@@ -106,6 +106,25 @@ def split_launches(name: str, a: Leaf, b: Leaf, batched: bool, padded: tuple[int
     return "\n\n\n".join(sources), launches, temps
 
 
+DESCRIPTOR_IMPORT = "from triton.tools.tensor_descriptor import TensorDescriptor"
+
+
+def descriptor_name(part: str) -> str:
+    return f"{part}_desc"
+
+
+def descriptors(name: str, temps: dict, blocks: tuple[int, int, int]) -> list[str]:
+    """The forward's lines that make a persistent GEMM's TMA descriptors of its four parts, each over its
+    batches' rows as one [batch * rows, K] matrix, in tiles of BLOCK_M (A's parts) or BLOCK_N (B's) by BLOCK_K."""
+    bm, bn, bk = blocks
+    lines = []
+    for i, part in enumerate(operand_parts(name)):
+        (batch, rows, k), _ = temps[part]
+        lines.append(f"{descriptor_name(part)} = TensorDescriptor({part}, [{batch * rows}, {k}], [{k}, 1], "
+                     f"[{bm if i < 2 else bn}, {bk}])")
+    return lines
+
+
 def products(a_tiles: tuple[str, str], b_tiles: tuple[str, str]) -> list[str]:
     """A K step's three TF32 products of split tiles (A's [BLOCK_M, BLOCK_K], B's [BLOCK_N, BLOCK_K]), summed in
     a zeroed accumulator and added to acc in fp32."""

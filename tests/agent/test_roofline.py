@@ -142,7 +142,7 @@ def test_a_compute_bound_gemm_tries_the_vendor_gemm_then_other_tiles():
     a = analysis_of("tpl_gemm_epilogue", {"batch": 4096, "d_in": 4096, "d_out": 4096})
     t = BY_NAME["gemm"]
     assert t.default(a)["precision"] == "tf32x3"  # its operands split once (split_operands)
-    start = {**t.default(a), "impl": "triton", "precision": "ieee"}  # the FMA products
+    start = {**t.default(a), "impl": "triton", "precision": "ieee", "persistent": 0}  # the FMA products
     out = moves(a, t, start, measured(1.8), a.to_json())
     assert out[0].params["impl"] == "torch"
     assert out[0].reason == ("compute-bound at 1.80x the floor, a Triton GEMM: try the vendor GEMM under the Triton "
@@ -150,9 +150,23 @@ def test_a_compute_bound_gemm_tries_the_vendor_gemm_then_other_tiles():
     assert out[1].params["precision"] == "tf32x3" and out[1].reason.endswith(
         "an fp32 matrix product in FMA products: try its operands split once into TF32 parts, three tensor-core "
         "products a step (precision ieee->tf32x3)")
+    assert out[1].params["persistent"] == 1  # 1024 tiles: persistent ones (gemm.persistent_pays)
     tiles = [m for m in out[2:] if m.params["impl"] == "triton"]
     assert tiles and all("1024 output tiles of 128x128 for 132 SMs: try " in m.reason for m in tiles)
     assert {(m.params["BLOCK_M"], m.params["BLOCK_N"]) for m in tiles} <= {(256, 128), (128, 256)}
+
+
+@pytest.mark.parametrize("batch, moved", [(4096, True), (1024, False)])
+def test_split_operands_try_persistent_tiles_where_they_fill_two_waves(batch, moved):
+    """1024 tiles of 128 x 128 (4096 rows) try a program an SM walking them; 256 tiles, under two waves of 132
+    SMs, do not."""
+    a = analysis_of("tpl_gemm_epilogue", {"batch": batch, "d_in": 4096, "d_out": 4096})
+    t = BY_NAME["gemm"]
+    start = {**t.default(a), "BLOCK_M": 128, "persistent": 0}
+    out = [m for m in moves(a, t, start, measured(1.8), a.to_json()) if m.params.get("persistent")]
+    assert bool(out) == moved
+    if moved:
+        assert out[0].reason.endswith("try a program an SM walking them, its parts read by TMA (persistent 0->1)")
 
 
 def test_a_triton_convolution_tries_its_tiles_walking_the_other_axis(tmp_path):

@@ -78,12 +78,15 @@ def test_fp32_products_split_their_operands_where_their_flops_a_byte_pay_for_it(
     assert d["precision"] == precision
     assert d["impl"] == ("triton" if precision == "tf32x3" else "torch")  # else the vendor's, under the epilogue
     assert (d["BLOCK_M"], d["num_warps"]) == ((64, 4) if shapes["m"] == 1024 else (128, 8))
+    assert d.get("persistent", 0) == (shapes["m"] == 4096)  # 1024 tiles: eight waves of 132 SMs; 96 under one
 
 
 @pytest.mark.parametrize("task, params", [
     ("split_mm_ragged", {}),  # 37 x 45 x 29, A read through its transpose: every tile ragged
     ("split_mm_ragged", {"BLOCK_K": 16, "SPLIT_K": 2}),  # two K chunks, the last one short
     ("tpl_bmm", {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),  # batched, B given transposed
+    ("split_mm_ragged", {"persistent": 1, "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),  # TMA, ragged tiles
+    ("split_bmm_many_tiles", {"persistent": 1, "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),  # 150 tiles, 132
 ])
 def test_fp32_products_split_their_operands_once_and_match_the_reference(task, params, runner):
     from test_templates import check
@@ -94,6 +97,11 @@ def test_fp32_products_split_their_operands_once_and_match_the_reference(task, p
     assert len(re.findall(r'tl\.dot\([^\n]*input_precision="tf32"\)', gemm)) == 3 and "tf32x3" not in gemm
     assert "acc += step" in gemm
     assert all("mask" not in line for line in gemm.splitlines() if "_ptrs)" in line)  # padded parts
+    if params.get("persistent"):  # a program an SM, each taking tiles in turn, its parts read by descriptors
+        k_loop = gemm[gemm.index("for k0"):gemm.index("acc += step")]
+        assert source.count("TensorDescriptor(_gemm_kernel0_") == 4 and k_loop.count(".load([") == 4
+        assert "tl.load(" not in k_loop
+        assert re.search(r"_gemm_kernel0\[\(\d+, 1, 1\)\]", source) and "PROGRAMS=" in source
 
 
 def test_the_split_form_compiles_to_tf32_tensor_core_products_for_sm_90(tmp_path):
@@ -115,3 +123,34 @@ def test_the_split_form_compiles_to_tf32_tensor_core_products_for_sm_90(tmp_path
                     "constexprs": constexprs, "divisible": [f"p{i}" for i in range(6)],
                     "options": {"num_warps": 4, "num_stages": 3}}, module._gemm_kernel0).asm["ptx"]
     assert re.search(r"wgmma\.mma_async\S*\.tf32", ptx), re.findall(r"\b(?:w?gmma|mma)\S*", ptx)[:10]
+
+
+def test_the_persistent_form_compiles_to_tma_loads_for_sm_90_from_its_recorded_launch(tmp_path):
+    """The launch recorder keeps a descriptor argument as its dtype and tile, from which the CPU's sm_90 compile
+    (the evaluator's registers and shared memory) builds Triton's own signature: bulk tensor copies (TMA) feeding
+    TF32 wgmma."""
+    import importlib.util
+
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from tools.compile_info import _signature, compiled
+    from tools.guard import DescriptorArg, Launch, _light
+
+    a = analyze(str(FIXTURES / "split_mm_ragged.py"), small=True)
+    t = BY_NAME["gemm"]
+    params = {**t.default(a), "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 3,
+              "precision": "tf32x3", "persistent": 1}
+    (tmp_path / "mm.py").write_text(t.render(a, params))
+    spec = importlib.util.spec_from_file_location("persistent_mm", tmp_path / "mm.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    parts = [TensorDescriptor(torch.zeros(1, 64, 64), [64, 64], [64, 1], [64, 32]) for _ in range(4)]
+    args = _light((*parts, torch.zeros(8), torch.zeros(37, 29)))
+    assert args[0] == DescriptorArg(torch.float32, (64, 32))
+    launch = Launch("_gemm_kernel0", module._gemm_kernel0, args, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32,
+                    "GROUP_M": params["GROUP_M"], "PROGRAMS": 1, "num_warps": 4, "num_stages": 3}, None)
+    sig = _signature("_gemm_kernel0", launch)
+    assert sig["signature"]["p0"] == "tensordesc<fp32[64, 32]>" and sig["signature"]["p4"] == "*fp32"
+    ptx = compiled(sig, module._gemm_kernel0).asm["ptx"]
+    assert "cp.async.bulk.tensor" in ptx and re.search(r"wgmma\.mma_async\S*\.tf32", ptx)

@@ -92,6 +92,8 @@ def copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     "class M(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
     "        self.w = torch.nn.Parameter(torch.randn(3))\n\n    def forward(self, x):\n        p = self.w\n"
     "        return x.to(p.dtype).reshape(-1)\n",
+    "from triton.tools.tensor_descriptor import TensorDescriptor\n\ndef f(x):\n"
+    "    d = TensorDescriptor(x, [64, 64], [64, 1], [32, 32])\n    copy_kernel[(4,)](d, x, 1, BLOCK=1)\n",
 ])
 def test_what_honest_code_does_is_inside(body):
     assert check_source(KERNEL + ("import math\n" if "math." in body else "") + body) is None
@@ -112,6 +114,8 @@ def test_what_honest_code_does_is_inside(body):
     ("def f(x):\n    return torch.randn(3)\n", "init-only"),
     ("torch.manual_seed(0)\n", "statements"),
     ("import os\n", "imports"),
+    ("from triton.tools import disasm\n", "imports"),  # of triton.tools, only the TMA descriptor
+    ("import triton.tools.tensor_descriptor as td\n\ndef f(x):\n    return td.os\n", "values"),
     ("import torch.utils.cpp_extension\n", "native-code"),
     ("@triton.jit\ndef k(x_ptr):\n    tl.store(x_ptr, torch.tensor(1.0))\n", "kernel-language"),
     ("def helper(x):\n    return x\n\n@triton.jit\ndef k(x_ptr):\n    helper(x_ptr)\n", "kernel-language"),

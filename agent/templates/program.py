@@ -34,6 +34,7 @@ from agent.templates.params import SMS, kernel_default, sizes, splittable
 from agent.templates.pointwise_ops import helpers_for
 from agent.templates.reductions import INT32_MAX
 from agent.templates.schedule import Kernel
+from agent.templates.split_operands import DESCRIPTOR_SUFFIX
 from agent.templates.stats_epilogue import combine_params, recomputed, requested
 
 SHAPES = ("static", "dynamic")  # params["shapes"]: sizes baked in, or the batch a run-time argument
@@ -224,8 +225,9 @@ def _sfu(code: KernelCode | None, sfu: bool) -> KernelCode | None:
             block = block.replace("):\n", ", SFU: tl.constexpr):\n", 1)  # the def line's end
             blocks[i] = calls.sub(r"\1(SFU, ", block)
     for launch in code.launches:
-        if launch.kernel in named:
-            launch.meta["SFU"] = f"{_local(launch.args[0])}.is_cuda" if sfu else "False"
+        if launch.kernel in named:  # its first tensor: not a TMA descriptor (split_operands.descriptors)
+            first = next(a for a in launch.args if not a.endswith(DESCRIPTOR_SUFFIX))
+            launch.meta["SFU"] = f"{_local(first)}.is_cuda" if sfu else "False"
     for i, line in enumerate(code.host):  # launches in a host loop: kernel[grid](first, ..., num_warps=...)
         launch = re.match(r"\s*(\w+)\[.*?\]\(([^,]+),", line)
         if launch and launch.group(1) in named:

@@ -109,8 +109,11 @@ def split_launches(name: str, a: Leaf, b: Leaf, batched: bool, padded: tuple[int
 DESCRIPTOR_IMPORT = "from triton.tools.tensor_descriptor import TensorDescriptor"
 
 
+DESCRIPTOR_SUFFIX = "_desc"
+
+
 def descriptor_name(part: str) -> str:
-    return f"{part}_desc"
+    return part + DESCRIPTOR_SUFFIX
 
 
 def descriptors(name: str, temps: dict, blocks: tuple[int, int, int]) -> list[str]:

@@ -76,6 +76,21 @@ def split_operands(analysis: TaskAnalysis, pl, k) -> bool:
         and pays(k.nodes[0])
 
 
+def registers_split(analysis: TaskAnalysis, pl, k) -> bool:
+    """Whether an fp32 matrix product whose flops a byte do not pay for splitting its operands in memory (a
+    weight read about once: split_operands.pays) takes Triton's own "tf32x3", each tile split again in registers
+    at every K step (parts "registers"), instead of FMA products. On an H200 (session 34, the GEMM alone, 128 x
+    128 x 32 tiles at 8 warps and 3 stages), 128 rows by a 32768 x 32768 weight: cuBLAS's fp32 5.272 ms, in
+    registers 3.314 (from parts split in memory 3.052, plus 2.8 for the 4 GB weight's split); 128 rows by 16384
+    x 16384: 1.442 -> 0.825. Error against float64 5.9e-07 and 4.3e-07, where cuBLAS's was 3.2e-06 and
+    2.3e-06. Through `kernelbench_bench.py --budget 3`: level 2's 55, 56, 59 (those 32768 x 32768 weights) and
+    68 (16384) ran 3.468, 3.540, 3.477 and 0.889 ms, torch.compile 5.286, 5.281, 5.283 and 1.437. default()
+    takes it only where the tiles and K splits fill the SMs: level 1's 6_Matmul_with_large_K_dimension_ (256 x
+    256 outputs over K 524288, 4 tiles split 16 ways) ran 1.666 in registers against cuBLAS's 1.307."""
+    return k.nodes[0].fn != "conv" and not analysis.tf32 and not pl.half_products() and not analysis.shape_sets \
+        and not pays(k.nodes[0])
+
+
 def persistent_pays(m: int, n: int, batch: int, p: dict) -> bool:
     """Whether a matrix product's split operands default to persistent tiles (kernels._gemm: a program per SM
     walking the tiles, the parts read by TMA descriptors): where the tiles fill at least two waves of the SMs.
@@ -120,8 +135,9 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
     flops = sum(2 * math.prod(gemm_dims(x.nodes[0])) for x in pl.kernels if x.kind == "gemm")
     fp32_phased = phased(k.nodes[0]) and not pl.half_products()
     parts = split_operands(analysis, pl, k)  # a matrix product's operands split once, in memory
+    registers = registers_split(analysis, pl, k) and tiles * split >= SMS  # or its tiles at every K step
     vendor = epilogue and not (analysis.tf32 and not pl.half_products()) and flops >= 2**30 and not fp32_phased \
-        and not parts
+        and not parts and not registers
     in_registers = split_products(analysis, pl, k) and d.get("tiles") != "rows"  # rows tiles have no tl.dot
     if in_registers:
         d["num_stages"] = 1
@@ -131,8 +147,10 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
         d.update({"BLOCK_M": min(64, d["BLOCK_M"]), "num_warps": 4, "num_stages": 4})
     if parts and split == 1 and persistent_pays(m, n, batch, d):
         d["persistent"] = 1
+    if registers:
+        d["parts"] = "registers"
     return {**d, "SPLIT_K": split, "impl": "torch" if vendor else "triton",
-            "precision": "tf32" if analysis.tf32 else "tf32x3" if in_registers or parts else "ieee",
+            "precision": "tf32" if analysis.tf32 else "tf32x3" if in_registers or parts or registers else "ieee",
             **({"operands": base.default_operands(analysis)} if pl.half_products() else {})}
 
 

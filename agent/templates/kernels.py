@@ -966,8 +966,9 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
     even_k = K % bk == 0 and (split == 1 or K % k_chunk == 0)
     sa, sb = a.strides, b.strides
     dyn = _dynamic(kernel, p)
-    # tf32x3: the operands split once into TF32 parts (split_operands), where their sizes are constants
-    split3 = p.get("precision") == "tf32x3" and not dyn
+    # tf32x3: the operands split once into TF32 parts (split_operands), where their sizes are constants, unless
+    # parts "registers" (Triton's own tf32x3, each tile split again at every K step: gemm.registers_split)
+    split3 = p.get("precision") == "tf32x3" and not dyn and p.get("parts", "memory") == "memory"
     # the parts padded with zeros to whole tiles and K steps: their loads take no masks
     mp, np_ = math.ceil(M / bm) * bm, math.ceil(N / bn) * bn
     kp = k_chunk * split if split > 1 else math.ceil(K / bk) * bk

@@ -19,8 +19,9 @@ how many programs run.
   gemm  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, SAMPLES (rows tiles: batch elements a
         program takes) (+ SPLIT_K, impl, precision at plan level, and
         operands, input or fp32, where bf16/fp16 operands meet tl.dot: base.default_operands); a matrix
-        product's persistent (1: in precision tf32x3, a program per SM walking the tiles, its split operands
-        read by TMA descriptors: gemm.persistent_pays); a convolution's
+        product's parts (tf32x3's operands split once in memory, or each tile in registers at every K step:
+        gemm.registers_split) and persistent (1: in precision tf32x3, a program per SM walking the tiles, its
+        split operands read by TMA descriptors: gemm.persistent_pays); a convolution's
         tiles, channels, positions, interleaved or rows (the axis its tiles walk, a transposed convolution's
         last dim's phases in one program, or channels by one row of outputs: implicit_gemm.render_conv; by
         default its rule), stats (1: in rows tiles, the next group, instance or batch norm's statistics
@@ -393,6 +394,7 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
             space["SAMPLES"] = [1, 2, 4]  # rows tiles: batch elements a program takes (implicit_gemm._render_rows)
         else:
             space["persistent"] = [0, 1]  # 1: split operands (tf32x3) read by TMA, a program per SM (kernels._gemm)
+            space["parts"] = ["memory", "registers"]  # tf32x3's operands split once, or each tile at every K step
         if outer_steps(kernel.nodes[0]) or kernel.nodes[0].fn == "conv" and rows_fit(kernel.nodes[0]):
             space["BLOCK_K"] = [1] + space["BLOCK_K"]  # outer products (rows tiles' alone where not outer_steps)
         return space
@@ -554,9 +556,12 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
         # tf32x3 on a matrix product with static shapes: two parts of each operand (split_operands), and a
         # K step's products summed in a second accumulator
         parts = 2 if p.get("precision") == "tf32x3" and kernel.nodes[0].fn != "conv" and \
-            p.get("shapes", "static") == "static" else 1
+            p.get("shapes", "static") == "static" and p.get("parts", "memory") == "memory" else 1
+        if p.get("parts", "memory") not in ("memory", "registers"):
+            return "parts must be memory or registers"
         if p.get("persistent") and parts == 1:
-            return "persistent tiles read a matrix product's split operands: precision tf32x3, static shapes"
+            return "persistent tiles read a matrix product's operands split in memory: precision tf32x3, parts " \
+                   "memory, static shapes"
         if not rows and max(1, p.get("num_stages", 3)) * (bm * bk + bk * bn) * 4 * parts > SMEM_BYTES:
             return "the pipelined tiles need more shared memory than a block has"
         slots = interleave_slots(kernel.nodes[0]) if inter else 1  # an accumulator a slot (in a rows tile's BLOCK_M)

@@ -71,11 +71,14 @@ def test_the_parts_are_tf32_values_that_sum_to_the_operand(tmp_path):
 @pytest.mark.parametrize("shapes, precision", [
     ({"m": 4096, "k": 4096, "n": 4096}, "tf32x3"),  # 1024 flops a byte of operand
     ({"m": 1024, "k": 2048, "n": 768}, "tf32x3"),  # 219, and 64 x 128 tiles: 48 of 128 x 128 for 132 SMs
-    ({"m": 256, "k": 524288, "n": 256}, "ieee"),  # 64: the split would move more than the products save
+    ({"m": 256, "k": 524288, "n": 256}, "ieee"),  # 64: the split would move more than the products save, and
+    # 4 tiles split 16 ways leave half the SMs idle for tiles split in registers
+    ({"m": 128, "k": 16384, "n": 16384}, "tf32x3"),  # 64, a weight read once: its tiles split in registers
 ])
 def test_fp32_products_split_their_operands_where_their_flops_a_byte_pay_for_it(shapes, precision):
     d = BY_NAME["gemm"].default(analyze(str(FIXTURES / "split_mm_ragged.py"), small=False, shapes=shapes))
     assert d["precision"] == precision
+    assert d.get("parts", "memory") == ("registers" if shapes["m"] == 128 else "memory")
     assert d["impl"] == ("triton" if precision == "tf32x3" else "torch")  # else the vendor's, under the epilogue
     assert (d["BLOCK_M"], d["num_warps"]) == ((64, 4) if shapes["m"] == 1024 else (128, 8))
     assert d.get("persistent", 0) == (shapes["m"] == 4096)  # 1024 tiles: eight waves of 132 SMs; 96 under one
@@ -102,6 +105,15 @@ def test_fp32_products_split_their_operands_once_and_match_the_reference(task, p
         assert source.count("TensorDescriptor(_gemm_kernel0_") == 4 and k_loop.count(".load([") == 4
         assert "tl.load(" not in k_loop
         assert re.search(r"_gemm_kernel0\[\(\d+, 1, 1\)\]", source) and "PROGRAMS=" in source
+
+
+def test_tiles_split_in_registers_take_tritons_own_tf32x3_and_match_the_reference(runner):
+    """parts "registers": no split kernels, no scratch parts; each K step's tl.dot splits its tiles itself."""
+    from test_templates import check
+
+    source = check("split_mm_ragged", "gemm", {"precision": "tf32x3", "parts": "registers"}, runner)
+    assert "_split0" not in source and "_gemm_kernel0_ah" not in source
+    assert source.count('input_precision="tf32x3"') == 1
 
 
 def test_the_split_form_compiles_to_tf32_tensor_core_products_for_sm_90(tmp_path):

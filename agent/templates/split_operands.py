@@ -15,7 +15,8 @@ Triton's in-register split costs more than it saves on a plain GEMM. On an H200 
 2.688 (1.8x), Triton's FMA dot 3.04 and 3.03, its in-register tf32x3 3.90 and 3.90; 1024 x 2048 x 768: 0.0721
 against 0.0824 (64 x 128 tiles). Error against float64 (relative, in norm): 3.2e-07 and 2.4e-07, where cuBLAS's
 own fp32 result is 1.6e-06 and 1.2e-06. Chained into the running sum across K steps instead, the same products
-were 60x less accurate (1.9e-05): a tensor core's fp32 accumulation loses bits at every step.
+were 60x less accurate (1.9e-05): a tensor core's fp32 accumulation loses bits at every step. A persistent
+GEMM (gemm.persistent_pays) reads the parts through TMA descriptors that the forward makes (descriptors).
 
     source, launches, temps = split_launches("k0", a, b, batched=False, padded=(M, N, K))
 """
@@ -32,6 +33,8 @@ from agent.templates.ir import Leaf
 TILE = 64  # a split kernel's program takes TILE x TILE elements
 INT32_SPAN = 2**31
 SPLIT_INTENSITY = 80  # flops a byte of operand from which splitting the operands once pays (pays)
+DESCRIPTOR_IMPORT = "from triton.tools.tensor_descriptor import TensorDescriptor"  # persistent GEMMs' TMA
+DESCRIPTOR_SUFFIX = "_desc"  # a part's descriptor is named after it (descriptor_name)
 
 
 def pays(node) -> bool:
@@ -104,12 +107,6 @@ def split_launches(name: str, a: Leaf, b: Leaf, batched: bool, padded: tuple[int
         launches.append(Launch(kname, grid, [leaf.base, hi, lo], {"TILE": TILE}, 4, 1))
         temps[hi] = temps[lo] = ((batch, rows_p, kp), torch.float32)
     return "\n\n\n".join(sources), launches, temps
-
-
-DESCRIPTOR_IMPORT = "from triton.tools.tensor_descriptor import TensorDescriptor"
-
-
-DESCRIPTOR_SUFFIX = "_desc"
 
 
 def descriptor_name(part: str) -> str:

@@ -184,8 +184,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         out.append({**d, "impl": "triton"})
     if d["precision"] == "tf32x3":  # and FMA products at their own tiles and stages
         fma = kernel_default(k, rows=False)
-        out.append({**d, "impl": "triton", "precision": "ieee", "persistent": 0,
-                    **{key: fma[key] for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")}})
+        fma = {key: fma[key] for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")}
+        out.append({**d, "impl": "triton", "precision": "ieee", **fma, **({"persistent": 0} if "persistent" in d else {})})
     if d.get("tiles") == "interleaved":  # and the channel tiles it replaced
         out.append({**d, **gemm_tiles(k), "impl": "triton", "tiles": "channels"})
     if d.get("BLOCK_K") == 1:  # and the dot steps outer products replaced (implicit_gemm.outer_steps)

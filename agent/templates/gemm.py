@@ -185,7 +185,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     if d["precision"] == "tf32x3":  # and FMA products at their own tiles and stages
         fma = kernel_default(k, rows=False)
         fma = {key: fma[key] for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")}
-        out.append({**d, "impl": "triton", "precision": "ieee", **fma, **({"persistent": 0} if "persistent" in d else {})})
+        off = {"persistent": 0} if "persistent" in d else {}  # persistent tiles read split operands only
+        out.append({**d, "impl": "triton", "precision": "ieee", **fma, **off})
     if d.get("tiles") == "interleaved":  # and the channel tiles it replaced
         out.append({**d, **gemm_tiles(k), "impl": "triton", "tiles": "channels"})
     if d.get("BLOCK_K") == 1:  # and the dot steps outer products replaced (implicit_gemm.outer_steps)

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tools.sandbox import child_of_fork, kill_group
+
 START_TIMEOUT_S = 120.0  # the server's imports, on a cold disk cache
 PER_JOB_ENV = ("HOME", "TRITON_CACHE_DIR")  # set anew for each compile; anything else changed starts a new server
 
@@ -67,7 +69,6 @@ class CompileServer:
 
     def close(self) -> None:
         if self.proc is not None:
-            from tools.sandbox import kill_group
             kill_group(self.proc.pid)
             self.proc.wait()
             self.proc = None
@@ -108,7 +109,6 @@ def serve() -> None:
 
 
 def _wait(pid: int, timeout_s: float) -> str:
-    from tools.sandbox import kill_group
     handle = os.pidfd_open(pid)
     try:
         finished = select.select([handle], [], [], timeout_s)[0]
@@ -123,9 +123,7 @@ def _wait(pid: int, timeout_s: float) -> str:
 
 
 def _child(request: dict) -> None:
-    code = 1
-    try:
-        os.setsid()
+    def work():
         sys.stdin.close()
         for fd, name in ((1, "answer.json"), (2, "stderr.txt")):
             out = os.open(os.path.join(request["out"], name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -136,14 +134,8 @@ def _child(request: dict) -> None:
         os.environ.update(request["env"])
         from tools.compile_info import answer
         print(answer(), end="")
-        code = 0
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+
+    child_of_fork(work)
 
 
 if __name__ == "__main__":

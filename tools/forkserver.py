@@ -23,6 +23,8 @@ import json
 import os
 import sys
 
+from tools.sandbox import child_of_fork
+
 
 def serve() -> None:
     if os.environ.get("KERNELWRIGHT_DEVICE") == "cpu":
@@ -70,21 +72,13 @@ def _warm_compiler() -> None:
 
 
 def _child(request: dict) -> None:
-    code = 1
-    try:
-        os.setsid()
+    def work():
         _enter(request)
         sys.stdin.close()
         from tools.worker import main
         main(request["job"], request["result"])
-        code = 0
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+
+    child_of_fork(work)
 
 
 def _run_here(request: dict) -> tuple[int, bool]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 from dataclasses import dataclass
 
 # Names that look like credentials never reach candidate code.
@@ -41,3 +42,21 @@ def kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def child_of_fork(work) -> None:
+    """The life of a server's forked child: a process group of its own (kill_group ends it and what it starts),
+    then work(), then an exit that never returns to the server's loop: status 0, or 1 with the traceback on
+    stderr."""
+    code = 1
+    try:
+        os.setsid()
+        work()
+        code = 0
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

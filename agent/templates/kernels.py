@@ -827,8 +827,12 @@ def _held(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, stores: tuple
           steps: Scope) -> KernelCode:
     """A split whose chunks stay in registers (COOP): each program takes a ticket t, loads chunk t (one block,
     row block t // SPLIT), stores its partials and counts itself in. The row's last program in combines the
-    partials into the row's statistics and marks the row READY; every program then writes its chunk's output
-    from the values it holds, so the input is read once. On an H200 (session 15), level 1's 34_InstanceNorm
+    partials into the row's statistics, stores them and marks the row READY; every other program polls the
+    row's count until every partial is in and combines them itself (a few loads from L2 and one reduction,
+    where waiting for the last program's statistics took its combine, its stores and a second poll). Every
+    program then writes its chunk's output from the values it holds, so the input is read once. Combining in
+    every program, on an H200 (session 35, ms): 34_InstanceNorm 4.27 -> 3.99, 35_GroupNorm_ 5.23 -> 4.84.
+    On an H200 (session 15), level 1's 34_InstanceNorm
     ran in 4.26 ms and 35_GroupNorm_ in 5.21 (chunks of 8192 at 4 warps), where the lagged split (its second
     read from L2) ran 5.35 and 5.63 and torch.compile 5.50 and 5.39; hand-written forms of the same schedule
     ran 4.20 and 4.54. The row's other programs wait for its last one: its combine is one vector reduction
@@ -838,7 +842,7 @@ def _held(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, stores: tuple
     where a row has many chunks (session 28: 35, 256 a group, 5.25 -> 5.70 ms; 34, 32 a row, 4.30 -> 4.53) and
     1% faster at 8 (38_L1Norm_, 5.45 -> 5.40, behind its two-pass form's 5.28); a nanosleep between loads no
     better. Chunks of 4096 at 2 warps or 16384 at 8 ran no faster than 8192 at 4 on any of the three.
-    A program polls for its row's statistics at most SPINS times (HELD_SPINS on a GPU, 0 in the interpreter).
+    A program polls for its row's partials at most SPINS times (HELD_SPINS on a GPU, 0 in the interpreter).
     If they are not in by then (its peers never started: the GPU is shared, or the interpreter runs programs
     one at a time), it marks its chunk and counts it into the row's state, and the last program, which never
     waits, re-reads and writes every chunk counted in before it set READY; a chunk counted in after READY is
@@ -852,6 +856,7 @@ def _held(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, stores: tuple
     row, state = f"t // {split}", f"{sync} + {blocks} + t // {split}"
     stats = [r for r in kernel.nodes if r.op == "reduce"]
     kept = [(f"{name}_stat{i}", comb.top.cache[r]) for i, r in enumerate(stats)]  # each row's statistics
+    merge = list(comb.top.lines)  # the partials merged into the row's statistics
     store_lines(comb, red)  # the row's own outputs, by its last program
     combine = comb.top.lines + [f"tl.store({comb.ptr(buf)} + {row}, {value})" for buf, value in kept]
     cache = {r: comb.top.cache[r] for r in stats}
@@ -874,15 +879,17 @@ def _held(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, stores: tuple
     sweep = [f"for {c} in range(0, {split}):",
              f"    if tl.atomic_xchg({claims} + {row} * {split} + {c}, 2) == 1:",
              f"        for {sub} in range(0, {meta['BLOCK_R'] // width}):"] + _indent(swept, 3)
-    wait = [f"{seen} = tl.atomic_add({state}, 0, sem=\"acquire\")", f"{spins} = 0",
-            f"while ({seen} < {READY}) & ({spins} < SPINS):",
-            f"    {seen} = tl.atomic_add({state}, 0, sem=\"acquire\")", f"    {spins} += 1",
-            f"{mine} = {seen} >= {READY}", f"if {seen} < {READY}:",
-            f"    tl.store({claims} + {row} * {split} + pid_s, 1)", "    tl.debug_barrier()",
+    reload = [f"{value} = tl.load({comb.ptr(buf)} + {row}, volatile=True)" for buf, value in kept]
+    # a program that sees every partial in merges them itself, as the last one does, rather than wait for the
+    # last one's statistics
+    wait = [f"{seen} = tl.atomic_add({sync} + {row}, 0, sem=\"acquire\")", f"{spins} = 0",
+            f"while ({seen} < {split}) & ({spins} < SPINS):",
+            f"    {seen} = tl.atomic_add({sync} + {row}, 0, sem=\"acquire\")", f"    {spins} += 1",
+            f"{mine} = {seen} >= {split}", f"if {mine}:"] + _indent(merge) + [
+            "else:", f"    tl.store({claims} + {row} * {split} + pid_s, 1)", "    tl.debug_barrier()",
             f"    {old} = tl.atomic_add({state}, 1, sem=\"acq_rel\")",
             f"    if {old} >= {READY}:",  # READY came first: this program writes its chunk, unless the sweep took it
-            f"        {mine} = tl.atomic_xchg({claims} + {row} * {split} + pid_s, 0) == 1"]
-    reload = [f"{value} = tl.load({comb.ptr(buf)} + {row}, volatile=True)" for buf, value in kept]
+            f"        {mine} = tl.atomic_xchg({claims} + {row} * {split} + pid_s, 0) == 1"] + _indent(reload)
 
     def own() -> list[str]:  # this program's chunk, from the values it holds, at the indices the first part set
         held = Scope()
@@ -895,7 +902,7 @@ def _held(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, stores: tuple
         f"{mine} = {arrived} == {split - 1}", f"{old} = {arrived} * 0", f"if {mine}:"]
     lines += _indent(combine + ["tl.debug_barrier()", f"{old} = tl.atomic_or({state}, {READY}, sem=\"acq_rel\")"])
     lines += ["else:"] + _indent(wait) + [f"if {mine}:"] + _indent(
-        reload + own() + [f"if ({arrived} == {split - 1}) & ({old} > 0):"] + _indent(sweep))
+        own() + [f"if ({arrived} == {split - 1}) & ({old} > 0):"] + _indent(sweep))
     src = kernel_header(name, comb, ["BLOCK_O", "BLOCK_R", "SPINS"]) + _indent(lines)
     spins = f"{HELD_SPINS} if {next(iter(comb.ptrs))}.is_cuda else 0"
     launch = Launch(name, (blocks * split,), list(comb.ptrs), {**meta, "SPINS": spins}, p.get("num_warps", 4), 1)

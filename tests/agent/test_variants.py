@@ -245,6 +245,13 @@ def test_a_held_split_reads_its_input_once(task, params, runner):
     first_part = kernel.split("tl.debug_barrier()", 1)[0]
     assert len(re.findall(r"tl\.load\(p0 \+", first_part)) == 1
     assert re.search(r"_row_kernel0_claim = torch\.zeros\(\(\d+,\), device=", source)
+    # a waiting program polls the row's count of partials (not its READY state) and, once all are in, merges
+    # them itself with the last program's own lines, before the statistics that program stores
+    count = re.search(r"arrived\d+ = tl\.atomic_add\((p\d+ \+ t // \d+), 1", kernel).group(1)
+    assert re.search(rf"seen\d+ = tl\.atomic_add\({re.escape(count)}, 0", kernel)
+    last, waiting = kernel.split("tl.atomic_or(", 1)[0], kernel.split("tl.atomic_or(", 1)[1]
+    merge = [line.strip() for line in last.splitlines() if re.match(r"\s+(pt\d+|ws\d+) = tl\.load\(", line)]
+    assert merge and all(line in waiting for line in merge)
 
 
 def test_a_held_split_takes_one_block_a_chunk():

@@ -139,6 +139,7 @@ class Gen(Reductions):
         self.chunk_start = None  # a row kernel's chunk start where per-element code runs (r0 in a chunk loop)
         self.pivot_values: dict = {}  # the values a Welford pivot's chunk loaded (a held split reuses them)
         self.tile_mask = "mask"  # what a tap's load is masked by besides its checks (window_lanes: the rows')
+        self.walk_init: list[str] = []  # lines before a walking plane kernel's loop over its planes (kernels._plane)
         kept = [d for d in range(len(self.D)) if d not in kernel.rdims]
         if self.layout == "flat":
             self.groups = [(list(range(len(self.D))), "offs")]
@@ -574,21 +575,33 @@ class Gen(Reductions):
         lines = self.body.lines
         acc = self.fresh("acc")
         neutral = NEUTRAL["max"] if m.fn == "max" else "0.0"
-        lines.append(f"{acc} = tl.full({self.tile('full')}, {neutral}, tl.float32)")
+        walk = self.p.get("walk") and walks(m, len(self.D))
+        if walk:  # the planes this output shares with the last one come reduced from it (kernels._plane)
+            s, k = a["stride"][0], a["kernel"][0]
+            carry, nxt = self.fresh("carry"), self.fresh("nxt")
+            self.walk_init.append(f"{carry} = tl.full({self.tile('full')}, {neutral}, tl.float32)")
+            lines += [f"{acc} = {carry}", f"{nxt} = tl.full({self.tile('full')}, {neutral}, tl.float32)"]
+        else:
+            lines.append(f"{acc} = tl.full({self.tile('full')}, {neutral}, tl.float32)")
         for taps in itertools.product(*(axis.taps for axis in axes)):
+            if walk and taps[0][0] < k - s:  # in the last output's window too: in the carry
+                continue
             checks = [[]] * lead + [c for _, _, c in taps]
             xv = self.at(x, index + [pos for _, pos, _ in taps], checks, neutral)
             read = isinstance(x, Leaf) and all(n > 1 and st for cs, n, st in zip(checks, x.shape, x.strides) if cs)
             if any(checks) and not read:  # a computed tap, or a checked dim the load skips: the neutral value
                 xv = E(f"tl.where({self.all_of([c for cs in checks for c in cs])}, {f(xv)}, {neutral})", "f")
+            targets = [acc, nxt] if walk and taps[0][0] >= s else [acc]  # nxt: what the next output shares
             if m.fn == "max":
-                lines.append(f"{acc} = tl.maximum({acc}, {f(xv)})")
+                lines += [f"{t} = tl.maximum({t}, {f(xv)})" for t in targets]
             elif m.fn == "avg":
-                lines.append(f"{acc} += {f(xv)}")
+                lines += [f"{t} += {f(xv)}" for t in targets]
             else:
                 woff = self.tap_weight(m, [t for t, _, _ in taps])
                 wmask = ", mask=mask, other=0.0" if self.is_block(woff) else ""
                 lines.append(f"{acc} += {f(xv)} * tl.load({self.ptr(m.args[1].base)} + {woff}{wmask}).to(tl.float32)")
+        if walk:
+            lines.append(f"{carry} = {nxt}")
         if m.fn == "avg":
             lines.append(f"{acc} = {acc} / ({_divisor(a, axes)})")
         return acc
@@ -816,6 +829,20 @@ def _divisor(attrs: dict, axes: list[_Axis]) -> str:
     if attrs.get("divisor"):
         return str(attrs["divisor"])
     return str(math.prod(sizes)) if all(isinstance(z, int) for z in sizes) else " * ".join(map(str, sizes))
+
+
+def walks(m: Node, rank: int) -> bool:
+    """Whether a plane kernel (of `rank` dims) can walk the planes of a window m down its first window dim, each
+    output's window reduced from the planes it adds to the part it shares with the last one (kernels._plane):
+    a max or average over the last three dims, its first one strided s with k taps (s < k <= 2s, so the shared
+    part is one set of planes), undilated, not adaptive, and padded by k - s or more (so the first output shares
+    only padding with none)."""
+    a = m.attrs
+    if m.op != "window" or m.fn not in ("max", "avg") or len(a["kernel"]) != 3 or len(m.shape) != rank:
+        return False
+    s, k = a["stride"][0], a["kernel"][0]
+    return s < k <= 2 * s and a["dilation"][0] == 1 and a["padding"][0] >= k - s and \
+        not a.get("adaptive", (False,) * 3)[0]
 
 
 def lane_window(m: Node) -> bool:

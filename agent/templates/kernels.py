@@ -180,15 +180,22 @@ def _plane(kernel: Kernel, name: str, p: dict) -> KernelCode:
     """Window ops over outputs of rank 3 or more ((N, C, H, W), (N, C, D, H, W), (N, C, 1, L), unbatched
     forms): one plane of the last two dims per program, a 2-D tile of it, so input rows are read contiguously
     and per-channel weights are scalars. With p["ROWS"] a program takes that many tiles down the plane in turn.
+    With p["walk"] a program takes its tile of every plane of the dim before them in turn (a 3-D pool's output
+    depth), and a window overlapping down that dim reduces only the input planes it does not share with the last
+    output's, the rest carried from that one (Gen.window, codegen.walks): each input plane is read once a tile.
 
     Triton gives all the loads of a kernel the vector width its best-aligned one allows (4 fp32 a lane where one
     tap is 16-byte aligned), also to the taps that are not, which it then loads an element at a time: a warp's
     load spans 512 bytes for 128 it uses, and L1, not HBM, bounds the kernel. p["unaligned"] gives every load
     one element per lane instead (kernel_header): 128 bytes a warp, but no vector loads where taps align."""
-    nc, oh, ow = math.prod(kernel.domain[:-2]), kernel.domain[-2], kernel.domain[-1]
+    walk = bool(p.get("walk"))  # a program walks the dim before the plane's (Gen.window: walks)
+    nc, oh, ow = math.prod(kernel.domain[:-3 if walk else -2]), kernel.domain[-2], kernel.domain[-1]
     bh, bw = min(p.get("BLOCK_H", 8), next_pow2(oh)), min(p.get("BLOCK_W", 64), next_pow2(ow))
     vec = min(p.get("VEC", 1), bw)  # outputs a lane takes along the row: Gen.window_lanes
     gen = Gen(kernel, name, {**p, "VEC": vec})
+    if walk:
+        rank = len(kernel.domain)
+        gen.groups = [(list(range(rank - 3)), "ro"), ([rank - 3], "od"), ([rank - 2], "rh"), ([rank - 1], "rw")]
     rows = max(1, min(p.get("ROWS", 1), math.ceil(oh / bh)))  # tiles a program takes down the plane, in a loop
     nh, nw = math.ceil(oh / (bh * rows)), math.ceil(ow / bw)
     big = ".to(tl.int64)" if gen.big else ""
@@ -206,6 +213,9 @@ def _plane(kernel: Kernel, name: str, p: dict) -> KernelCode:
     if rows > 1:
         before, body = _loop_invariant(gen.top.lines[head:], {"hh"})
         gen.top.lines[head:] = before + [f"for hh in range({rows}):"] + _indent(body)
+    if walk:
+        before, body = _loop_invariant(gen.top.lines[head:], {"od"})
+        gen.top.lines[head:] = before + gen.walk_init + [f"for od in range({kernel.domain[-3]}):"] + _indent(body)
     meta = {"BLOCK_H": bh, "BLOCK_W": bw, **({"VEC": vec} if vec > 1 else {})}
     src = kernel_header(name, gen, list(meta), unaligned=bool(p.get("unaligned"))) + _indent(gen.top.lines)
     launch = Launch(name, (nc * nh * nw,), list(gen.ptrs), meta, p.get("num_warps", 4), p.get("num_stages", 1))

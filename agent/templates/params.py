@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 
 from agent.templates.attention_kernel import attention_dims
-from agent.templates.codegen import lane_window, next_pow2, pair_rows
+from agent.templates.codegen import lane_window, next_pow2, pair_rows, walks
 from agent.templates.implicit_gemm import (conv_tiles, gemm_dims, interleave_slots, outer_steps, phase_ks, phased,
                                            rows_fit, rows_k, rows_layout)
 from agent.templates.ir import Leaf, Node
@@ -323,6 +323,11 @@ def lane_width(kernel: Kernel) -> int:
     return vec if all(_aligned_rows(m.args[0], vec) for m in windows) else 0
 
 
+def walk_window(kernel: Kernel) -> bool:
+    """Whether a plane kernel has a window its programs can walk down its first dim (codegen.walks)."""
+    return kernel.layout == "plane" and any(walks(m, len(kernel.domain)) for m in kernel.nodes)
+
+
 def lanes(kernel: Kernel, p: dict) -> dict:
     """The changes to a plane kernel's parameters `p` that give each lane VEC outputs along the row (lane_width),
     or {} where its windows cannot take them: a row of up to 512 outputs a program (rows enough for a warp
@@ -382,7 +387,8 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
         return {"layout": ["plane", "flat"], "BLOCK_H": [b for b in POW2[:8] if b <= next_pow2(kernel.domain[-2])],
                 "BLOCK_W": [b for b in POW2 if 16 <= b <= max(16, min(1024, next_pow2(kernel.domain[-1])))],
                 "BLOCK": [256, 1024, 4096], "num_warps": [1, 2, 4, 8], "num_stages": [1], "unaligned": [0, 1],
-                "ROWS": [1, 2, 4, 8, 16, 32], **({"VEC": [1, lane_width(kernel)]} if lane_width(kernel) else {})}
+                "ROWS": [1, 2, 4, 8, 16, 32], **({"VEC": [1, lane_width(kernel)]} if lane_width(kernel) else {}),
+                **({"walk": [0, 1]} if walk_window(kernel) else {})}
     if layout == "gemm":
         space = {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128],
                  "GROUP_M": [1, 4, 8, 16], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5]}
@@ -529,6 +535,10 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             return "GROUP must be a multiple of BLOCK_O"
     if layout == "plane" and p.get("BLOCK_H", 8) * p.get("BLOCK_W", 64) > 8192:
         return "the tile holds more than 8192 outputs"
+    if layout == "plane" and p.get("walk") and not (walk_window(kernel) and p.get("ROWS", 1) == 1 and
+                                                     p.get("VEC", 1) == 1 and p.get("layout") != "flat"):
+        return "walk takes a plane kernel down a 3-D max or average window's first dim (codegen.walks), a tile " \
+               "at a time: ROWS 1, VEC 1"
     if layout == "plane" and p.get("VEC", 1) > 1:
         if not lane_width(kernel) or p["VEC"] > lane_width(kernel):
             return f"VEC takes windows at fixed offsets along 16-byte aligned rows, at most {lane_width(kernel)} a lane"

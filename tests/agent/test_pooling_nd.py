@@ -229,3 +229,30 @@ def test_a_rows_loop_keeps_in_it_what_changes_from_row_to_row():
     before, loop = _loop_invariant(body, {"hh"})
     assert before == ["wb = p1 + ro * 9", "w = tl.load(wb + 2)"]
     assert loop == [line for line in body if line not in before]
+
+
+@pytest.mark.parametrize("kind", ["avg", "avg_uncounted", "max_ceil", "max_unbatched"])
+def test_a_walk_down_the_planes_carries_the_shared_planes(kind, runner, tmp_path):
+    """walk (codegen.walks): a program takes a tile of every output plane in turn, and each output's window
+    reduces only the planes it does not share with the last output's, taking the rest from that one's carry."""
+    task = tmp_path / f"pool_walk_{kind}.py"
+    task.write_text((FIXTURES / "pool_walk.py").read_text().replace('kind = "avg"', f'kind = "{kind}"'))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["pooling"]
+    params = {**t.default(a), "layout": "plane", "walk": 1, "ROWS": 1, "VEC": 1}
+    assert base.invalid(a, params) is None
+    source = t.render(a, params)
+    body = kernels(source, "plane")[0]
+    assert re.search(r"for od in range\(\d+\):", body) and re.search(r"carry\d+ = nxt\d+", body)
+    assert check_source(source, task.read_text()) is None
+    out = runner.run(task, source)
+    assert out["error"] is None and out["rel_errors"] and all(e <= 1e-5 for e in out["rel_errors"]), out
+
+
+def test_a_walk_needs_a_3d_window_that_overlaps_down_its_first_dim(tmp_path):
+    task = tmp_path / "pool_walk_avg_apart.py"
+    task.write_text((FIXTURES / "pool_walk.py").read_text().replace('kind = "avg"', 'kind = "avg_apart"'))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["pooling"]
+    assert "walk" not in base.space(a)
+    assert "walk takes a plane kernel" in base.invalid(a, {**t.default(a), "walk": 1, "ROWS": 1, "VEC": 1})

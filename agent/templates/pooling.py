@@ -32,7 +32,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     # a lane takes VEC outputs along the row where the windows allow (Gen.window_lanes): on an H200 (session 20)
     # 5-24% faster than the best other variant on five of KernelBench's seven windows over aligned rows, 3-4%
     # slower on a 3x1 depthwise convolution (one tap a row) and a 3-D average pool at stride 2
-    vec = lanes(base.plan(analysis).main, d)
+    plan = base.plan(analysis).main
+    vec = lanes(plan, d)
     lanes_first = [{**d, **vec}] if vec else []
     # a strided window's loop over ROWS row tiles (params.strided_rows), and a program per row tile second: on an
     # H200 the 3-D max pool over 62-row planes ran 1.569 ms with 16 a program, 1.360 with one; level 2's pools
@@ -41,7 +42,6 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     # a 3-D window overlapping down its first dim walked by each program, the shared planes carried (kernels._plane):
     # on an H200 (session 35) KernelBench's 3-D average pool ran 2.438 ms so (2-row tiles at 2 warps; 2.500-2.890
     # at 1-4 rows and 2-4 warps) against 2.673 in the default's 8 tiles a program
-    plan = base.plan(analysis).main
     walk = [{**{k: v for k, v in d.items() if k != "VEC"}, "walk": 1, "ROWS": 1, "BLOCK_H": 2,
              "num_warps": 2}] if walk_window(plan) and d.get("layout", "plane") == "plane" else []
     return [*walk, *lanes_first, d, *single,

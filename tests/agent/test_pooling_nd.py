@@ -239,6 +239,7 @@ def test_a_walk_down_the_planes_carries_the_shared_planes(kind, runner, tmp_path
     task.write_text((FIXTURES / "pool_walk.py").read_text().replace('kind = "avg"', f'kind = "{kind}"'))
     a = analyze(str(task), small=True)
     t = BY_NAME["pooling"]
+    assert t.variants(a)[0]["walk"] == 1  # the first variant where a window can walk
     params = {**t.default(a), "layout": "plane", "walk": 1, "ROWS": 1, "VEC": 1}
     assert base.invalid(a, params) is None
     source = t.render(a, params)
@@ -254,5 +255,5 @@ def test_a_walk_needs_a_3d_window_that_overlaps_down_its_first_dim(tmp_path):
     task.write_text((FIXTURES / "pool_walk.py").read_text().replace('kind = "avg"', 'kind = "avg_apart"'))
     a = analyze(str(task), small=True)
     t = BY_NAME["pooling"]
-    assert "walk" not in base.space(a)
+    assert "walk" not in base.space(a) and not any(v.get("walk") for v in t.variants(a))
     assert "walk takes a plane kernel" in base.invalid(a, {**t.default(a), "walk": 1, "ROWS": 1, "VEC": 1})

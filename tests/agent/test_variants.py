@@ -246,7 +246,7 @@ def test_a_held_split_reads_its_input_once(task, params, runner):
     assert len(re.findall(r"tl\.load\(p0 \+", first_part)) == 1
     assert re.search(r"_row_kernel0_claim = torch\.zeros\(\(\d+,\), device=", source)
     # a waiting program polls the row's count of partials (not its READY state) and, once all are in, merges
-    # them itself with the last program's own lines, before the statistics that program stores
+    # them itself: the last program's loads of the partials appear again in the waiting branch
     count = re.search(r"arrived\d+ = tl\.atomic_add\((p\d+ \+ t // \d+), 1", kernel).group(1)
     assert re.search(rf"seen\d+ = tl\.atomic_add\({re.escape(count)}, 0", kernel)
     last, waiting = kernel.split("tl.atomic_or(", 1)[0], kernel.split("tl.atomic_or(", 1)[1]

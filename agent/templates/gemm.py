@@ -72,8 +72,7 @@ def split_operands(analysis: TaskAnalysis, pl, k) -> bool:
     0.1096, 0.1106 and 0.0474. Not where the task allows TF32 (one TF32 product is its own), for
     16-bit operands, or where the task is verified at several shape sets: a shape-general kernel
     (shapes="dynamic") would split its tiles in registers, slower than FMA products."""
-    return k.nodes[0].fn != "conv" and not analysis.tf32 and not pl.half_products() and not analysis.shape_sets \
-        and pays(k.nodes[0])
+    return _static_fp32_product(analysis, pl, k) and pays(k.nodes[0])
 
 
 def registers_split(analysis: TaskAnalysis, pl, k) -> bool:
@@ -87,8 +86,13 @@ def registers_split(analysis: TaskAnalysis, pl, k) -> bool:
     68 (16384) ran 3.468, 3.540, 3.477 and 0.889 ms, torch.compile 5.286, 5.281, 5.283 and 1.437. default()
     takes it only where the tiles and K splits fill the SMs: level 1's 6_Matmul_with_large_K_dimension_ (256 x
     256 outputs over K 524288, 4 tiles split 16 ways) ran 1.666 in registers against cuBLAS's 1.307."""
-    return k.nodes[0].fn != "conv" and not analysis.tf32 and not pl.half_products() and not analysis.shape_sets \
-        and not pays(k.nodes[0])
+    return _static_fp32_product(analysis, pl, k) and not pays(k.nodes[0])
+
+
+def _static_fp32_product(analysis: TaskAnalysis, pl, k) -> bool:
+    """Whether the main GEMM is a matrix product (not a convolution) in fp32 without TF32, verified at one shape
+    set: where tf32x3 can be its default, its parts split once in memory or in registers."""
+    return k.nodes[0].fn != "conv" and not analysis.tf32 and not pl.half_products() and not analysis.shape_sets
 
 
 def persistent_pays(m: int, n: int, batch: int, p: dict) -> bool:

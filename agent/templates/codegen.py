@@ -140,6 +140,7 @@ class Gen(Reductions):
         self.pivot_values: dict = {}  # the values a Welford pivot's chunk loaded (a held split reuses them)
         self.tile_mask = "mask"  # what a tap's load is masked by besides its checks (window_lanes: the rows')
         self.walk_init: list[str] = []  # lines before a walking plane kernel's loop over its planes (kernels._plane)
+        self.walk_back = 0  # how far before its first output a walk starts, in outputs (walk_lead; kernels._plane)
         kept = [d for d in range(len(self.D)) if d not in kernel.rdims]
         if self.layout == "flat":
             self.groups = [(list(range(len(self.D))), "offs")]
@@ -576,22 +577,22 @@ class Gen(Reductions):
         acc = self.fresh("acc")
         neutral = NEUTRAL["max"] if m.fn == "max" else "0.0"
         walk = self.p.get("walk") and walks(m, len(self.D))
-        if walk:  # the planes this output shares with the last one come reduced from it (kernels._plane)
-            s, k = a["stride"][0], a["kernel"][0]
+        if walk:  # the planes this output shares with the walk's last one come reduced from it (kernels._plane)
+            k, shift = a["kernel"][0], walk_step(m)[1]
             carry, nxt = self.fresh("carry"), self.fresh("nxt")
             self.walk_init.append(f"{carry} = tl.full({self.tile('full')}, {neutral}, tl.float32)")
             lines += [f"{acc} = {carry}", f"{nxt} = tl.full({self.tile('full')}, {neutral}, tl.float32)"]
         else:
             lines.append(f"{acc} = tl.full({self.tile('full')}, {neutral}, tl.float32)")
         for taps in itertools.product(*(axis.taps for axis in axes)):
-            if walk and taps[0][0] < k - s:  # in the last output's window too: in the carry
+            if walk and taps[0][0] < k - shift:  # in the last output's window too: in the carry
                 continue
             checks = [[]] * lead + [c for _, _, c in taps]
             xv = self.at(x, index + [pos for _, pos, _ in taps], checks, neutral)
             read = isinstance(x, Leaf) and all(n > 1 and st for cs, n, st in zip(checks, x.shape, x.strides) if cs)
             if any(checks) and not read:  # a computed tap, or a checked dim the load skips: the neutral value
                 xv = E(f"tl.where({self.all_of([c for cs in checks for c in cs])}, {f(xv)}, {neutral})", "f")
-            targets = [acc, nxt] if walk and taps[0][0] >= s else [acc]  # nxt: what the next output shares
+            targets = [acc, nxt] if walk and taps[0][0] >= shift else [acc]  # nxt: what the next output shares
             if m.fn == "max":
                 lines += [f"{t} = tl.maximum({t}, {f(xv)})" for t in targets]
             elif m.fn == "avg":
@@ -693,6 +694,7 @@ class Gen(Reductions):
             return _Axis(taps, f"({end} - {start})")
         s, p, dil = a["stride"][j], a["padding"][j], a["dilation"][j]
         first, last = -p, (O - 1) * s - p  # where the first and the last output's windows start
+        least = first - s * self.walk_back if j == 0 else first  # and the first the kernel computes
         if o == "0":
             start = -p
         elif s == 1 and p == 0:
@@ -701,7 +703,7 @@ class Gen(Reductions):
             start = self.hoist("st", f"{o} * {s} - {p}" if p else f"{o} * {s}")
         taps = []
         for t in range(size):
-            lo, hi = first + t * dil, last + t * dil
+            lo, hi = least + t * dil, last + t * dil
             if hi < 0 or lo >= I:  # outside the input for every output
                 continue
             pos = str(start + t * dil) if isinstance(start, int) else f"({start} + {t * dil})" if t else start
@@ -833,16 +835,31 @@ def _divisor(attrs: dict, axes: list[_Axis]) -> str:
 
 def walks(m: Node, rank: int) -> bool:
     """Whether a plane kernel (of `rank` dims) can walk the planes of a window m down its first window dim, each
-    output's window reduced from the planes it adds to the part it shares with the last one (kernels._plane):
-    a max or average over the last three dims, its first one strided s with k taps (s < k <= 2s, so the shared
-    part is one set of planes), undilated, not adaptive, and padded by k - s or more (so the first output shares
-    only padding with none)."""
+    output's window reduced from the planes it adds to the part it shares with an earlier output's (kernels._plane):
+    a max or average over the last three dims, not adaptive, whose outputs `apart` apart share one set of planes:
+    their windows start `shift` taps apart (walk_step) and shift < k <= 2 shift. Undilated, that is s < k <= 2s
+    between neighbours; KernelBench's 3-D max pool (k 3, s 2, dilation 3) shares a plane every third output."""
     a = m.attrs
     if m.op != "window" or m.fn not in ("max", "avg") or len(a["kernel"]) != 3 or len(m.shape) != rank:
         return False
-    s, k = a["stride"][0], a["kernel"][0]
-    return s < k <= 2 * s and a["dilation"][0] == 1 and a["padding"][0] >= k - s and \
-        not a.get("adaptive", (False,) * 3)[0]
+    return walk_step(m)[1] < a["kernel"][0] <= 2 * walk_step(m)[1] and not a.get("adaptive", (False,) * 3)[0]
+
+
+def walk_step(m: Node) -> tuple[int, int]:
+    """(apart, shift) down a window's first dim: the nearest outputs whose taps fall on the same input planes are
+    `apart` outputs apart, and the later one's window starts `shift` taps after the earlier one's (its tap t is
+    the earlier one's t + shift): s * apart = dilation * shift at the least such apart."""
+    g = math.gcd(m.attrs["stride"][0], m.attrs["dilation"][0])
+    return m.attrs["dilation"][0] // g, m.attrs["stride"][0] // g
+
+
+def walk_lead(m: Node) -> bool:
+    """Whether a walk down m's first dim starts from an output before each program's first (never stored): where
+    some first output's shared taps (t < k - shift, the part it would take from the output before it) fall on
+    input planes, not only on padding, so the carry cannot start empty."""
+    a = m.attrs
+    (apart, shift), s, pad, dil = walk_step(m), a["stride"][0], a["padding"][0], a["dilation"][0]
+    return any(s * r - pad + dil * t >= 0 for r in range(apart) for t in range(a["kernel"][0] - shift))
 
 
 def lane_window(m: Node) -> bool:

@@ -231,10 +231,12 @@ def test_a_rows_loop_keeps_in_it_what_changes_from_row_to_row():
     assert loop == [line for line in body if line not in before]
 
 
-@pytest.mark.parametrize("kind", ["avg", "avg_uncounted", "max_ceil", "max_unbatched"])
+@pytest.mark.parametrize("kind", ["avg", "avg_uncounted", "max_ceil", "max_unbatched", "max_dilated", "avg_unpadded"])
 def test_a_walk_down_the_planes_carries_the_shared_planes(kind, runner, tmp_path):
-    """walk (codegen.walks): a program takes a tile of every output plane in turn, and each output's window
-    reduces only the planes it does not share with the last output's, taking the rest from that one's carry."""
+    """walk (codegen.walks): a program takes a tile of every output plane in turn (of every third, dilated by 3),
+    and each output's window reduces only the planes it does not share with the last output's, taking the rest
+    from that one's carry. Where the first output's shared planes are the input's, not padding (the dilated max,
+    the unpadded average), the walk starts one output early, its output not stored."""
     task = tmp_path / f"pool_walk_{kind}.py"
     task.write_text((FIXTURES / "pool_walk.py").read_text().replace('kind = "avg"', f'kind = "{kind}"'))
     a = analyze(str(task), small=True)
@@ -244,7 +246,9 @@ def test_a_walk_down_the_planes_carries_the_shared_planes(kind, runner, tmp_path
     assert base.invalid(a, params) is None
     source = t.render(a, params)
     body = kernels(source, "plane")[0]
-    assert re.search(r"for od in range\(\d+\):", body) and re.search(r"carry\d+ = nxt\d+", body)
+    loop = {"max_dilated": r"for wi in range\(-1, \(9 \+ 2 - rd\) // 3\):\s+od = rd \+ wi \* 3",
+            "avg_unpadded": r"for od in range\(-1, 4\):"}.get(kind, r"for od in range\(\d+\):")
+    assert re.search(loop, body) and re.search(r"carry\d+ = nxt\d+", body)
     assert check_source(source, task.read_text()) is None
     out = runner.run(task, source)
     assert out["error"] is None and out["rel_errors"] and all(e <= 1e-5 for e in out["rel_errors"]), out

@@ -622,7 +622,10 @@ class Gen(Reductions):
         elements and takes each output's taps from those: a load of VEC elements where there was a load a tap.
         A chunk serves outputs left of it, so its load is masked by the rows (`hmask`) and the input's bounds,
         not by the tile's mask. On an H200 (session 20) KernelBench's 1-D max pool (8 taps, dilation 3) ran
-        2.088 -> 1.608 ms, its 1-D average pool 1.350 -> 1.029, its 3x7 depthwise convolution 0.448 -> 0.363."""
+        2.088 -> 1.608 ms, its 1-D average pool 1.350 -> 1.029, its 3x7 depthwise convolution 0.448 -> 0.363.
+        A walk (p["walk"]) carries each lane output's shared planes as `window` does. Walking, on an H200
+        (session 36): the 3-D max pool dilated by 3 1.193 -> 1.169 ms at VEC 4 and 1 warp (1.20-3.63 at other
+        widths and warps), the 3-D average pool 2.433 -> 2.59-3.74 at VEC 2 and 4 (slower everywhere)."""
         x, a, vec = m.args[0], m.attrs, self.p["VEC"]
         pad, dil, step, width = a["padding"][-1], a["dilation"][-1], a["stride"][-1], x.shape[-1]
         start = (-pad // vec) * vec  # the first chunk's offset from a lane's first output's first tap, aligned
@@ -633,9 +636,19 @@ class Gen(Reductions):
         neutral = NEUTRAL["max"] if m.fn == "max" else "0.0"
         part = "[BLOCK_H, BLOCK_W // VEC]"
         accs = [self.fresh("acc") for _ in range(vec)]
-        lines += [f"{acc} = tl.full({part}, {neutral}, tl.float32)" for acc in accs]
-        self.tile_mask = "hmask"
+        walk = self.p.get("walk") and walks(m, len(self.D))
+        if walk:  # as in window: each lane's outputs carry the planes the walk's next ones share
+            k, shift = a["kernel"][0], walk_step(m)[1]
+            carries, nxts = [self.fresh("carry") for _ in accs], [self.fresh("nxt") for _ in accs]
+            self.walk_init += [f"{c} = tl.full({part}, {neutral}, tl.float32)" for c in carries]
+            lines += [f"{acc} = {c}" for acc, c in zip(accs, carries)]
+            lines += [f"{n} = tl.full({part}, {neutral}, tl.float32)" for n in nxts]
+        else:
+            lines += [f"{acc} = tl.full({part}, {neutral}, tl.float32)" for acc in accs]
+        outer, self.tile_mask = self.tile_mask, "hmask"
         for taps in itertools.product(*(axis.taps for axis in axes[:-1])):
+            if walk and taps[0][0] < k - shift:  # in the carry
+                continue
             elems = []
             for c in range(-(-last // vec)):
                 offset = start + c * vec
@@ -653,9 +666,12 @@ class Gen(Reductions):
                     lines.append(f"{weight} = tl.load({self.ptr(m.args[1].base)} + {woff}).to(tl.float32)")
                 for j, acc in enumerate(accs):
                     e = elems[first + step * j + dil * t]
-                    lines.append(f"{acc} = tl.maximum({acc}, {e})" if m.fn == "max" else
-                                 f"{acc} += {e}" if m.fn == "avg" else f"{acc} += {e} * {weight}")
-        self.tile_mask = "mask"
+                    for target in [acc, nxts[j]] if walk and taps[0][0] >= shift else [acc]:
+                        lines.append(f"{target} = tl.maximum({target}, {e})" if m.fn == "max" else
+                                     f"{target} += {e}" if m.fn == "avg" else f"{target} += {e} * {weight}")
+        if walk:
+            lines += [f"{c} = {n}" for c, n in zip(carries, nxts)]
+        self.tile_mask = outer
         acc = self.fresh("acc")
         lines.append(f"{acc} = {_join_lanes(accs)}")
         if m.fn == "avg":

@@ -216,11 +216,13 @@ def _plane(kernel: Kernel, name: str, p: dict) -> KernelCode:
         gen.top.lines.append(f"rw = (tile % {nw}) * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]")
     head = len(gen.top.lines)
     step = f"(tile // {nw}) * {bh * rows} + hh * BLOCK_H" if rows > 1 else f"(tile // {nw}) * BLOCK_H"
-    gen.top.lines += [f"rh = {step} + tl.arange(0, BLOCK_H){'[:, None, None]' if vec > 1 else '[:, None]'}",
-                      f"mask = (rh < {oh}) & (rw < {ow})"] + ([f"hmask = rh < {oh}"] if vec > 1 else [])
+    gen.top.lines.append(f"rh = {step} + tl.arange(0, BLOCK_H){'[:, None, None]' if vec > 1 else '[:, None]'}")
     if lead:  # the output before the walk's first is computed for its carry, its taps masked by the plane's
-        gen.top.lines[-1:] = [f"tmask = (rh < {oh}) & (rw < {ow})", "mask = tl.where(od >= 0, tmask, False)"]
+        gen.top.lines += [f"tmask = (rh < {oh}) & (rw < {ow})", "mask = tl.where(od >= 0, tmask, False)"]
         gen.tile_mask = "tmask"
+    else:
+        gen.top.lines.append(f"mask = (rh < {oh}) & (rw < {ow})")
+    gen.top.lines += [f"hmask = rh < {oh}"] if vec > 1 else []
     store_lines(gen, list(kernel.stores.items()))
     if rows > 1:
         before, body = _loop_invariant(gen.top.lines[head:], {"hh"})

@@ -536,9 +536,9 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
     if layout == "plane" and p.get("BLOCK_H", 8) * p.get("BLOCK_W", 64) > 8192:
         return "the tile holds more than 8192 outputs"
     if layout == "plane" and p.get("walk") and not (walk_window(kernel) and p.get("ROWS", 1) == 1 and
-                                                     p.get("VEC", 1) == 1 and p.get("layout") != "flat"):
+                                                     p.get("layout") != "flat"):
         return "walk takes a plane kernel down a 3-D max or average window's first dim (codegen.walks), a tile " \
-               "at a time: ROWS 1, VEC 1"
+               "at a time: ROWS 1"
     if layout == "plane" and p.get("VEC", 1) > 1:
         if not lane_width(kernel) or p["VEC"] > lane_width(kernel):
             return f"VEC takes windows at fixed offsets along 16-byte aligned rows, at most {lane_width(kernel)} a lane"

@@ -231,24 +231,28 @@ def test_a_rows_loop_keeps_in_it_what_changes_from_row_to_row():
     assert loop == [line for line in body if line not in before]
 
 
-@pytest.mark.parametrize("kind", ["avg", "avg_uncounted", "max_ceil", "max_unbatched", "max_dilated", "avg_unpadded"])
-def test_a_walk_down_the_planes_carries_the_shared_planes(kind, runner, tmp_path):
+@pytest.mark.parametrize("kind,vec", [("avg", 1), ("avg_uncounted", 1), ("max_ceil", 1), ("max_unbatched", 1),
+                                      ("max_dilated", 1), ("avg_unpadded", 1), ("avg_rows", 2),
+                                      ("max_dilated_rows", 4)])
+def test_a_walk_down_the_planes_carries_the_shared_planes(kind, vec, runner, tmp_path):
     """walk (codegen.walks): a program takes a tile of every output plane in turn (of every third, dilated by 3),
     and each output's window reduces only the planes it does not share with the last output's, taking the rest
     from that one's carry. Where the first output's shared planes are the input's, not padding (the dilated max,
-    the unpadded average), the walk starts one output early, its output not stored."""
+    the unpadded average), the walk starts one output early, its output not stored. Over aligned rows a lane may
+    take VEC outputs, each carrying its own (Gen.window_lanes)."""
     task = tmp_path / f"pool_walk_{kind}.py"
     task.write_text((FIXTURES / "pool_walk.py").read_text().replace('kind = "avg"', f'kind = "{kind}"'))
     a = analyze(str(task), small=True)
     t = BY_NAME["pooling"]
     assert t.variants(a)[0]["walk"] == 1  # the first variant where a window can walk
-    params = {**t.default(a), "layout": "plane", "walk": 1, "ROWS": 1, "VEC": 1}
+    params = {**t.default(a), "layout": "plane", "walk": 1, "ROWS": 1, "VEC": vec}
     assert base.invalid(a, params) is None
     source = t.render(a, params)
     body = kernels(source, "plane")[0]
     loop = {"max_dilated": r"for wi in range\(-1, \(9 \+ 2 - rd\) // 3\):\s+od = rd \+ wi \* 3",
-            "avg_unpadded": r"for od in range\(-1, 4\):"}.get(kind, r"for od in range\(\d+\):")
-    assert re.search(loop, body) and re.search(r"carry\d+ = nxt\d+", body)
+            "avg_unpadded": r"for od in range\(-1, 4\):"}.get(kind, r"for (od|wi) in range\(")
+    assert re.search(loop, body) and len(re.findall(r"carry\d+ = nxt\d+", body)) == vec
+    assert ("tl.split" in body) == (vec > 1)
     assert check_source(source, task.read_text()) is None
     out = runner.run(task, source)
     assert out["error"] is None and out["rel_errors"] and all(e <= 1e-5 for e in out["rel_errors"]), out

@@ -40,7 +40,7 @@ from agent.templates.implicit_gemm import (conv_tiles, gemm_dims, interleave_slo
                                            rows_fit, rows_k, rows_layout)
 from agent.templates.ir import Leaf, Node
 from agent.templates.fold import fold_sums, foldable
-from agent.templates.kernels import looped_passes, reduction_stages, online_pairs, welford_pairs
+from agent.templates.kernels import col_splittable, looped_passes, reduction_stages, online_pairs, welford_pairs
 from agent.templates.codegen import SMS
 from agent.templates.schedule import Kernel
 
@@ -436,7 +436,8 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
             space["fold"] = [1, 0]
         return space
     return {"BLOCK_I": [b for b in POW2 if 16 <= b <= max(16, min(1024, next_pow2(i)))],
-            "BLOCK_R": [b for b in POW2 if b <= min(256, rp)], "num_warps": [1, 2, 4, 8, 16], "num_stages": [1, 2, 3]}
+            "BLOCK_R": [b for b in POW2 if b <= min(256, rp)], "num_warps": [1, 2, 4, 8, 16], "num_stages": [1, 2, 3],
+            **({"SPLIT": [1, 2, 4, 8, 16]} if col_splittable(kernel) else {})}  # kernels._col_split
 
 
 def online_form(kernel: Kernel) -> int:
@@ -546,6 +547,11 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             return "VEC loads aligned vectors in a plane tile: no unaligned, no flat layout"
     if layout == "col" and p.get("BLOCK_I", 64) * p.get("BLOCK_R", 32) > 65536:
         return "the tile holds more than 65536 elements"
+    if layout == "col" and p.get("SPLIT", 1) > 1:
+        if not col_splittable(kernel):
+            return "SPLIT splits a column kernel's sums, maxima or minima of its input, with no per-element output"
+        if p["SPLIT"] > math.ceil(sizes(kernel)[1] / p.get("BLOCK_R", 32)):
+            return "SPLIT gives each program at least BLOCK_R rows of the reduced axis"
     if layout == "gemm":
         inter, rows = p.get("tiles") == "interleaved", p.get("tiles") == "rows"
         if p.get("tiles", "channels") not in ("channels", "positions", "interleaved", "rows"):

@@ -105,7 +105,8 @@ def invalid(analysis: TaskAnalysis, params: dict) -> str | None:
             batched = batch_of(pl.program, pl.kernels, inputs).kernels
             split = [i for i, p in {**tuned, pl.primary: params}.items() if i in batched and p.get("SPLIT", 1) > 1]
             if split:
-                raise ValueError(f"shapes='dynamic' covers row kernels without SPLIT (kernel {split[0]} splits)")
+                raise ValueError(f"shapes='dynamic' covers row and column kernels without SPLIT (kernel {split[0]} "
+                                 "splits)")
         outputs = tuple(pl.buffers[o] for o in pl.program.outputs if o in pl.buffers)
         requested(pl.kernels, pl.primary, fitted(pl.main, _kernel_params(params)), outputs)  # ValueError if it cannot
         if params.get("recompute") and shapes_of(params) == "dynamic":

@@ -858,7 +858,8 @@ def walks(m: Node, rank: int) -> bool:
     a = m.attrs
     if m.op != "window" or m.fn not in ("max", "avg") or len(a["kernel"]) != 3 or len(m.shape) != rank:
         return False
-    return walk_step(m)[1] < a["kernel"][0] <= 2 * walk_step(m)[1] and not a.get("adaptive", (False,) * 3)[0]
+    shift = walk_step(m)[1]
+    return shift < a["kernel"][0] <= 2 * shift and not a.get("adaptive", (False,) * 3)[0]
 
 
 def walk_step(m: Node) -> tuple[int, int]:

@@ -54,3 +54,4 @@ def test_a_long_column_reduction_tries_the_split_second(tmp_path):
     short = analyze(str(task_of("max", tmp_path / "short")), small=True)
     assert all(v.get("SPLIT", 1) == 1 for v in t.variants(short))
     assert "at least BLOCK_R rows" in base.invalid(short, {**t.default(short), "BLOCK_R": 16, "SPLIT": 32})
+    assert "without SPLIT" in base.invalid(long, {**t.default(long), "SPLIT": 8, "shapes": "dynamic"})

@@ -19,7 +19,7 @@ def task_of(kind: str, tmp_path: Path, rows: int = 301) -> Path:
     return task
 
 
-@pytest.mark.parametrize("kind", ["max", "mean_relu", "sum_min"])
+@pytest.mark.parametrize("kind", ["max", "mean_relu", "sum_min", "sum_first_row"])
 def test_a_split_column_reduction_matches_the_reference(kind, runner, tmp_path):
     """Four programs a tile of 16 columns, each over 80 rows (the last over 61 of them), then the combine and
     the epilogue: every partial of a reduction, and each reduction's own, reach the output."""

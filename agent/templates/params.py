@@ -7,7 +7,8 @@ how many programs run.
   plane layout (plane | flat), BLOCK_H, BLOCK_W, ROWS tiles a program takes down the plane, num_warps,
         unaligned (1: one element per lane in every load; on by default where a window's taps along a row are
         not 16-byte aligned: unaligned_taps), VEC (outputs a lane takes along the row, its windows built from
-        16-byte loads: lane_width)
+        16-byte loads: lane_width), walk (1: a program takes its tile of every output plane of a 3-D window's
+        first dim in turn, carrying the planes its outputs share: codegen.walks)
   row   mode (one_pass | looped), BLOCK_O rows per program, BLOCK_R, num_warps, num_stages, SPLIT programs per
         row and GROUP rows per launch of a split (0: all) or LAG (its passes in one launch), FLAT (1: a split's
         per-element output a flat kernel over the row values its combining kernel stores), pass fusions online,
@@ -15,7 +16,8 @@ how many programs run.
         PERSIST (0: a program per block of rows; k: k programs per SM, each taking blocks of rows in turn),
         pipeline (1: chunk loops pipelined over num_stages), evict (1: eviction hints: a row read again kept
         in L2 for its later pass; a one-pass row loaded evict_last)
-  col   BLOCK_I, BLOCK_R, num_warps, num_stages
+  col   BLOCK_I, BLOCK_R, num_warps, num_stages, SPLIT (programs a column tile, each a chunk of the reduced axis,
+        their partials merged by a second kernel: kernels._col_split)
   gemm  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, SAMPLES (rows tiles: batch elements a
         program takes) (+ SPLIT_K, impl, precision at plan level, and
         operands, input or fp32, where bf16/fp16 operands meet tl.dot: base.default_operands); a matrix

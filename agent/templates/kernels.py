@@ -169,7 +169,6 @@ def _col_split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen.block_r, split = meta["BLOCK_R"], p["SPLIT"]
     chunk = math.ceil(math.ceil(gen.R / split) / meta["BLOCK_R"]) * meta["BLOCK_R"]
     tiles = gen.O * math.ceil(gen.I / meta["BLOCK_I"])
-    gen.chunk, gen.first_chunk = (lambda start: _chunk(gen, start)), f"pid_s * {chunk}"
     reduces = [r for r in kernel.nodes if r.op == "reduce"]
     rng, stages = _range(p)
     gen.top.lines += [f"pid_s = tl.program_id(0) // {tiles}"] + _prologue(gen, p, f"(tl.program_id(0) % {tiles})")

@@ -141,6 +141,7 @@ class Gen(Reductions):
         self.tile_mask = "mask"  # what a tap's load is masked by besides its checks (window_lanes: the rows')
         self.walk_init: list[str] = []  # lines before a walking plane kernel's loop over its planes (kernels._plane)
         self.walk_back = 0  # how far before its first output a walk starts, in outputs (walk_lead; kernels._plane)
+        self.flip = False  # a reversed scan's chunks take their lanes from the end, and scan forward (kernels._loop)
         kept = [d for d in range(len(self.D)) if d not in kernel.rdims]
         if self.layout == "flat":
             self.groups = [(list(range(len(self.D))), "offs")]
@@ -824,7 +825,7 @@ class Gen(Reductions):
         v = self.reduce_input(m)
         neutral = "1.0" if m.fn == "cumprod" else "0.0"
         src = f"tl.where(mask, {f(v) if m.dtype.is_floating_point else v.code}, {neutral})"
-        rev = m.attrs["reverse"]
+        rev = m.attrs["reverse"] != self.flip
         out = self.fresh("s")
         fn = "tl.cumprod" if m.fn == "cumprod" else "tl.cumsum"
         if self.body is self.top:

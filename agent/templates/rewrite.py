@@ -302,6 +302,32 @@ def diagonal_matmul(node: Node) -> Node | None:
     return None
 
 
+# --- scans -------------------------------------------------------------------------------------------------
+def exclusive_scan(node: Node) -> Node | None:
+    """cat([zeros, cumsum(x[:n-1])]) along the scan's dim (an exclusive running sum) is cumsum(x) - x: each
+    element stays in its own place, with no store shifted off its 16-byte vectors and no zero column of its
+    own (KernelBench's 92 on an H200: 2.154 -> 2.049 ms as one pass over each row, its floor 2.029)."""
+    if node.target is not aten.cat.default or len(node.args[0]) != 2:
+        return None
+    (zero, scan), v = node.args[0], _val(node)
+    dim = (node.args[1] if len(node.args) > 1 else 0) % v.dim()
+    zeros = isinstance(zero, Node) and _val(zero).shape[dim] == 1 and (
+        zero.target in (aten.zeros_like.default, aten.zeros.default)
+        or (zero.target is aten.full.default and zero.args[1] == 0))
+    if not (zeros and v.is_floating_point() and isinstance(scan, Node) and scan.target is aten.cumsum.default
+            and scan.args[1] % v.dim() == dim and scan.kwargs.get("dtype") is None):
+        return None
+    x = scan.args[0]
+    if not (isinstance(x, Node) and x.target is aten.slice.Tensor and 4 <= len(x.args) <= 5):
+        return None
+    whole, sdim, start, end, *step = x.args
+    w = _val(whole) if isinstance(whole, Node) else None
+    if w is None or tuple(w.shape) != tuple(v.shape) or w.dtype != v.dtype or sdim % v.dim() != dim \
+            or start != 0 or end not in (w.shape[dim] - 1, -1) or step not in ([], [1]):
+        return None
+    return emit(aten.sub.Tensor, (emit(aten.cumsum.default, (whole, dim)), whole))
+
+
 RULES = [
     Rule("reduce_over_ones", "size-1", "the reduced dims have size 1 at the traced shapes", reduce_over_ones, True),
     Rule("max_over_ones", "size-1", "the reduced dim has size 1 at the traced shapes", max_over_ones, True),
@@ -311,22 +337,30 @@ RULES = [
     Rule("scalar_chain", "fold", "within rounding (factors combined)", scalar_chain),
     Rule("sum_of_gemm", "linearity", "within rounding (sums reordered)", sum_of_gemm),
     Rule("diagonal_matmul", "structured", "exact", diagonal_matmul),
+    Rule("exclusive_scan", "structured", "within rounding (each sum less its last term)", exclusive_scan),
 ]
 
 
 # --- the pass and the cost model -----------------------------------------------------------------------
 def cost_s(gm: GraphModule, arch: str = "sm_90") -> float:
     """Seconds the graph's ops take at the arch's peaks, each op at its own roofline; a pointwise op read only
-    by a reduction is fused into it (its result is neither written nor read back)."""
+    by a reduction is fused into it (its result is neither written nor read back), and so is a scan read only
+    by a pointwise op."""
     peak_flops, peak_bw = PEAKS.get(arch, PEAKS["sm_90"])
     saved: dict[str, float] = {}
     for node in gm.graph.nodes:
-        if node.op == "call_function" and _kind(node.target) == "pointwise" and single_user(node) \
-                and _kind(next(iter(node.users)).target) == "reduction":
+        if node.op != "call_function" or _kind(node.target) != "pointwise":
+            continue
+        if single_user(node) and _kind(next(iter(node.users)).target) == "reduction":
             nbytes = _val(node).numel() * _val(node).element_size()
             saved[node.name] = saved.get(node.name, 0) + nbytes
             reader = next(iter(node.users)).name
             saved[reader] = saved.get(reader, 0) + nbytes
+        for scan in node.all_input_nodes:  # a scan read only by a pointwise op: one kernel writes the latter
+            if scan.op == "call_function" and _kind(scan.target) == "scan" and single_user(scan):
+                nbytes = _val(scan).numel() * _val(scan).element_size()
+                saved[scan.name] = saved.get(scan.name, 0) + nbytes
+                saved[node.name] = saved.get(node.name, 0) + nbytes
     return sum(max(o.flops / peak_flops, (o.bytes - saved.get(o.name, 0)) / peak_bw) for o in _describe_ops(gm)
                if o.kind not in ("view", "factory"))
 

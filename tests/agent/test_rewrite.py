@@ -54,6 +54,11 @@ CASES = {  # family: (forward body, rules that must fire)
         {"reduce_over_ones", "constant_pointwise"}),
     "structured: a diagonal matrix times a matrix": ("return torch.diag(self.a) @ b", {"diagonal_matmul"}),
     "fold: a chain of scalar factors": ("return torch.tanh(b) * 2 / 3 * 5", {"scalar_chain"}),
+    "structured: an exclusive running sum along the rows": (
+        "return torch.cat([torch.zeros_like(b[:, :1]), torch.cumsum(b[:, :-1], dim=1)], dim=1)", {"exclusive_scan"}),
+    "structured: an exclusive running sum down the columns, its zero row a selected one": (
+        "z = torch.zeros_like(b.select(0, 0).unsqueeze(0))\n"
+        "return torch.cat((z, torch.cumsum(b.narrow(0, 0, b.size(0) - 1), dim=0)), dim=0)", {"exclusive_scan"}),
 }
 
 
@@ -85,6 +90,18 @@ def test_rewritten_graph_matches_the_original_and_is_cheaper(case):
 
 def test_no_rule_leaves_the_program_alone():
     assert rewrite(traced_case("return torch.relu(self.linear(x))")) is None
+
+
+@pytest.mark.parametrize("body", [
+    "return torch.cat([torch.ones_like(b[:, :1]), torch.cumsum(b[:, :-1], dim=1)], dim=1)",  # not zeros
+    "return torch.cat([torch.zeros_like(b[:, :1]), torch.cumsum(b[:, 1:], dim=1)], dim=1)",  # drops the first
+    "return torch.cat([torch.zeros_like(b[:, :2]), torch.cumsum(b[:, :-2], dim=1)], dim=1)",  # two columns
+    "return torch.cat([torch.cumsum(b[:, :-1], dim=1), torch.zeros_like(b[:, :1])], dim=1)",  # zeros last
+    "return torch.cat([torch.zeros_like(b[:1]), torch.cumsum(b[:-1], dim=1)], dim=0)",  # scanned across the cat
+])
+def test_an_exclusive_scan_rule_refuses_near_misses(body):
+    found = rewrite(traced_case(body))
+    assert found is None or "exclusive_scan" not in found.rules, found.rules
 
 
 def test_the_lowered_program_records_its_rewrites():

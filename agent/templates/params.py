@@ -251,8 +251,8 @@ def kernel_default(kernel: Kernel, rows: bool = True) -> dict:
                 block_o = max(1, min(next_pow2(o), 4096 // rp, 64))
                 return {"mode": "one_pass", "BLOCK_O": block_o, "BLOCK_R": rp,
                         "num_warps": max(1, min(8, block_o * rp // 512)), "num_stages": 1}
-            # H200, rows of 32768 fp32: forward, a row in registers at 16 warps ran 2.049-2.052 ms against 2.113
-            # in chunks (KernelBench's 90 and 92, floors 2.03); reversed, 2.709 against 2.164 (91)
+            # H200, rows of 32768 fp32: forward, a row in registers at 16 warps ran 2.040-2.052 ms against
+            # 2.113-2.127 in chunks (KernelBench's 90 and 92, floors 2.02-2.03); reversed, 2.709 against 2.164 (91)
             if not kernel.scan_reverse and rp <= ONE_PASS_MAX:
                 return {"mode": "one_pass", "BLOCK_O": 1, "BLOCK_R": rp, "num_warps": min(16, rp // 2048),
                         "num_stages": 1}

@@ -8,7 +8,8 @@ how many programs run.
         unaligned (1: one element per lane in every load; on by default where a window's taps along a row are
         not 16-byte aligned: unaligned_taps), VEC (outputs a lane takes along the row, its windows built from
         16-byte loads: lane_width), walk (1: a program takes its tile of every output plane of a 3-D window's
-        first dim in turn, carrying the planes its outputs share: codegen.walks)
+        first dim in turn, carrying the planes its outputs share: codegen.walks), pairs (1: taps along a row
+        at stride 2 loaded two at a time: codegen.pair_window)
   row   mode (one_pass | looped), BLOCK_O rows per program, BLOCK_R, num_warps, num_stages, SPLIT programs per
         row and GROUP rows per launch of a split (0: all) or LAG (its passes in one launch), FLAT (1: a split's
         per-element output a flat kernel over the row values its combining kernel stores), pass fusions online,
@@ -37,7 +38,7 @@ from __future__ import annotations
 import math
 
 from agent.templates.attention_kernel import attention_dims
-from agent.templates.codegen import lane_window, next_pow2, pair_rows, walks
+from agent.templates.codegen import lane_window, next_pow2, pair_rows, pair_window, walks
 from agent.templates.implicit_gemm import (conv_tiles, gemm_dims, interleave_slots, outer_steps, phase_ks, phased,
                                            rows_fit, rows_k, rows_layout)
 from agent.templates.ir import Leaf, Node
@@ -330,6 +331,11 @@ def lane_width(kernel: Kernel) -> int:
     return vec if all(_aligned_rows(m.args[0], vec) for m in windows) else 0
 
 
+def pairs(kernel: Kernel) -> bool:
+    """Whether a plane kernel has a window whose taps its programs can load in pairs (codegen.pair_window)."""
+    return kernel.layout == "plane" and any(m.op == "window" and pair_window(m) for m in kernel.nodes)
+
+
 def walk_window(kernel: Kernel) -> bool:
     """Whether a plane kernel has a window its programs can walk down its first dim (codegen.walks)."""
     return kernel.layout == "plane" and any(walks(m, len(kernel.domain)) for m in kernel.nodes)
@@ -395,7 +401,7 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
                 "BLOCK_W": [b for b in POW2 if 16 <= b <= max(16, min(1024, next_pow2(kernel.domain[-1])))],
                 "BLOCK": [256, 1024, 4096], "num_warps": [1, 2, 4, 8], "num_stages": [1], "unaligned": [0, 1],
                 "ROWS": [1, 2, 4, 8, 16, 32], **({"VEC": [1, lane_width(kernel)]} if lane_width(kernel) else {}),
-                **({"walk": [0, 1]} if walk_window(kernel) else {})}
+                **({"walk": [0, 1]} if walk_window(kernel) else {}), **({"pairs": [0, 1]} if pairs(kernel) else {})}
     if layout == "gemm":
         space = {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128],
                  "GROUP_M": [1, 4, 8, 16], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5]}
@@ -547,6 +553,10 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
                                                      p.get("layout") != "flat"):
         return "walk takes a plane kernel down a 3-D max or average window's first dim (codegen.walks), a tile " \
                "at a time: ROWS 1"
+    if layout == "plane" and p.get("pairs") and (not pairs(kernel) or p.get("VEC", 1) > 1
+                                                 or p.get("layout") == "flat"):
+        return "pairs takes a window's taps two at a time along rows it steps 2 an output (codegen.pair_window), " \
+               "in a plane tile of one output a lane: no VEC, no flat layout"
     if layout == "plane" and p.get("VEC", 1) > 1:
         if not lane_width(kernel) or p["VEC"] > lane_width(kernel):
             return f"VEC takes windows at fixed offsets along 16-byte aligned rows, at most {lane_width(kernel)} a lane"

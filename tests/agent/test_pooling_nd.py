@@ -258,10 +258,40 @@ def test_a_walk_down_the_planes_carries_the_shared_planes(kind, vec, runner, tmp
     assert out["error"] is None and out["rel_errors"] and all(e <= 1e-5 for e in out["rel_errors"]), out
 
 
-def test_a_walk_needs_a_3d_window_that_overlaps_down_its_first_dim(tmp_path):
-    task = tmp_path / "pool_walk_avg_apart.py"
-    task.write_text((FIXTURES / "pool_walk.py").read_text().replace('kind = "avg"', 'kind = "avg_apart"'))
+@pytest.mark.parametrize("kind,param,says", [
+    ("avg_apart", "walk", "walk takes a plane kernel"),  # no overlap down the planes
+    ("max_dilated", "pairs", "pairs takes a window's taps"),  # taps 3 apart along the row
+])
+def test_a_walk_and_pairs_are_refused_where_the_window_has_neither(kind, param, says, tmp_path):
+    task = tmp_path / f"pool_walk_{kind}.py"
+    task.write_text((FIXTURES / "pool_walk.py").read_text().replace('kind = "avg"', f'kind = "{kind}"'))
     a = analyze(str(task), small=True)
     t = BY_NAME["pooling"]
-    assert "walk" not in base.space(a) and not any(v.get("walk") for v in t.variants(a))
-    assert "walk takes a plane kernel" in base.invalid(a, {**t.default(a), "walk": 1, "ROWS": 1, "VEC": 1})
+    assert param not in base.space(a) and not any(v.get(param) for v in t.variants(a))
+    assert says in base.invalid(a, {**t.default(a), param: 1, "ROWS": 1, "VEC": 1})
+
+
+@pytest.mark.parametrize("kind,walk", [("avg", 1), ("avg_uncounted", 1), ("max_ceil", 1), ("max_unbatched", 1),
+                                       ("avg_unpadded", 1), ("avg", 0), ("avg_apart", 0)])
+def test_pairs_take_a_stride_2_rows_taps_two_at_a_time(kind, walk, runner, tmp_path):
+    """pairs (Gen.pair_tap): the taps along a row at stride 2 come from loads of two elements at 2 * output + 2c,
+    split in registers, each load once for the taps in it: two a row for a 3-tap window, padded (the first pair
+    starts before the row) or unpadded (the second pair after the window's start), one for a 2-tap one; a last
+    window past the input (ceil_mode) masks the pair's element beyond the row. Walking or not."""
+    task = tmp_path / f"pool_walk_{kind}.py"
+    task.write_text((FIXTURES / "pool_walk.py").read_text().replace('kind = "avg"', f'kind = "{kind}"'))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["pooling"]
+    params = {**t.default(a), "layout": "plane", "walk": walk, "ROWS": 1, "VEC": 1, "pairs": 1}
+    assert base.invalid(a, params) is None
+    source = t.render(a, params)
+    body = kernels(source, "plane")[0]
+    planes = (1 if kind == "max_unbatched" else 2) if walk else (2 if kind == "avg_apart" else 3)  # read an output
+    rows, pairs_a_row = (2, 1) if kind == "avg_apart" else (3, 2)  # a plane's rows in a window, pairs a row
+    assert body.count("tl.split(") == planes * rows * pairs_a_row and "tl.arange(0, 2)[None, None, :]" in body
+    assert ("< 10)" in body) == (kind == "max_ceil")  # only the window past the input checks the row's end
+    assert check_source(source, task.read_text()) is None
+    out = runner.run(task, source)
+    assert out["error"] is None and out["rel_errors"] and all(e <= 1e-5 for e in out["rel_errors"]), out
+    if walk:
+        assert t.variants(a)[1] == {**t.variants(a)[0], "pairs": 1, "num_warps": 4}

@@ -922,10 +922,12 @@ def lane_window(m: Node) -> bool:
 def pair_window(m: Node) -> bool:
     """Whether a window's taps along its last dim step 2 per output over a tensor's contiguous rows (not
     adaptive, undilated): Gen.pair_tap can take them from pairs of elements at even offsets."""
+    if m.op != "window":
+        return False
     x, a = m.args[0], m.attrs
     adaptive = a.get("adaptive", (False,) * len(a["kernel"]))[-1]
-    return m.op == "window" and a["stride"][-1] == 2 and a["dilation"][-1] == 1 and not adaptive \
-        and isinstance(x, Leaf) and x.kind == "tensor" and x.dtype.is_floating_point and x.strides[-1] == 1
+    return a["stride"][-1] == 2 and a["dilation"][-1] == 1 and not adaptive and isinstance(x, Leaf) \
+        and x.kind == "tensor" and x.dtype.is_floating_point and x.strides[-1] == 1
 
 
 def _join_lanes(parts: list[str]) -> str:

@@ -333,7 +333,7 @@ def lane_width(kernel: Kernel) -> int:
 
 def pairs(kernel: Kernel) -> bool:
     """Whether a plane kernel has a window whose taps its programs can load in pairs (codegen.pair_window)."""
-    return kernel.layout == "plane" and any(m.op == "window" and pair_window(m) for m in kernel.nodes)
+    return kernel.layout == "plane" and any(pair_window(m) for m in kernel.nodes)
 
 
 def walk_window(kernel: Kernel) -> bool:

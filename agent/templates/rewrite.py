@@ -348,19 +348,20 @@ def cost_s(gm: GraphModule, arch: str = "sm_90") -> float:
     by a pointwise op."""
     peak_flops, peak_bw = PEAKS.get(arch, PEAKS["sm_90"])
     saved: dict[str, float] = {}
+
+    def fused(producer: Node, reader: Node) -> None:  # the producer's result neither written nor read back
+        nbytes = _val(producer).numel() * _val(producer).element_size()
+        for n in (producer, reader):
+            saved[n.name] = saved.get(n.name, 0) + nbytes
+
     for node in gm.graph.nodes:
         if node.op != "call_function" or _kind(node.target) != "pointwise":
             continue
         if single_user(node) and _kind(next(iter(node.users)).target) == "reduction":
-            nbytes = _val(node).numel() * _val(node).element_size()
-            saved[node.name] = saved.get(node.name, 0) + nbytes
-            reader = next(iter(node.users)).name
-            saved[reader] = saved.get(reader, 0) + nbytes
+            fused(node, next(iter(node.users)))
         for scan in node.all_input_nodes:  # a scan read only by a pointwise op: one kernel writes the latter
             if scan.op == "call_function" and _kind(scan.target) == "scan" and single_user(scan):
-                nbytes = _val(scan).numel() * _val(scan).element_size()
-                saved[scan.name] = saved.get(scan.name, 0) + nbytes
-                saved[node.name] = saved.get(node.name, 0) + nbytes
+                fused(scan, node)
     return sum(max(o.flops / peak_flops, (o.bytes - saved.get(o.name, 0)) / peak_bw) for o in _describe_ops(gm)
                if o.kind not in ("view", "factory"))
 

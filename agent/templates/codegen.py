@@ -67,6 +67,22 @@ def next_pow2(n: int) -> int:
 HALF = {"torch.float16": "tl.float16", "torch.bfloat16": "tl.bfloat16"}
 
 
+def tf32_parts(name: str) -> list[str]:
+    """Lines splitting an fp32 tile `name` into TF32 parts {name}h + {name}l, once for every product that reads
+    it (parts "hand"): the high part rounded to TF32's 10 mantissa bits in integer arithmetic, the low part the
+    exact rest (TF32 tensor cores read it to its top 10 bits, 2^-22 of the value)."""
+    return [f"{name}h = (({name}.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)",
+            f"{name}l = {name} - {name}h"]
+
+
+def split_dot(acc: str, a: str, b: str) -> list[str]:
+    """Lines adding a @ b to `acc` at fp32's accuracy from the tiles' TF32 parts (tf32_parts): lo*hi + hi*lo +
+    hi*hi chained in a fresh accumulator, then added in fp32 (chained into the running sum instead, a tensor
+    core's accumulation drops bits at every step: split_operands)."""
+    return [f'pr = tl.dot({a}l, {b}h, input_precision="tf32")', f'pr = tl.dot({a}h, {b}l, pr, input_precision="tf32")',
+            f'pr = tl.dot({a}h, {b}h, pr, input_precision="tf32")', f"{acc} += pr"]
+
+
 def dot_cast(a: Leaf, b: Leaf, operands: str) -> str:
     """The cast each tl.dot operand takes as it is loaded; the accumulator is fp32 either way. 16-bit operands
     (bf16, fp16) stay 16-bit with `operands` "input" (tensor cores; an fp32 buffer between kernels is rounded

@@ -18,7 +18,7 @@ from agent.templates import base
 from agent.templates.codegen import next_pow2
 from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased, rows_fit
 from agent.templates.params import (CONV_BLOCK_K, SMS, gemm_tiles, interleaved_tiles, kernel_default, kernel_invalid,
-                                    kernel_space, rows_form)
+                                    kernel_space, rows_form, rows_stacked)
 from agent.templates.program import work
 from agent.templates.split_operands import pays
 from agent.templates.stats_epilogue import recompute_pays, stats_pair, worth_it
@@ -168,8 +168,10 @@ def _rows_second(node) -> dict:
     row: level 1's 50, 54, 59 and level 2's 23, 90 (3-D, or an 11x11 window at stride 4) ran 1.2-2.6x slower.
     A strided transposed one over more channels takes them in dot steps (params.rows_form says where they won)."""
     flat = len(node.shape) == 4 and not node.attrs["transposed"] and set(node.attrs["stride"]) == {1}
-    if phased(node) or (flat and rows_fit(node)):
-        return {**rows_form(node), "impl": "triton", **({} if phased(node) else {"BLOCK_M": 128})}
+    if phased(node):  # in stacked dot steps where a group's channels and a row's offsets fill them
+        return {**(rows_stacked(node) or rows_form(node)), "impl": "triton"}
+    if flat and rows_fit(node):
+        return {**rows_form(node), "impl": "triton", "BLOCK_M": 128}
     return {}
 
 

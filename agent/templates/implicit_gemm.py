@@ -29,7 +29,8 @@ import itertools
 import math
 import re
 
-from agent.templates.codegen import Gen, KernelCode, Launch, dot_cast, kernel_header, next_pow2, store_lines
+from agent.templates.codegen import (Gen, KernelCode, Launch, dot_cast, kernel_header, next_pow2, split_dot,
+                                     store_lines, tf32_parts)
 from agent.templates.ir import Leaf, contiguous_strides
 from agent.templates.schedule import Kernel
 
@@ -398,6 +399,40 @@ def _row_taps(attrs: dict, window: tuple, in_sizes: tuple) -> tuple[list[str], l
     return head + [f"taps = {taps}"], body, conds
 
 
+def hand_split(p: dict) -> bool:
+    """Whether a convolution's tf32x3 dot steps split their tiles into TF32 parts by the kernel's own lines (parts
+    "hand": codegen.tf32_parts, each tile once for every product that reads it) instead of Triton's tf32x3, which
+    splits both tiles again inside every tl.dot."""
+    return p.get("precision") == "tf32x3" and p.get("parts") == "hand"
+
+
+def _product(p: dict, acc: str, a: str, b: str) -> list[str]:
+    """Lines adding tl.dot(a, b) to acc: from the tiles' TF32 parts under hand_split, else in one tl.dot."""
+    if hand_split(p):
+        return tf32_parts(a) + split_dot(acc, a, b)  # b's parts are split where it is loaded: it feeds several
+    return [f'{acc} += tl.dot({a}, {b}, input_precision="{p.get("precision", "ieee")}")']
+
+
+def row_offsets(node) -> set[int]:
+    """The input column offsets a rows tile's taps along the row read (_last_taps), over all its slots."""
+    return {c for taps in _last_taps(node.attrs, node.args[1].shape[-1]) for _, c in taps}
+
+
+def stacks(node) -> bool:
+    """Whether a rows tile's dot steps take K as (column offset, input channel) pairs (_render_rows): where a
+    group has fewer input channels than a dot step's 16, the row's taps read more than one column offset, and
+    a product a slot over all of them is narrower in all than a product a tap over one offset's channels. One
+    load a step then feeds every slot, each slot's weights zero at the offsets it does not read. On an H200
+    (session 38, by hand, 256 outputs a slot at 4 warps): level 1's 75_conv_transposed_2D (8 channels a group,
+    2 offsets, 5 taps a row in 3 slots) 0.404 ms stacked, where the template's unstacked steps at the same
+    tile (5 products a row step, each half zeros) ran 0.710 and its interleaved tiles 0.486."""
+    cin_g = node.args[0].shape[1] // node.attrs["groups"] if node.fn == "conv" else 16
+    if cin_g >= 16:
+        return False
+    slots, offsets = _last_taps(node.attrs, node.args[1].shape[-1]), row_offsets(node)
+    return len(offsets) > 1 and len(slots) * max(16, next_pow2(cin_g * len(offsets))) < sum(map(len, slots)) * 16
+
+
 def rows_layout(node, p: dict) -> tuple[list, int, int, int]:
     """A rows tile's slots (_last_taps), BLOCK_M, BLOCK_N, and the tiles a row of the output's last dim takes."""
     slots = _last_taps(node.attrs, node.args[1].shape[-1])
@@ -478,8 +513,33 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
                     xv = f"tl.load(x_tap + {ci * sx[1]} + ({col}) * {sx[-1]}{sample}{mask})"
                     wv = f"tl.load(w_tap + {ci * ci_stride + t * sw[-1]}, mask=rn1[:, None] < {n}, other=0.0)"
                     step.append(f"{accs[f]} += {xv}.to(tl.float32) * {wv}.to(tl.float32)")
+    elif stacks(g):  # dot steps over (column offset, channel): a row's offsets fill the K a group's channels leave
+        offsets = sorted(row_offsets(g))
+        kk = max(16, next_pow2(cin_g * len(offsets)))
+        off = str(offsets[-1])
+        for i in reversed(range(len(offsets) - 1)):
+            off = f"tl.where(oi == {i}, {offsets[i]}, {off})"
+        lines += [f"rc = tl.arange(0, {kk})", f"ci = rc % {cin_g}", f"oi = rc // {cin_g}", f"off = {off}"]
+        for f, taps in enumerate(slots):  # each slot's tap per offset, -1 where it reads none
+            if not taps:
+                continue  # no tap reaches the slot: its accumulator stays zero
+            tap = "-1"
+            for t, c in taps:
+                tap = f"tl.where(oi == {offsets.index(c)}, {t}, {tap})"
+            lines.append(f"tp{f} = {tap}")
+        col = ("q" if a == 1 else f"q * {a}") + " + off[:, None]"
+        mask = [f"({col} < lim)"] * bool(conds or most + offsets[-1] >= in_w) + [f"({col} >= 0)"] * (offsets[0] < 0)
+        mask += [f"(rc[:, None] < {cin_g * len(offsets)})"] * (kk > cin_g * len(offsets))
+        xm = f", mask={' & '.join(mask)}, other=0.0" if mask else ""
+        cast = dot_cast(x, w, p.get("operands", "input"))
+        step.append(f"xs = tl.load(x_tap + ci[:, None] * {sx[1]} + ({col}) * {sx[-1]}{sample}{xm}){cast}")
+        step += tf32_parts("xs") if hand_split(p) else []
+        for f in (f for f, taps in enumerate(slots) if taps):
+            step.append(f"wv = tl.load(w_tap + ci[None, :] * {ci_stride} + tp{f}[None, :] * {sw[-1]}, "
+                        f"mask=(rn1[:, None] < {n}) & (tp{f}[None, :] >= 0), other=0.0){cast}")
+            step += _product(p, accs[f], "wv", "xs")
     else:  # dot steps: [BLOCK_N, bk] weights by [bk, columns] inputs, bk input channels a step
-        cast, precision = dot_cast(x, w, p.get("operands", "input")), p.get("precision", "ieee")
+        cast = dot_cast(x, w, p.get("operands", "input"))
         chunks = [f"rc = {f'c0 + ' if cin_g > bk else ''}tl.arange(0, {bk})"]
         ragged = [f"(rc[:, None] < {cin_g})"] if cin_g % bk else []
         wm = f"(rn1[:, None] < {n})" + (f" & (rc[None, :] < {cin_g})" if ragged else "")
@@ -492,8 +552,10 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
                     xm = f", mask={' & '.join(mask + ragged)}, other=0.0" if mask + ragged else ""
                     chunks.append(f"{loaded[c]} = tl.load(x_tap + rc[:, None] * {sx[1]} + ({col}) * {sx[-1]}{sample}"
                                   f"{xm})" + cast)
-                chunks += [f"wv = tl.load(w_tap + rc[None, :] * {ci_stride} + {t * sw[-1]}, mask={wm}, other=0.0)"
-                           + cast, f'{accs[f]} += tl.dot(wv, {loaded[c]}, input_precision="{precision}")']
+                    chunks += tf32_parts(loaded[c]) if hand_split(p) else []
+                chunks.append(f"wv = tl.load(w_tap + rc[None, :] * {ci_stride} + {t * sw[-1]}, mask={wm}, other=0.0)"
+                              + cast)
+                chunks += _product(p, accs[f], "wv", loaded[c])
         step += chunks if cin_g <= bk else [f"for c0 in range(0, {cin_g}, {bk}):"] + ["    " + x for x in chunks]
     lines += ["for k0 in range(0, taps):"] + ["    " + line for line in step]
     if s2 > 1:
@@ -610,11 +672,14 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
                  f"tb = tl.load(w_col[None, :] + {b_off}, mask=(kk[:, None] < {k_extent}) & (rn1[None, :] < {N}), "
                  f"other=0.0){cast}"]
         product, step, depth = f'tl.dot(ta, tb, input_precision="{p.get("precision", "ieee")}")', "BLOCK_K", "    "
+        if hand_split(p):
+            body += tf32_parts("ta") + tf32_parts("tb")
 
     def k_loop(acc: str) -> list[str]:
+        adds = split_dot(acc, "ta", "tb") if bk > 1 and hand_split(p) else [f"{acc} += {product}"]
         return [f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
                 f"for k0 in range(0, {k_extent}, {step}):"] + ["    " + line for line in body] + \
-               [f"{depth}{acc} += {product}"]
+               [depth + line for line in adds]
 
     rank = len(kernel.domain)
     if inter:  # [BLOCK_M, BLOCK_N, slots] tiles (_interleave)

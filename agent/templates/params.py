@@ -40,7 +40,7 @@ import math
 from agent.templates.attention_kernel import attention_dims
 from agent.templates.codegen import lane_window, next_pow2, pair_rows, pair_window, walks
 from agent.templates.implicit_gemm import (conv_tiles, gemm_dims, interleave_slots, outer_steps, phase_ks, phased,
-                                           rows_fit, rows_k, rows_layout)
+                                           row_offsets, rows_fit, rows_k, rows_layout, stacks)
 from agent.templates.ir import Leaf, Node
 from agent.templates.fold import fold_sums, foldable
 from agent.templates.kernels import col_splittable, looped_passes, reduction_stages, online_pairs, welford_pairs
@@ -192,6 +192,18 @@ def interleaved_tiles(kernel: Kernel, split: bool = False) -> dict:
 ROWS_TILES = {"tiles": "rows", "BLOCK_M": 64, "BLOCK_N": 16, "BLOCK_K": 1, "num_warps": 1, "num_stages": 1}
 # rows tiles in tl.dot steps (implicit_gemm.rows_k): 256 outputs of a row by 64 channels, 32 input channels a step
 ROWS_DOT_TILES = {"tiles": "rows", "BLOCK_M": 256, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 1}
+
+
+def rows_stacked(node: Node) -> dict:
+    """Rows tiles in dot steps whose K stacks a row's column offsets (implicit_gemm.stacks), where a group's
+    input channels times those offsets fill a 16-wide step; {} elsewhere. 128 outputs a slot by 16 channels at
+    4 warps, each tile split into its TF32 parts once (parts "hand"). On an H200 (session 38, ms): level 1's
+    75_conv_transposed_2D 0.376-0.378 against its interleaved tiles' 0.485; 0.388 at 256 outputs a slot, 0.554-0.557
+    at 8 warps, 0.411 in Triton's tf32x3; its phases' three taps unrolled (tl.static_range under an if) 0.410-0.421."""
+    if not stacks(node) or node.args[0].shape[1] // node.attrs["groups"] * len(row_offsets(node)) < 16:
+        return {}
+    return {"tiles": "rows", "BLOCK_M": 128 * max(1, interleave_slots(node)), "BLOCK_N": 16, "BLOCK_K": 16,
+            "num_warps": 4, "num_stages": 1, "parts": "hand"}
 
 
 def rows_form(node: Node) -> dict:
@@ -411,6 +423,7 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
                 + ["rows"]  # in dot steps (BLOCK_K over 1) any convolution can take rows tiles
             space["packed"] = [0, 1]  # 1: the weight copied with its output channels innermost (implicit_gemm)
             space["SAMPLES"] = [1, 2, 4]  # rows tiles: batch elements a program takes (implicit_gemm._render_rows)
+            space["parts"] = ["registers", "hand"]  # tf32x3: Triton's split in every tl.dot, or each tile's once
         else:
             space["persistent"] = [0, 1]  # 1: split operands (tf32x3) read by TMA, a program per SM (kernels._gemm)
             space["parts"] = ["memory", "registers"]  # tf32x3's operands split once, or each tile at every K step
@@ -590,8 +603,10 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
         # K step's products summed in a second accumulator
         parts = 2 if p.get("precision") == "tf32x3" and kernel.nodes[0].fn != "conv" and \
             p.get("shapes", "static") == "static" and p.get("parts", "memory") == "memory" else 1
-        if p.get("parts", "memory") not in ("memory", "registers"):
-            return "parts must be memory or registers"
+        if p.get("parts", "memory") not in ("memory", "registers", "hand"):
+            return "parts must be memory, registers or hand"
+        if p.get("parts") == "hand" and kernel.nodes[0].fn != "conv":
+            return "parts hand (tiles split by the kernel's own lines) is for convolutions"
         if p.get("persistent") and parts == 1:
             return "persistent tiles read a matrix product's operands split in memory: precision tf32x3, parts " \
                    "memory, static shapes"

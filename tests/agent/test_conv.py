@@ -8,7 +8,7 @@ import pytest
 
 from agent.analysis import analyze
 from agent.templates import BY_NAME, base, matching
-from agent.templates.implicit_gemm import phase_ks, rows_fit
+from agent.templates.implicit_gemm import phase_ks, rows_fit, stacks
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -226,7 +226,8 @@ def test_rows_tiles_in_dot_steps(runner, tmp_path):
         t = BY_NAME["gemm"]
         params = {**t.default(a, rows=False), "impl": "triton", "tiles": "rows", "BLOCK_K": 16, "num_warps": 4}
         source = t.render(a, params)
-        assert "tl.dot(wv, xv0," in source and "for ci in" not in source
+        stacked = stacks(a_conv(a))  # fewer channels than a step, several columns: one stacked load a step
+        assert ("tl.dot(wv, xs," if stacked else "tl.dot(wv, xv0,") in source and "for ci in" not in source
         runner.run_ok(task, source)
     wide = tmp_path / "conv_residual_wide.py"
     wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6,", "ConvTranspose2d(40, 6,").replace("(2, 4, 5, 6)",
@@ -248,6 +249,41 @@ def test_rows_tiles_in_dot_steps(runner, tmp_path):
     a = analyze(str(wide), small=True)
     with pytest.raises(ValueError, match="the accumulator needs more than 128 registers per thread"):
         t.render(a, {**rows, "BLOCK_M": 512, "BLOCK_N": 64, "num_warps": 1})
+
+
+def test_rows_tiles_stack_a_rows_column_offsets_into_one_dot_step(runner, tmp_path):
+    """8 input channels a group whose taps read two input columns a row (KernelBench's 75 in small, a row of 61
+    outputs in two tiles): the second variant takes rows tiles whose dot steps stack both columns' channels into
+    one 16-wide K (implicit_gemm.stacks): one input load a step for all three slots, each slot's weights zero
+    at the column it does not read, every tile split into TF32 parts once by the kernel's own lines (parts
+    "hand"). That form, Triton's own tf32x3 and FMA products over the same K, and the interleaved default
+    with parts "hand", match the reference. 24 channels a group do not stack: a step of one column's channels
+    is full."""
+    task = tmp_path / "conv_stacked.py"
+    task.write_text(task_of("transposed2d", tmp_path).read_text().replace(
+        "nn.ConvTranspose2d(5, 3, (3, 4), stride=(2, 3), padding=(1, 2), bias=False), (n, 5, 2, 5)",
+        "nn.ConvTranspose2d(16, 6, (3, 5), stride=(2, 3), padding=(1, 2), dilation=(2, 1), groups=2), (n, 16, 3, 21)"))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    first, second = t.variants(a)[:2]
+    assert first["tiles"] == "interleaved" and stacks(a_conv(a))
+    assert (second["tiles"], second["BLOCK_K"], second["BLOCK_N"], second["parts"]) == ("rows", 16, 16, "hand")
+    source = t.render(a, second)
+    assert source.count("xs = tl.load(x_tap + ci[:, None] * ") == 1 and "off = tl.where(oi == 0, 0, 1)" in source
+    assert source.count('pr = tl.dot(wvh, xsh, pr, input_precision="tf32")') == 3  # a product a slot
+    assert "tp0 = tl.where(oi == 0, 2, -1)" in source  # the first slot reads one column: zeros at the other
+    hand = t.render(a, {**first, "parts": "hand"})
+    assert 'pr = tl.dot(tal, tbh, input_precision="tf32")' in hand and 'input_precision="tf32x3"' not in hand
+    for params in (second, {**second, "parts": "registers"}, {**second, "precision": "ieee"}, {**first, "parts": "hand"}):
+        runner.run_ok(task, t.render(a, params))
+    task.write_text(task.read_text().replace("ConvTranspose2d(16, 6,", "ConvTranspose2d(48, 6,").replace(
+        "(n, 16, 3, 21)", "(n, 48, 3, 21)"))
+    a = analyze(str(task), small=True)
+    assert not stacks(a_conv(a)) and t.variants(a)[1].get("parts") != "hand"
+    assert "xs = tl.load" not in t.render(a, {**second, "BLOCK_K": 16})
+    mm = analyze(str(FIXTURES / "tpl_matmul.py"), small=True)
+    with pytest.raises(ValueError, match=r"parts hand \(tiles split by the kernel's own lines\) is for convolutions"):
+        t.render(mm, {**t.default(mm), "parts": "hand"})
 
 
 def test_a_phased_convolution_over_few_input_channels_takes_outer_product_steps(runner, tmp_path):

@@ -153,8 +153,10 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
         d["persistent"] = 1
     if registers:
         d["parts"] = "registers"
-    return {**d, "SPLIT_K": split, "impl": "torch" if vendor else "triton",
-            "precision": "tf32" if analysis.tf32 else "tf32x3" if in_registers or parts or registers else "ieee",
+    precision = "tf32" if analysis.tf32 else "tf32x3" if in_registers or parts or registers else "ieee"
+    if precision == "tf32x3" and k.nodes[0].fn == "conv":  # each gathered tile split once (implicit_gemm.hand_split)
+        d["parts"] = "hand"
+    return {**d, "SPLIT_K": split, "impl": "torch" if vendor else "triton", "precision": precision,
             **({"operands": base.default_operands(analysis)} if pl.half_products() else {})}
 
 
@@ -183,7 +185,9 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     second = {} if d.get("tiles") == "rows" or not conv else _rows_second(k.nodes[0])
     if second:
         out.append({**d, **second})
-    if epilogue and "torch" in sp["impl"]:  # the other implementation next: a budget of two tries both
+    if d.get("parts") == "hand" and d["impl"] == "triton":  # Triton's own split (hand_split: faster on most)
+        out.append({**d, "parts": "registers"})
+    if epilogue and "torch" in sp["impl"]:  # the other implementation next
         out.append({**d, "impl": "triton" if d["impl"] == "torch" else "torch"})
     if d.get("tiles") == "rows":  # then the tiles rows replaced, and the variants of those
         d = default(analysis, rows=False)

@@ -86,15 +86,16 @@ def test_a_strided_transposed_convolution_reads_only_its_phases_taps(runner, tmp
 def test_a_transposed_convolution_strided_along_its_last_dim_stores_its_rows_whole(runner, tmp_path):
     """Interleaved tiles by default: a program takes every phase of the last dim (stride 5: eight slots, two of
     them no tap reaches and three past the stride), so its output rows are stored whole; split-fp32 products
-    take 32 channels by 64 rows, rows tiles in dot steps next, the FMA form then at its own 16 by 128, then the
-    channel tiles they replace; K steps of 32 where every phase reads 32 K, one step a phase. Other convolutions
-    cannot take them."""
+    take 32 channels by 64 rows, rows tiles in dot steps next, Triton's own split, the FMA form at its own 16
+    by 128, then the channel tiles they replace; K steps of 32 where every phase reads 32 K, one step a phase.
+    Other convolutions cannot take them."""
     task = tmp_path / "conv_sparse_wide.py"  # 12 input channels: more than the positions rule takes
     task.write_text(task_of("transposed2d_sparse", tmp_path).read_text().replace(
         "nn.ConvTranspose2d(3, 5,", "nn.ConvTranspose2d(12, 5,").replace("(n, 3, 2, 6)", "(n, 12, 2, 6)"))
     a = analyze(str(task), small=True)
     t = BY_NAME["gemm"]
-    first, rows, second, third = t.variants(a)[:4]
+    first, rows, triton_split, second, third = t.variants(a)[:5]
+    assert triton_split == {**first, "parts": "registers"}  # Triton's own tf32x3 split (implicit_gemm.hand_split)
     assert (first["tiles"], first["BLOCK_M"], first["BLOCK_N"], first["precision"]) == ("interleaved", 64, 32, "tf32x3")
     assert (rows["tiles"], rows["BLOCK_K"], rows["precision"]) == ("rows", 32, "tf32x3")  # params.rows_form
     assert (second["tiles"], second["precision"], third["tiles"]) == ("interleaved", "ieee", "channels")
@@ -227,7 +228,7 @@ def test_rows_tiles_in_dot_steps(runner, tmp_path):
         params = {**t.default(a, rows=False), "impl": "triton", "tiles": "rows", "BLOCK_K": 16, "num_warps": 4}
         source = t.render(a, params)
         stacked = stacks(a_conv(a))  # fewer channels than a step, several columns: one stacked load a step
-        assert ("tl.dot(wv, xs," if stacked else "tl.dot(wv, xv0,") in source and "for ci in" not in source
+        assert re.search(r"tl\.dot\(wvh?, %sh?," % ("xs" if stacked else "xv0"), source) and "for ci in" not in source
         runner.run_ok(task, source)
     wide = tmp_path / "conv_residual_wide.py"
     wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6,", "ConvTranspose2d(40, 6,").replace("(2, 4, 5, 6)",
@@ -257,7 +258,7 @@ def test_rows_tiles_stack_a_rows_column_offsets_into_one_dot_step(runner, tmp_pa
     one 16-wide K (implicit_gemm.stacks): one input load a step for all three slots, each slot's weights zero
     at the column it does not read, every tile split into TF32 parts once by the kernel's own lines (parts
     "hand"). That form, Triton's own tf32x3 and FMA products over the same K, and the interleaved default
-    with parts "hand", match the reference. 24 channels a group do not stack: a step of one column's channels
+    with parts "hand", match the reference. 48 channels a group do not stack: a step of one column's channels
     is full."""
     task = tmp_path / "conv_stacked.py"
     task.write_text(task_of("transposed2d", tmp_path).read_text().replace(
@@ -279,7 +280,8 @@ def test_rows_tiles_stack_a_rows_column_offsets_into_one_dot_step(runner, tmp_pa
     task.write_text(task.read_text().replace("ConvTranspose2d(16, 6,", "ConvTranspose2d(48, 6,").replace(
         "(n, 16, 3, 21)", "(n, 48, 3, 21)"))
     a = analyze(str(task), small=True)
-    assert not stacks(a_conv(a)) and t.variants(a)[1].get("parts") != "hand"
+    rows = t.variants(a)[1]  # params.rows_form's dot steps: 32 channels a step
+    assert not stacks(a_conv(a)) and (rows["tiles"], rows["BLOCK_K"], rows["BLOCK_M"]) == ("rows", 32, 256)
     assert "xs = tl.load" not in t.render(a, {**second, "BLOCK_K": 16})
     mm = analyze(str(FIXTURES / "tpl_matmul.py"), small=True)
     with pytest.raises(ValueError, match=r"parts hand \(tiles split by the kernel's own lines\) is for convolutions"):
@@ -316,8 +318,9 @@ def test_a_strided_transposed_convolution_over_few_channels_takes_rows_tiles(run
     row's other coordinates scalars; the last dim's phases (stride 2) two accumulators stacked into whole rows;
     per-channel values (the bias) loaded once a channel. The tiles they replace follow cuDNN's. At 8 a row
     (several tiles a row, the residual read in the epilogue) and in every kind of convolution (the first test)
-    they match the reference. One over 8 channels and 25 taps takes them second, as an unstrided 2-D one does;
-    a convolution strided along its last dim last, one over 40 channels in dot steps (a test above)."""
+    they match the reference. One over 8 channels and 25 taps takes them second (then Triton's own tf32x3
+    split, then cuDNN's), as an unstrided 2-D one does; a convolution strided along its last dim last, one over
+    40 channels in dot steps (a test above)."""
     task = tmp_path / "conv_residual.py"
     task.write_text(RESIDUAL)
     a = analyze(str(task), small=True)
@@ -337,8 +340,9 @@ def test_a_strided_transposed_convolution_over_few_channels_takes_rows_tiles(run
     wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6, 3,", "ConvTranspose2d(8, 6, 5,").replace(
         "(2, 4, 5, 6), torch.randn(2, 6, 9, 11)", "(2, 8, 5, 6), torch.randn(2, 6, 11, 13)"))
     a = analyze(str(wide), small=True)
-    assert [(v["tiles"], v["impl"]) for v in t.variants(a)[:3]] == [("interleaved", "triton"), ("rows", "triton"),
-                                                                    ("interleaved", "torch")]
+    assert [(v["tiles"], v["impl"], v["parts"]) for v in t.variants(a)[:4]] == [
+        ("interleaved", "triton", "hand"), ("rows", "triton", "hand"), ("interleaved", "triton", "registers"),
+        ("interleaved", "torch", "hand")]  # Triton's own tf32x3 split third (implicit_gemm.hand_split)
     grouped = task_of("conv2d_grouped", tmp_path)  # unstrided, 2-D: second, 128 a row
     a = analyze(str(grouped), small=True)
     assert "tiles" not in t.default(a) and (t.variants(a)[1]["tiles"], t.variants(a)[1]["BLOCK_M"]) == ("rows", 128)
@@ -467,17 +471,24 @@ def test_a_convolution_of_narrow_output_tiles_takes_a_narrow_k_tile(tmp_path):
 
 
 def test_fp32_dot_steps_of_a_convolution_split_each_operand_into_two_tf32_parts(runner, tmp_path):
-    """A convolution's fp32 dot steps default to input_precision "tf32x3" at one pipeline stage, with the FMA
-    ("ieee") form next; outer-product steps, a matrix product and a task that allows TF32 keep theirs."""
+    """A convolution's fp32 dot steps default to precision "tf32x3" at one pipeline stage, each gathered tile
+    split into its TF32 parts once by the kernel's own lines (parts "hand"; Triton's own split, parts
+    "registers", in the space), with the FMA ("ieee") form next; outer-product steps, a matrix product and a
+    task that allows TF32 keep theirs."""
     t = BY_NAME["gemm"]
     task = task_of("conv3d", tmp_path)
     a = analyze(str(task), small=True)
-    first, second = t.variants(a)[:2]
-    assert (first["precision"], first["num_stages"]) == ("tf32x3", 1)
+    first, triton_split, second = t.variants(a)[:3]
+    assert (first["precision"], first["num_stages"], first["parts"]) == ("tf32x3", 1, "hand")
+    assert triton_split == {**first, "parts": "registers"}
     assert (second["precision"], second["num_stages"]) == ("ieee", 3)
     assert {**first, "precision": "ieee", "num_stages": 3} == second
-    assert t.space(a)["precision"] == ["ieee", "tf32x3"]
+    assert t.space(a)["precision"] == ["ieee", "tf32x3"] and t.space(a)["parts"] == ["registers", "hand"]
     source = t.render(a, first)
+    assert source.count("tah = ((ta.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000)") == 1
+    assert 'pr = tl.dot(tah, tbh, pr, input_precision="tf32")' in source and 'input_precision="tf32x3"' not in source
+    runner.run_ok(task, source)
+    source = t.render(a, {**first, "parts": "registers"})
     assert 'tl.dot(ta, tb, input_precision="tf32x3")' in source and 'input_precision="ieee"' not in source
     runner.run_ok(task, source)
     outer = tmp_path / "conv_residual.py"

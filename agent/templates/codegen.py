@@ -37,6 +37,16 @@ class Launch:
 
 
 @dataclass
+class _Walk:
+    """A walking window's carried planes (Gen.window_start): taps of its first axis below `kept` are in the carry,
+    those from `shift` on also go into `nexts`, and `end` hands them to the next output."""
+    kept: int
+    shift: int
+    nexts: list[str]
+    end: list[str]
+
+
+@dataclass
 class _Axis:
     """One spatial axis of a window op: its taps (tap index, input position, bounds checks) and the window's
     element count (an int, or an expression per output)."""
@@ -593,17 +603,10 @@ class Gen(Reductions):
         lines = self.body.lines
         acc = self.fresh("acc")
         neutral = NEUTRAL["max"] if m.fn == "max" else "0.0"
-        walk = self.p.get("walk") and walks(m, len(self.D))
-        if walk:  # the planes this output shares with the walk's last one come reduced from it (kernels._plane)
-            k, shift = a["kernel"][0], walk_step(m)[1]
-            carry, nxt = self.fresh("carry"), self.fresh("nxt")
-            self.walk_init.append(f"{carry} = tl.full({self.tile('full')}, {neutral}, tl.float32)")
-            lines += [f"{acc} = {carry}", f"{nxt} = tl.full({self.tile('full')}, {neutral}, tl.float32)"]
-        else:
-            lines.append(f"{acc} = tl.full({self.tile('full')}, {neutral}, tl.float32)")
+        walk = self.window_start(m, [acc], self.tile("full"), neutral)
         pairs = self.p.get("pairs") and pair_window(m)
         for taps in itertools.product(*(axis.taps for axis in axes)):
-            if walk and taps[0][0] < k - shift:  # in the last output's window too: in the carry
+            if walk and taps[0][0] < walk.kept:  # in the last output's window too: in the carry
                 continue
             if pairs:
                 xv = self.pair_tap(m, index, taps, neutral)
@@ -614,7 +617,7 @@ class Gen(Reductions):
                                                    if cs)
                 if any(checks) and not read:  # a computed tap, or a checked dim the load skips: the neutral value
                     xv = E(f"tl.where({self.all_of([c for cs in checks for c in cs])}, {f(xv)}, {neutral})", "f")
-            targets = [acc, nxt] if walk and taps[0][0] >= shift else [acc]  # nxt: what the next output shares
+            targets = [acc] + walk.nexts if walk and taps[0][0] >= walk.shift else [acc]  # what the next shares
             if m.fn == "max":
                 lines += [f"{t} = tl.maximum({t}, {f(xv)})" for t in targets]
             elif m.fn == "avg":
@@ -624,10 +627,24 @@ class Gen(Reductions):
                 wmask = ", mask=mask, other=0.0" if self.is_block(woff) else ""
                 lines.append(f"{acc} += {f(xv)} * tl.load({self.ptr(m.args[1].base)} + {woff}{wmask}).to(tl.float32)")
         if walk:
-            lines.append(f"{carry} = {nxt}")
+            lines += walk.end
         if m.fn == "avg":
             lines.append(f"{acc} = {acc} / ({_divisor(a, axes)})")
         return acc
+
+    def window_start(self, m: Node, accs: list[str], tile: str, neutral: str) -> _Walk | None:
+        """Lines starting a window's accumulators at the neutral value, or where it walks (p["walk"], walks) at
+        their carries, the planes each shares with the walk's last output, already reduced (kernels._plane), a
+        `nxt` each gathering those the next output shares; the walk's names, None where it does not walk."""
+        if not (self.p.get("walk") and walks(m, len(self.D))):
+            self.body.lines += [f"{acc} = tl.full({tile}, {neutral}, tl.float32)" for acc in accs]
+            return None
+        k, shift = m.attrs["kernel"][0], walk_step(m)[1]
+        carries, nexts = [self.fresh("carry") for _ in accs], [self.fresh("nxt") for _ in accs]
+        self.walk_init += [f"{c} = tl.full({tile}, {neutral}, tl.float32)" for c in carries]
+        self.body.lines += [f"{acc} = {c}" for acc, c in zip(accs, carries)]
+        self.body.lines += [f"{n} = tl.full({tile}, {neutral}, tl.float32)" for n in nexts]
+        return _Walk(k - shift, shift, nexts, [f"{c} = {n}" for c, n in zip(carries, nexts)])
 
     def pair_tap(self, m: Node, index: list, taps: tuple, neutral: str) -> E:
         """A tap of a window at stride 2 along the row (pair_window), taken from a load of the two elements at
@@ -685,18 +702,10 @@ class Gen(Reductions):
         neutral = NEUTRAL["max"] if m.fn == "max" else "0.0"
         part = "[BLOCK_H, BLOCK_W // VEC]"
         accs = [self.fresh("acc") for _ in range(vec)]
-        walk = self.p.get("walk") and walks(m, len(self.D))
-        if walk:  # as in window: each lane's outputs carry the planes the walk's next ones share
-            k, shift = a["kernel"][0], walk_step(m)[1]
-            carries, nxts = [self.fresh("carry") for _ in accs], [self.fresh("nxt") for _ in accs]
-            self.walk_init += [f"{c} = tl.full({part}, {neutral}, tl.float32)" for c in carries]
-            lines += [f"{acc} = {c}" for acc, c in zip(accs, carries)]
-            lines += [f"{n} = tl.full({part}, {neutral}, tl.float32)" for n in nxts]
-        else:
-            lines += [f"{acc} = tl.full({part}, {neutral}, tl.float32)" for acc in accs]
+        walk = self.window_start(m, accs, part, neutral)  # walking, each lane's outputs carry their shared planes
         outer, self.tile_mask = self.tile_mask, "hmask"
         for taps in itertools.product(*(axis.taps for axis in axes[:-1])):
-            if walk and taps[0][0] < k - shift:  # in the carry
+            if walk and taps[0][0] < walk.kept:  # in the carry
                 continue
             elems = []
             for c in range(-(-last // vec)):
@@ -715,11 +724,11 @@ class Gen(Reductions):
                     lines.append(f"{weight} = tl.load({self.ptr(m.args[1].base)} + {woff}).to(tl.float32)")
                 for j, acc in enumerate(accs):
                     e = elems[first + step * j + dil * t]
-                    for target in [acc, nxts[j]] if walk and taps[0][0] >= shift else [acc]:
+                    for target in [acc, walk.nexts[j]] if walk and taps[0][0] >= walk.shift else [acc]:
                         lines.append(f"{target} = tl.maximum({target}, {e})" if m.fn == "max" else
                                      f"{target} += {e}" if m.fn == "avg" else f"{target} += {e} * {weight}")
         if walk:
-            lines += [f"{c} = {n}" for c, n in zip(carries, nxts)]
+            lines += walk.end
         self.tile_mask = outer
         acc = self.fresh("acc")
         lines.append(f"{acc} = {_join_lanes(accs)}")

@@ -28,8 +28,9 @@ how many programs run.
         tiles, channels, positions, interleaved or rows (the axis its tiles walk, a transposed convolution's
         last dim's phases in one program, or channels by one row of outputs: implicit_gemm.render_conv; by
         default its rule), stats (1: in rows tiles, the next group, instance or batch norm's statistics
-        computed in the epilogue: stats_epilogue) and recompute (1: with stats, the convolution launched again
-        for the norm's output, its own never written)
+        computed in the epilogue: stats_epilogue), recompute (1: with stats, the convolution launched again
+        for the norm's output, its own never written) and parts (tf32x3's tiles split into TF32 parts by
+        Triton in every tl.dot, "registers", or once where loaded, "hand": implicit_gemm.hand_split)
   rnn   BLOCK_H hidden units per program, BLOCK_K, num_warps
   attention  BLOCK_M queries per program, BLOCK_N keys per step, num_warps, num_stages (+ precision)
 """

@@ -160,21 +160,23 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
             **({"operands": base.default_operands(analysis)} if pl.half_products() else {})}
 
 
-def _rows_second(node) -> dict:
-    """Rows tiles as a convolution's second variant, where they are not its default ({} elsewhere): a strided
+def _rows_second(node) -> list[dict]:
+    """Rows tiles as a convolution's next variants, where they are not its default ([] elsewhere): a strided
     transposed one, or an unstrided 2-D one over at most 8 input channels a group. On an H200 (session 17),
     against the candidates they displace: level 1's 72 and 75_conv_transposed_3D/2D 0.739 -> 0.580 and 0.485 ->
     0.730 ms (interleaved tiles in tf32x3, 32 by 128); level 2's 11 convolutions of 8 channels in 3x3 windows under an
     epilogue, against cuDNN's: 8 faster (57, 69, 71 0.914 -> 0.62-0.64 ms; 21, 65, 73, 85, 92 1.07-1.34x), 3
     slower (67, 82, 87: 254-wide rows, 1.06-1.56x). Other convolutions that can take them take them last, 128 a
     row: level 1's 50, 54, 59 and level 2's 23, 90 (3-D, or an 11x11 window at stride 4) ran 1.2-2.6x slower.
-    A strided transposed one over more channels takes them in dot steps (params.rows_form says where they won)."""
+    A strided transposed one over more channels takes them in dot steps (params.rows_form says where they won).
+    A phased one whose channels and a row's column offsets fill a stacked dot step takes those first, then its
+    other rows tiles: level 1's 75 won in the stacked ones, 72 (3-D) in outer products (session 17, 0.580 ms)."""
     flat = len(node.shape) == 4 and not node.attrs["transposed"] and set(node.attrs["stride"]) == {1}
-    if phased(node):  # in stacked dot steps where a group's channels and a row's offsets fill them
-        return {**(rows_stacked(node) or rows_form(node)), "impl": "triton"}
+    if phased(node):
+        return [{**tiles, "impl": "triton"} for tiles in (rows_stacked(node), rows_form(node)) if tiles]
     if flat and rows_fit(node):
-        return {**rows_form(node), "impl": "triton", "BLOCK_M": 128}
-    return {}
+        return [{**rows_form(node), "impl": "triton", "BLOCK_M": 128}]
+    return []
 
 
 def variants(analysis: TaskAnalysis) -> list[dict]:
@@ -182,9 +184,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     d, sp = default(analysis), space(analysis)
     out = [d]
     conv = k.nodes[0].fn == "conv"
-    second = {} if d.get("tiles") == "rows" or not conv else _rows_second(k.nodes[0])
-    if second:
-        out.append({**d, **second})
+    second = [] if d.get("tiles") == "rows" or not conv else _rows_second(k.nodes[0])
+    out += [{**d, **tiles} for tiles in second]
     if d.get("parts") == "hand" and d["impl"] == "triton":  # Triton's own split (hand_split: faster on most)
         out.append({**d, "parts": "registers"})
     if epilogue and "torch" in sp["impl"]:  # the other implementation next

@@ -257,8 +257,8 @@ def test_rows_tiles_stack_a_rows_column_offsets_into_one_dot_step(runner, tmp_pa
     outputs in two tiles): the second variant takes rows tiles whose dot steps stack both columns' channels into
     one 16-wide K (implicit_gemm.stacks): one input load a step for all three slots, each slot's weights zero
     at the column it does not read, every tile split into TF32 parts once by the kernel's own lines (parts
-    "hand"). That form, Triton's own tf32x3 and FMA products over the same K, and the interleaved default
-    with parts "hand", match the reference. 48 channels a group do not stack: a step of one column's channels
+    "hand"), the outer-product rows tiles next. That form, Triton's own tf32x3 and FMA products over the same
+    K, and the interleaved default with parts "hand", match the reference. 48 channels a group do not stack: a step of one column's channels
     is full."""
     task = tmp_path / "conv_stacked.py"
     task.write_text(task_of("transposed2d", tmp_path).read_text().replace(
@@ -266,9 +266,10 @@ def test_rows_tiles_stack_a_rows_column_offsets_into_one_dot_step(runner, tmp_pa
         "nn.ConvTranspose2d(16, 6, (3, 5), stride=(2, 3), padding=(1, 2), dilation=(2, 1), groups=2), (n, 16, 3, 21)"))
     a = analyze(str(task), small=True)
     t = BY_NAME["gemm"]
-    first, second = t.variants(a)[:2]
+    first, second, third = t.variants(a)[:3]
     assert first["tiles"] == "interleaved" and stacks(a_conv(a))
     assert (second["tiles"], second["BLOCK_K"], second["BLOCK_N"], second["parts"]) == ("rows", 16, 16, "hand")
+    assert (third["tiles"], third["BLOCK_K"]) == ("rows", 1)  # outer products next: level 1's 72 won in those
     source = t.render(a, second)
     assert source.count("xs = tl.load(x_tap + ci[:, None] * ") == 1 and "off = tl.where(oi == 0, 0, 1)" in source
     assert source.count('pr = tl.dot(wvh, xsh, pr, input_precision="tf32")') == 3  # a product a slot
@@ -318,9 +319,9 @@ def test_a_strided_transposed_convolution_over_few_channels_takes_rows_tiles(run
     row's other coordinates scalars; the last dim's phases (stride 2) two accumulators stacked into whole rows;
     per-channel values (the bias) loaded once a channel. The tiles they replace follow cuDNN's. At 8 a row
     (several tiles a row, the residual read in the epilogue) and in every kind of convolution (the first test)
-    they match the reference. One over 8 channels and 25 taps takes them second (then Triton's own tf32x3
-    split, then cuDNN's), as an unstrided 2-D one does; a convolution strided along its last dim last, one over
-    40 channels in dot steps (a test above)."""
+    they match the reference. One over 8 channels and 25 taps takes them second, in stacked dot steps and then
+    in outer products (then Triton's own tf32x3 split, then cuDNN's), as an unstrided 2-D one takes them
+    second; a convolution strided along its last dim last, one over 40 channels in dot steps (a test above)."""
     task = tmp_path / "conv_residual.py"
     task.write_text(RESIDUAL)
     a = analyze(str(task), small=True)
@@ -340,9 +341,9 @@ def test_a_strided_transposed_convolution_over_few_channels_takes_rows_tiles(run
     wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6, 3,", "ConvTranspose2d(8, 6, 5,").replace(
         "(2, 4, 5, 6), torch.randn(2, 6, 9, 11)", "(2, 8, 5, 6), torch.randn(2, 6, 11, 13)"))
     a = analyze(str(wide), small=True)
-    assert [(v["tiles"], v["impl"], v["parts"]) for v in t.variants(a)[:4]] == [
-        ("interleaved", "triton", "hand"), ("rows", "triton", "hand"), ("interleaved", "triton", "registers"),
-        ("interleaved", "torch", "hand")]  # Triton's own tf32x3 split third (implicit_gemm.hand_split)
+    assert [(v["tiles"], v["impl"], v["parts"], v["BLOCK_K"]) for v in t.variants(a)[:5]] == [
+        ("interleaved", "triton", "hand", 16), ("rows", "triton", "hand", 16), ("rows", "triton", "hand", 1),
+        ("interleaved", "triton", "registers", 16), ("interleaved", "torch", "hand", 16)]  # stacked, outer products
     grouped = task_of("conv2d_grouped", tmp_path)  # unstrided, 2-D: second, 128 a row
     a = analyze(str(grouped), small=True)
     assert "tiles" not in t.default(a) and (t.variants(a)[1]["tiles"], t.variants(a)[1]["BLOCK_M"]) == ("rows", 128)

@@ -368,7 +368,7 @@ def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None =
     MEMORY_SHARE of its floor: two H200s measured their copy bandwidth 1.6% apart (4.18 and 4.25 TB/s), and the
     nearest compute-bound task took 94% (59_conv_standard_3D). A task in several folders takes its row from the
     last (a later run of it); `base` (table_rows of an older table) gives the rows of tasks no folder has."""
-    by_task = {}
+    by_task, origin = {}, {}
     for folder in folders:
         results = folder / "results.json"
         if not results.is_file():
@@ -379,6 +379,7 @@ def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None =
                 continue
             if t["compile_ms"] > COMPILE_SLACK * t["floor_ms"] and not t.get("interpreted"):
                 by_task[t["task"]] = (t, _winner(folder / dirs.get(t["task"], {}).get("dir", t["task"])))
+                origin[t["task"]] = folder
     rows = list(by_task.values())
     if not rows and not base:
         return "No verified level-1/2 task has torch.compile above 1.15x the floor.\n"
@@ -406,7 +407,23 @@ def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None =
     lines += ["", f"Geomean of the shipped time over torch.compile: {geomean(over_compile):.2f}x over {len(table)} "
               f"tasks; best/floor on the {len(memory)} memory-bound ones: geomean "
               f"{geomean(memory) if memory else float('nan'):.2f}x, worst {max(memory, default=float('nan')):.2f}x."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + ceiling_lines(rows, origin)) + "\n"
+
+
+def ceiling_lines(rows: list[tuple[dict, dict]], origin: dict[str, Path]) -> list[str]:
+    """Per run folder, the ceilings its floors imply: the copy bandwidth (bytes over copy_ms) and, over its
+    compute-bound rows, the matmul rate (flops over the floor). Each machine measures its own
+    (tools/profile.device_ceilings), so floors of runs on different machines compare only where these agree."""
+    by_folder: dict[Path, tuple[list, list]] = {}
+    for t, w in rows:
+        copies, rates = by_folder.setdefault(origin[t["task"]], ([], []))
+        if w["copy_ms"]:
+            copies.append(w["bytes"] / w["copy_ms"] / 1e9)
+            if w["copy_ms"] < MEMORY_SHARE * t["floor_ms"] and w["flops"]:
+                rates.append(w["flops"] / t["floor_ms"] / 1e9)
+    out = [f"- {folder}: copy {max(c):.2f} TB/s" + (f", matmul {max(r):.1f} TFLOP/s" if r else "")
+           for folder, (c, r) in by_folder.items() if c]
+    return ["", "Ceilings behind the floors, per run (each machine measures its own):", *out] if out else []
 
 
 def _winner(store: Path) -> dict:
@@ -418,8 +435,9 @@ def _winner(store: Path) -> dict:
         if c["run"] == report.get("run") and c["id"] == best.get("id"):
             what = c["operator"] + (": " + ", ".join(f"{k}={v}" for k, v in c["params"].items()) if c["params"] else "")
             timing = c["metrics"].get("timing") or {}
-            return {"what": what, "bytes": timing.get("bytes") or 0.0, "copy_ms": timing.get("copy_ms")}
-    return {"what": best.get("operator", "?"), "bytes": 0.0, "copy_ms": None}
+            return {"what": what, "bytes": timing.get("bytes") or 0.0, "copy_ms": timing.get("copy_ms"),
+                    "flops": timing.get("flops") or 0.0}
+    return {"what": best.get("operator", "?"), "bytes": 0.0, "copy_ms": None, "flops": 0.0}
 
 
 def ms_cell(v: float | None) -> str:

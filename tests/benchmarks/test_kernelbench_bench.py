@@ -202,16 +202,17 @@ def test_a_task_without_a_compile_time_is_named_with_the_reason(tmp_path):
 GPU_ROW = dict(status="done", device="NVIDIA H200", verdict="correct", kept=True, evaluations=1, correct=1)
 
 
-def _compile_bound_folder(folder: Path, rows: list, runs: list, copies: list | None = None) -> None:
+def _compile_bound_folder(folder: Path, rows: list, runs: list, copies: list | None = None,
+                          flops: list | None = None) -> None:
     """A level folder of a finished batch: its results and, per task, the winner's parameters, timed bytes and
-    (`copies`) those bytes' time at the copy bandwidth, which runs before it did not record."""
+    (`copies`) those bytes' time at the copy bandwidth, which runs before it did not record, and its flops."""
     write_results(folder, "level2.toml", rows)
     (folder / "batch.json").write_text(json.dumps({"tasks": {r.task: {"dir": r.task, "status": "done"}
                                                              for r in rows}}))
-    for r, (nbytes, params), copy_ms in zip(rows, runs, copies or [None] * len(rows)):
+    for r, (nbytes, params), copy_ms, work in zip(rows, runs, copies or [None] * len(rows), flops or [0.0] * len(rows)):
         (folder / r.task).mkdir()
         timing = Timing(r.best_ms, r.eager_ms, r.compile_ms, r.floor_ms, None, None, None, 1.0, False, bytes=nbytes,
-                        copy_ms=copy_ms)
+                        copy_ms=copy_ms, flops=work)
         run_id = _store(folder / r.task, [EvalResult("correct", "Correct.", timing=timing)], params)
         (folder / r.task / "report.json").write_text(json.dumps({"run": run_id, "best": {"id": 1}}))
 
@@ -278,6 +279,25 @@ def test_a_run_of_compute_bound_tasks_alone_has_no_memory_bound_row(tmp_path):
     legacy = tmp_path / "legacy" / "level2"
     _compile_bound_folder(legacy, rows, runs)
     assert "| 87_Conv_Mish | memory |" in bench().compile_bound_table([legacy])
+
+
+def test_the_table_names_the_ceilings_behind_each_runs_floors(tmp_path):
+    """Each machine measures its own ceilings: under the table, per run, the copy bandwidth its rows' copy times
+    imply and the matmul rate its compute-bound rows' floors imply, so that two runs whose floors do not compare
+    show it (session 38: level 1's 50, 54.0 GFLOP, had a floor of 1.053 ms on earlier machines, 51 TFLOP/s, and
+    0.426 on another, 127)."""
+    older, newer = tmp_path / "a" / "level1", tmp_path / "b" / "level1"
+    conv = dict(eager_ms=2.7, compile_ms=2.9, **GPU_ROW)
+    _compile_bound_folder(older, [TaskRow("50_Conv", "50.py", best_ms=1.98, floor_ms=1.053, **conv),
+                                  TaskRow("1_Softmax", "1.py", best_ms=1.1, eager_ms=2.0, compile_ms=1.6, floor_ms=1.0,
+                                          **GPU_ROW)],
+                          [(1.2e9, {}), (4.2e9, {})], copies=[0.29, 1.0], flops=[54.0e9, 0.0])
+    _compile_bound_folder(newer, [TaskRow("54_Conv", "54.py", best_ms=2.05, floor_ms=0.312, **conv)],
+                          [(0.5e9, {})], copies=[0.12], flops=[39.6e9])
+    text = bench().compile_bound_table([older, newer])
+    assert "Ceilings behind the floors, per run (each machine measures its own):" in text
+    assert f"- {older}: copy 4.20 TB/s, matmul 51.3 TFLOP/s" in text
+    assert f"- {newer}: copy 4.17 TB/s, matmul 126.9 TFLOP/s" in text
 
 
 def test_the_table_merges_several_later_runs_oldest_first(tmp_path, monkeypatch):

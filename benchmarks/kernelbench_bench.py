@@ -388,10 +388,12 @@ def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None =
     # rows as their cells give them)
     table = {task: (cells, _ratio(cells[8]), _ratio(cells[7]) if cells[1] == "memory" else None)
              for task, cells in (base or {}).items()}
+    runs = []  # (run folder, bound, task, winner) for ceiling_lines
     for t, w in rows:
         bytes_bound = w["copy_ms"] >= MEMORY_SHARE * t["floor_ms"] if w["copy_ms"] else \
             w["bytes"] / t["floor_ms"] >= MEMORY_SHARE * bandwidth
         bound = "–" if not w["bytes"] else "memory" if bytes_bound else "compute"
+        runs.append((origin[t["task"]], bound, t, w))
         shipped = min(t["best_ms"], t["eager_ms"] or t["best_ms"])
         ratios = (t["compile_ms"] / t["floor_ms"], t["best_ms"] / t["floor_ms"], t["compile_ms"] / shipped)
         cells = [t["task"], bound, *(ms_cell(t.get(k)) for k in ("eager_ms", "compile_ms", "best_ms", "floor_ms")),
@@ -407,19 +409,20 @@ def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None =
     lines += ["", f"Geomean of the shipped time over torch.compile: {geomean(over_compile):.2f}x over {len(table)} "
               f"tasks; best/floor on the {len(memory)} memory-bound ones: geomean "
               f"{geomean(memory) if memory else float('nan'):.2f}x, worst {max(memory, default=float('nan')):.2f}x."]
-    return "\n".join(lines + ceiling_lines(rows, origin)) + "\n"
+    return "\n".join(lines + ceiling_lines(runs)) + "\n"
 
 
-def ceiling_lines(rows: list[tuple[dict, dict]], origin: dict[str, Path]) -> list[str]:
+def ceiling_lines(runs: list[tuple[Path, str, dict, dict]]) -> list[str]:
     """Per run folder, the ceilings its floors imply: the copy bandwidth (bytes over copy_ms) and, over its
     compute-bound rows, the matmul rate (flops over the floor). Each machine measures its own
-    (tools/profile.device_ceilings), so floors of runs on different machines compare only where these agree."""
+    (tools/profile.device_ceilings), so floors of runs on different machines compare only where these agree.
+    `runs`: per task its run's folder, its bound as the table gives it, its results row and its winner."""
     by_folder: dict[Path, tuple[list, list]] = {}
-    for t, w in rows:
-        copies, rates = by_folder.setdefault(origin[t["task"]], ([], []))
+    for folder, bound, t, w in runs:
+        copies, rates = by_folder.setdefault(folder, ([], []))
         if w["copy_ms"]:
             copies.append(w["bytes"] / w["copy_ms"] / 1e9)
-            if w["copy_ms"] < MEMORY_SHARE * t["floor_ms"] and w["flops"]:
+            if bound == "compute" and w["flops"]:
                 rates.append(w["flops"] / t["floor_ms"] / 1e9)
     out = [f"- {folder}: copy {max(c):.2f} TB/s" + (f", matmul {max(r):.1f} TFLOP/s" if r else "")
            for folder, (c, r) in by_folder.items() if c]

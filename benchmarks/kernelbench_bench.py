@@ -13,7 +13,8 @@ OUT/compile_bound.md the level-1/2 tasks where torch.compile is above 1.15x the 
         [--dtype bfloat16]
     python benchmarks/kernelbench_bench.py --out OUT --table      # the tables of what is done so far, no run
     python benchmarks/kernelbench_bench.py --out OUT --table --base benchmarks/results/FILE.md --newer OUT2
-        # a committed compile-bound table with the rows of the runs OUT, then OUT2, in place of theirs
+        # a committed compile-bound table with the rows of the runs OUT, then OUT2, in place of theirs; its
+        # other rows floored again at the runs' ceilings (or --ceilings 4.25,126.8: TB/s, fp32 TFLOP/s)
 
 --dtype bfloat16 (or float16) casts every task's inputs and parameters (`batch --dtype`): kernels are judged by
 the low-precision rule against an fp32 run, and eager and torch.compile are timed in that dtype in the same run.
@@ -39,7 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
+from agent.analysis import load_task  # noqa: E402
 from tools.compare import LOW_FACTOR, LOW_FLOOR, UNIT_ROUNDOFF  # noqa: E402
+from tools.profile import count_work  # noqa: E402
 from tools.score import geomean  # noqa: E402
 
 LEVELS = ("level1", "level2", "level3")
@@ -70,7 +73,11 @@ def main() -> int:
                         "OUT's in the compile-bound table (again for each later run, oldest first)")
     p.add_argument("--base", metavar="FILE.md",
                    help="with --table: a results file whose first compile-bound table is older than every run "
-                        "given; the runs' rows replace its rows, and its other rows stay")
+                        "given; the runs' rows replace its rows, and its other rows stay, each floor counted "
+                        "again (on the meta device, from --kernelbench's task file) at the runs' ceilings")
+    p.add_argument("--ceilings", metavar="TB/s,TFLOP/s",
+                   help="with --base: the copy bandwidth and fp32 matmul rate to floor its rows at, where no run "
+                        "has a compute-bound row to give them (a run's 'Ceilings behind the floors' line)")
     args = p.parse_args()
     out = Path(args.out)
     levels = [f"level{n.strip()}" for n in args.levels.split(",")]
@@ -79,7 +86,9 @@ def main() -> int:
         p.error(f"unknown level(s) {', '.join(unknown)}; KernelBench has 1, 2 and 3")
     if (args.newer or args.base) and not args.table:
         p.error("--newer and --base go with --table: they merge the tables of several runs and run nothing")
-    base = {}
+    if args.ceilings and not args.base:
+        p.error("--ceilings goes with --base: it floors the base table's rows")
+    base, work, ceilings = {}, {}, None
     if args.base:
         try:
             base = table_rows(Path(args.base).read_text())
@@ -88,6 +97,16 @@ def main() -> int:
         if not base:
             p.error(f"--base {args.base} holds no compile-bound table (a row per task with its bound, memory or "
                     "compute)")
+        try:
+            work = {task: meta_work(task_file(Path(args.kernelbench), task)) for task in base}
+        except (FileNotFoundError, RuntimeError) as e:
+            p.error(str(e))
+        if args.ceilings:
+            try:
+                copy, rate = (float(v) for v in args.ceilings.split(","))
+            except ValueError:
+                p.error(f"--ceilings {args.ceilings}: give two numbers, e.g. 4.25,126.8 (TB/s, TFLOP/s)")
+            ceilings = (copy * 1e12, rate * 1e12)
     for level in levels:
         other = batch_dtype(out / level)
         if not args.table and other is not False and other != args.dtype:
@@ -104,7 +123,11 @@ def main() -> int:
     (out / "summary.md").write_text(text)
     (out / "tasks.md").write_text("".join(task_table(out / level) for level in chosen))
     newer = [Path(d) / level for d in args.newer for level in chosen if level != "level3"]
-    beyond = compile_bound_table([out / level for level in chosen if level != "level3"] + newer, base)
+    try:
+        beyond = compile_bound_table([out / level for level in chosen if level != "level3"] + newer, base, work,
+                                     ceilings)
+    except ValueError as e:
+        p.error(str(e))
     (out / "compile_bound.md").write_text(beyond)
     print(text + f"\n{beyond}\nEvery finished task, one row each: {out / 'tasks.md'}")
     return 0
@@ -359,7 +382,8 @@ def table_rows(text: str) -> dict[str, list[str]]:
     return rows
 
 
-def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None = None) -> str:
+def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None = None, work: dict | None = None,
+                        ceilings: tuple[float, float] | None = None) -> str:
     """The verified tasks of levels 1 and 2 where torch.compile runs above COMPILE_SLACK x the floor: eager,
     compile and best kernel times, the floor, best/floor, the winning candidate's operator and parameters, and
     the geomeans (the shipped time is the better of kernel and eager, as in the level tables). A task is
@@ -367,7 +391,9 @@ def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None =
     that, the largest bytes/floor of the runs, wrong where no task of them is memory-bound) take at least
     MEMORY_SHARE of its floor: two H200s measured their copy bandwidth 1.6% apart (4.18 and 4.25 TB/s), and the
     nearest compute-bound task took 94% (59_conv_standard_3D). A task in several folders takes its row from the
-    last (a later run of it); `base` (table_rows of an older table) gives the rows of tasks no folder has."""
+    last (a later run of it); `base` (table_rows of an older table) gives the rows of tasks no folder has, each
+    floored again (refloor) from `work` (task: its FLOPs and bytes, meta_work's) at `ceilings` (copy bytes/s,
+    fp32 matmul FLOP/s; by default the runs' own, run_ceilings). ValueError where there are none to take."""
     by_task, origin = {}, {}
     for folder in folders:
         results = folder / "results.json"
@@ -384,22 +410,29 @@ def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None =
     if not rows and not base:
         return "No verified level-1/2 task has torch.compile above 1.15x the floor.\n"
     bandwidth = max((w["bytes"] / t["floor_ms"] for t, w in rows), default=0.0)
-    # per task: its cells, its shipped time over compile's and its best/floor where memory-bound (the base's
-    # rows as their cells give them)
-    table = {task: (cells, _ratio(cells[8]), _ratio(cells[7]) if cells[1] == "memory" else None)
-             for task, cells in (base or {}).items()}
-    runs = []  # (run folder, bound, task, winner) for ceiling_lines
+    runs = []  # (run folder, bound, task, winner) for ceiling_lines and run_ceilings
     for t, w in rows:
         bytes_bound = w["copy_ms"] >= MEMORY_SHARE * t["floor_ms"] if w["copy_ms"] else \
             w["bytes"] / t["floor_ms"] >= MEMORY_SHARE * bandwidth
-        bound = "–" if not w["bytes"] else "memory" if bytes_bound else "compute"
-        runs.append((origin[t["task"]], bound, t, w))
+        runs.append((origin[t["task"]], "–" if not w["bytes"] else "memory" if bytes_bound else "compute", t, w))
+    # per task: its cells, its shipped time over compile's and its best/floor where memory-bound
+    table, notes = {}, []
+    if base:
+        ceilings = ceilings or run_ceilings(runs)
+        if ceilings is None:
+            raise ValueError("the base table's rows are floored again at the runs' ceilings, and no run here has a "
+                             "compute-bound row to give its matmul rate: give --ceilings TB/s,TFLOP/s")
+        table, moved = refloor(base, work or {}, ceilings)
+        notes = ["", f"The base table's rows floored again at copy {ceilings[0] / 1e12:.2f} TB/s and fp32 matmul "
+                     f"{ceilings[1] / 1e12:.1f} TFLOP/s, their FLOPs and bytes counted on the meta device: "
+                     f"{moved} floor(s) moved by more than 1%."]
+    for folder, bound, t, w in runs:
         shipped = min(t["best_ms"], t["eager_ms"] or t["best_ms"])
         ratios = (t["compile_ms"] / t["floor_ms"], t["best_ms"] / t["floor_ms"], t["compile_ms"] / shipped)
         cells = [t["task"], bound, *(ms_cell(t.get(k)) for k in ("eager_ms", "compile_ms", "best_ms", "floor_ms")),
                  *(ratio_cell(v) for v in ratios), _cell(w["what"])[:120]]
         table[t["task"]] = (cells, ratios[2], ratios[1] if bound == "memory" else None)
-    kept = len([k for k in (base or {}) if k not in by_task])
+    kept = len([k for k in table if k not in by_task])
     lines = [f"Levels 1-2, the {len(table)} verified tasks where torch.compile is above {COMPILE_SLACK}x the floor"
              + (f" ({kept} of them from the base table)" if base else ""),
              "", f"{TABLE_HEAD} shipped vs compile | winner |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -409,7 +442,58 @@ def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None =
     lines += ["", f"Geomean of the shipped time over torch.compile: {geomean(over_compile):.2f}x over {len(table)} "
               f"tasks; best/floor on the {len(memory)} memory-bound ones: geomean "
               f"{geomean(memory) if memory else float('nan'):.2f}x, worst {max(memory, default=float('nan')):.2f}x."]
-    return "\n".join(lines + ceiling_lines(runs)) + "\n"
+    return "\n".join(lines + notes + ceiling_lines(runs)) + "\n"
+
+
+def refloor(base: dict[str, list[str]], work: dict, ceilings: tuple[float, float]) -> tuple[dict, int]:
+    """The base table's rows with their floors counted again: each task's FLOPs and bytes (`work`) at `ceilings`
+    (copy bytes/s, fp32 matmul FLOP/s) as tools/profile.floor_ms takes them, its bound and ratios from that
+    floor; a task whose torch.compile is no longer above COMPILE_SLACK x it is left out. Returns the rows (as
+    compile_bound_table keeps them) and how many floors moved by more than 1%. A merged table had kept each
+    row's floor from its own run: 85 of session 36's 149 rows dated from before fp32 products were floored at
+    a third of the TF32 rate (session 33), 2.47x longer than the rest's, and seven of them were memory-bound."""
+    copy, rate = ceilings
+    rows, moved = {}, 0
+    for task, cells in base.items():
+        flops, nbytes = work[task]
+        memory_ms, floor = nbytes / copy * 1e3, max(flops / rate, nbytes / copy) * 1e3
+        compile_ms, best_ms = float(cells[3]), float(cells[4])
+        moved += abs(floor / float(cells[5]) - 1) > 0.01
+        if compile_ms <= COMPILE_SLACK * floor:
+            continue
+        bound = "memory" if memory_ms >= MEMORY_SHARE * floor else "compute"
+        new = [task, bound, cells[2], cells[3], cells[4], ms_cell(floor), ratio_cell(compile_ms / floor),
+               ratio_cell(best_ms / floor), *cells[8:]]
+        rows[task] = (new, _ratio(cells[8]), best_ms / floor if bound == "memory" else None)
+    return rows, moved
+
+
+def run_ceilings(runs: list[tuple[Path, str, dict, dict]]) -> tuple[float, float] | None:
+    """The copy bandwidth (bytes/s) and fp32 matmul rate (FLOP/s) the runs' floors imply, the largest of each
+    over every run (ceiling_lines gives them per run), or None where no row gives both."""
+    implied = _implied(runs).values()
+    copies, rates = [c for cs, _ in implied for c in cs], [r for _, rs in implied for r in rs]
+    return (max(copies) * 1e12, max(rates) * 1e12) if copies and rates else None
+
+
+def task_file(kernelbench: Path, task: str) -> Path:
+    """A level-1 or level-2 task's file under KernelBench's folder; FileNotFoundError saying so where neither has it."""
+    for level in LEVELS[:2]:
+        if (kernelbench / level / f"{task}.py").is_file():
+            return kernelbench / level / f"{task}.py"
+    raise FileNotFoundError(f"the base table's task {task} is in neither {kernelbench / 'level1'} nor "
+                            f"{kernelbench / 'level2'}: give --kernelbench the folder its tasks came from")
+
+
+def meta_work(path: Path) -> tuple[float, float]:
+    """A task's FLOPs and minimum bytes, counted as the evaluator counts them (tools/profile.count_work) on the
+    meta device: shapes, no memory and no values, milliseconds a task. RuntimeError where it cannot be."""
+    try:
+        module, _, _ = load_task(str(path), small=False)
+        with torch.device("meta"):
+            return count_work(module.Model(*module.get_init_inputs()), list(module.get_inputs()))
+    except Exception as e:
+        raise RuntimeError(f"cannot count the work of {path} on the meta device ({type(e).__name__}: {e})") from e
 
 
 def ceiling_lines(runs: list[tuple[Path, str, dict, dict]]) -> list[str]:
@@ -417,6 +501,13 @@ def ceiling_lines(runs: list[tuple[Path, str, dict, dict]]) -> list[str]:
     compute-bound rows, the matmul rate (flops over the floor). Each machine measures its own
     (tools/profile.device_ceilings), so floors of runs on different machines compare only where these agree.
     `runs`: per task its run's folder, its bound as the table gives it, its results row and its winner."""
+    out = [f"- {folder}: copy {max(c):.2f} TB/s" + (f", matmul {max(r):.1f} TFLOP/s" if r else "")
+           for folder, (c, r) in _implied(runs).items() if c]
+    return ["", "Ceilings behind the floors, per run (each machine measures its own):", *out] if out else []
+
+
+def _implied(runs: list[tuple[Path, str, dict, dict]]) -> dict[Path, tuple[list, list]]:
+    """Per run folder, the copy bandwidths (TB/s) and matmul rates (TFLOP/s) its rows' floors imply."""
     by_folder: dict[Path, tuple[list, list]] = {}
     for folder, bound, t, w in runs:
         copies, rates = by_folder.setdefault(folder, ([], []))
@@ -424,9 +515,7 @@ def ceiling_lines(runs: list[tuple[Path, str, dict, dict]]) -> list[str]:
             copies.append(w["bytes"] / w["copy_ms"] / 1e9)
             if bound == "compute" and w["flops"]:
                 rates.append(w["flops"] / t["floor_ms"] / 1e9)
-    out = [f"- {folder}: copy {max(c):.2f} TB/s" + (f", matmul {max(r):.1f} TFLOP/s" if r else "")
-           for folder, (c, r) in by_folder.items() if c]
-    return ["", "Ceilings behind the floors, per run (each machine measures its own):", *out] if out else []
+    return by_folder
 
 
 def _winner(store: Path) -> dict:

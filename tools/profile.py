@@ -177,7 +177,7 @@ def count_work(model: torch.nn.Module, inputs: list) -> tuple[float, float]:
     seen, total = set(), 0
     tensors = [x for x in inputs if isinstance(x, torch.Tensor)] + list(model.parameters()) + list(model.buffers())
     for t in tensors + [y for y in tree_flatten(out)[0] if isinstance(y, torch.Tensor)]:
-        key = (t.untyped_storage().data_ptr(), t.storage_offset())
+        key = (t.untyped_storage()._cdata, t.storage_offset())  # the storage itself: a meta tensor has no address
         if key not in seen:
             seen.add(key)
             total += t.numel() * t.element_size()

@@ -329,6 +329,8 @@ BASE_TABLE = """# an older session's results
 |---|---|---:|---:|---:|---:|---:|---:|---:|---|
 | 2_Conv | compute | 2.500 | 2.500 | 3.000 | 1.000 | 2.50x | 3.00x | 1.00x | template: run=old |
 | 7_Norm | memory | 2.000 | 1.600 | 1.600 | 1.000 | 1.60x | 1.60x | 1.00x | template: norm |
+| 4_Mv | compute | 3.000 | 3.000 | 1.500 | 1.250 | 2.40x | 1.20x | 2.00x | template: mv |
+| 8_Scale | memory | 1.100 | 1.100 | 1.000 | 0.500 | 2.20x | 2.00x | 1.10x | template: scale |
 
 Some prose after the table, and another table that is not read:
 
@@ -337,26 +339,68 @@ Some prose after the table, and another table that is not read:
 """
 
 
+TASK = """import torch
+
+class Model(torch.nn.Module):
+    def forward(self, *xs):
+        return {expr}
+
+def get_inputs():
+    return [{inputs}]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def _base_tasks(folder: Path) -> None:
+    """The base table's tasks, on the meta device a billion bytes each (copy 1 ms at 1 TB/s): three that read
+    and write 125M fp32 values, and a matrix-vector product of 0.5 GFLOP (0.5 ms at 1 TFLOP/s)."""
+    folder.mkdir(parents=True)
+    scale = TASK.format(expr="xs[0] * 2", inputs="torch.rand(1000, 1000, 125)")
+    for name in ("2_Conv", "7_Norm", "8_Scale"):
+        (folder / f"{name}.py").write_text(scale)
+    (folder / "4_Mv.py").write_text(TASK.format(expr="xs[0] @ xs[1]",
+                                                inputs="torch.rand(10000, 24991), torch.rand(24991, 1)"))
+
+
 def test_a_committed_table_is_the_base_the_runs_rows_replace(tmp_path, monkeypatch):
     """--base: the first compile-bound table of a results file stands for the oldest run; a run's row replaces
-    its task's, the other rows stay, and the geomeans count both."""
+    its task's, the other rows stay, each floored again from its task's work at the ceilings given (a floor
+    from an older rule, 4_Mv's, is now memory-bound; 8_Scale's compile is no longer above 1.15x its floor),
+    and the geomeans count both."""
     run = tmp_path / "run"
     _compile_bound_folder(run / "level2", [TaskRow("2_Conv", "2.py", best_ms=1.25, eager_ms=2.5, compile_ms=2.5,
                                                    floor_ms=1.0, **GPU_ROW)], [(1e9, {"run": "new"})])
+    _base_tasks(tmp_path / "kb" / "level2")
     base = tmp_path / "results.md"
     base.write_text(BASE_TABLE)
     b = bench()
     argv = ["kernelbench_bench.py", "--out", str(run), "--levels", "2", "--table", "--kernelbench",
             str(tmp_path / "kb"), "--base", str(base)]
-    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(sys, "argv", argv + ["--ceilings", "1,1"])
     assert b.main() == 0
     table = (run / "compile_bound.md").read_text()
-    assert "the 2 verified tasks where torch.compile is above 1.15x the floor (1 of them from the base table)" in table
+    assert "the 3 verified tasks where torch.compile is above 1.15x the floor (2 of them from the base table)" in table
     assert "template: run=new" in table and "run=old" not in table and "9_Other" not in table
-    assert "5_Pool" not in table  # a table of another head is not the base
+    assert "5_Pool" not in table and "8_Scale" not in table  # a table of another head is not the base
     assert "| 7_Norm | memory | 2.000 | 1.600 | 1.600 | 1.000 | 1.60x | 1.60x | 1.00x | template: norm |" in table
-    # the run's one row is at its own bandwidth, so memory-bound: sqrt(2.0 x 1.0) over compile, sqrt(1.25 x 1.6)
-    assert "1.41x over 2 tasks; best/floor on the 2 memory-bound ones: geomean 1.41x, worst 1.60x" in table
+    assert "| 4_Mv | memory | 3.000 | 3.000 | 1.500 | 1.000 | 3.00x | 1.50x | 2.00x | template: mv |" in table
+    # the run's one row is at its own bandwidth, so memory-bound: (2.0 x 1.0 x 2.0)^(1/3) over compile,
+    # (1.25 x 1.6 x 1.5)^(1/3)
+    assert "1.59x over 3 tasks; best/floor on the 3 memory-bound ones: geomean 1.44x, worst 1.60x" in table
+    assert ("The base table's rows floored again at copy 1.00 TB/s and fp32 matmul 1.0 TFLOP/s, their FLOPs and "
+            "bytes counted on the meta device: 2 floor(s) moved by more than 1%.") in table
+    for bad in (["--ceilings", "fast"], []):  # the run has no compute-bound row to give a matmul rate
+        monkeypatch.setattr(sys, "argv", argv + bad)
+        with pytest.raises(SystemExit) as stop:
+            b.main()
+        assert stop.value.code == 2
+    (tmp_path / "kb" / "level2" / "4_Mv.py").unlink()
+    monkeypatch.setattr(sys, "argv", argv + ["--ceilings", "1,1"])
+    with pytest.raises(SystemExit) as stop:
+        b.main()
+    assert stop.value.code == 2
     base.write_text("# no table here\n")
     with pytest.raises(SystemExit) as stop:
         b.main()

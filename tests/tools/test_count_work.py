@@ -45,3 +45,27 @@ def test_the_fp32_floor_takes_three_tf32_products_where_they_outrun_the_fma_unit
     assert floor_ms(360e12, 0, rates, "matmul_tf32_flops") == 1e3
     assert floor_ms(700e12, 0, rates, "matmul_half_flops") == 1e3
     assert floor_ms(1e12, 4.27e12, rates, "matmul_fp32_flops") == 1e3  # the bytes take longer
+
+
+def test_the_meta_device_counts_the_same_work_without_memory():
+    """A task counted on the meta device (benchmarks/kernelbench_bench.py floors a merged table's rows so) gives
+    its CPU count: every distinct storage's bytes, a view of one counted once, though no meta tensor has an
+    address."""
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(24, 16)
+
+        def forward(self, x, y):
+            return self.linear(x) + y, y.view(-1)
+
+    def build():
+        torch.manual_seed(0)
+        return Model(), [torch.randn(8, 24), torch.randn(8, 16)]
+
+    model, inputs = build()
+    cpu = count_work(model, inputs)
+    assert cpu == (2 * 8 * 24 * 16, 4 * (8 * 24 + 24 * 16 + 16 + 8 * 16 + 8 * 16))  # y's view is y
+    with torch.device("meta"):
+        model, inputs = build()
+        assert count_work(model, inputs) == cpu

@@ -16,9 +16,9 @@ import math
 from agent.analysis import TaskAnalysis
 from agent.templates import base
 from agent.templates.codegen import next_pow2
-from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased, rows_fit
+from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased, pointwise, rows_fit
 from agent.templates.params import (CONV_BLOCK_K, SMS, gemm_tiles, interleaved_tiles, kernel_default, kernel_invalid,
-                                    kernel_space, rows_form, rows_stacked)
+                                    kernel_space, pointwise_tiles, rows_form, rows_stacked)
 from agent.templates.program import work
 from agent.templates.split_operands import pays
 from agent.templates.stats_epilogue import recompute_pays, stats_pair, worth_it
@@ -147,6 +147,8 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
         d["num_stages"] = 1
         if d.get("tiles") == "interleaved":  # tiles of their own (params.interleaved_tiles)
             d.update(interleaved_tiles(k, split=True))
+        if pointwise(k.nodes[0]):  # a plain load pipelines (params.pointwise_tiles)
+            d.update(pointwise_tiles(k.nodes[0]))
     if parts and 2 * math.ceil(m / 128) * math.ceil(n / 128) * batch <= SMS:  # 64 x 128 tiles fill one wave
         d.update({"BLOCK_M": min(64, d["BLOCK_M"]), "num_warps": 4, "num_stages": 4})
     if parts and split == 1 and persistent_pays(m, n, batch, d):

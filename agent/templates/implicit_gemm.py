@@ -314,6 +314,14 @@ def rows_k(node, p: dict) -> int:
     return 1 if p.get("BLOCK_K", 1) == 1 else gemm_block(p, "BLOCK_K", node.args[0].shape[1] // node.attrs["groups"])
 
 
+def pointwise(node) -> bool:
+    """Whether a convolution is a 1x1 one (every window dim 1, stride 1, no padding): a batched matrix product
+    whose input tile is a plain strided load, no taps to gather."""
+    a = node.attrs
+    return node.fn == "conv" and set(node.args[1].shape[2:]) == {1} and set(a["stride"]) == {1} and \
+        not any(a["padding"])
+
+
 def phased(node) -> bool:
     """Whether a convolution is a strided transposed one, taken in phases (_phases)."""
     return node.fn == "conv" and bool(_k_steps(node)[0])

@@ -151,6 +151,19 @@ def gemm_tiles(kernel: Kernel) -> dict:
             "num_stages": 3}
 
 
+def pointwise_tiles(node: Node) -> dict:
+    """A 1x1 convolution's tiles where its tf32x3 products split each loaded tile (implicit_gemm.pointwise): 64
+    rows by up to 128 channels, K steps of up to 64 channels, 4 warps, 3 stages. Its input tile is a plain
+    load, which pipelines as a matrix product's does; a gathered tile does not (level 1's 50, 55, 64, 67, 69
+    and 76 ran 2.4-2.6x slower at 2 or 3 stages). On an H200 (session 39, ms), against 128 x 128 x 32 at 8
+    warps and one stage: level 1's 87_conv_pointwise_2D (64 to 128 channels over 16M positions) 7.23 -> 5.30
+    (5.56 in K steps of 32, 5.79 at 4 stages, 7.10 at 32 rows, 11.58 at 8 warps); 86's pointwise half, in K
+    steps of 32, 2.35 -> 1.95 for both kernels."""
+    _, _, n, k = gemm_dims(node)
+    return {"BLOCK_M": 64, "BLOCK_N": min(128, max(16, next_pow2(n))), "BLOCK_K": min(64, max(16, next_pow2(k))),
+            "num_warps": 4, "num_stages": 3}
+
+
 def packed_default(node: Node) -> bool:
     """Whether a convolution reads its weight packed by default (implicit_gemm.packed_weight): a strided
     transposed one (phased), whose weight (C_in, C_out / groups, *window) puts a phase's taps a window apart

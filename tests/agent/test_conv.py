@@ -471,6 +471,24 @@ def test_a_convolution_of_narrow_output_tiles_takes_a_narrow_k_tile(tmp_path):
     assert t.default(mm)["BLOCK_K"] == 32
 
 
+def test_a_pointwise_convolution_takes_pipelined_tiles_of_a_matrix_product(runner, tmp_path):
+    """A 1x1 convolution (stride 1, unpadded) in tf32x3 dot steps loads its input tile plainly, so it takes 64
+    rows by up to 128 channels, K steps of up to 64, at 4 warps and 3 stages (params.pointwise_tiles); its
+    candidate, a K loop of one step, matches the reference. A strided 1x1 one gathers, and keeps one stage."""
+    t = BY_NAME["gemm"]
+    task = task_of("pointwise", tmp_path)
+    a = analyze(str(task), small=True)
+    first = t.default(a)
+    assert {key: first[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "parts")} == \
+        {"BLOCK_M": 64, "BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4, "num_stages": 3, "parts": "hand"}
+    source = t.render(a, first)
+    assert "for k0 in range(0, 7, BLOCK_K)" in source and "num_stages=3" in source
+    runner.run_ok(task, source)
+    strided = tmp_path / "conv_pointwise_strided.py"
+    strided.write_text(task.read_text().replace("nn.Conv2d(7, 13, 1)", "nn.Conv2d(7, 13, 1, stride=2)"))
+    assert t.default(analyze(str(strided), small=True))["num_stages"] == 1
+
+
 def test_fp32_dot_steps_of_a_convolution_split_each_operand_into_two_tf32_parts(runner, tmp_path):
     """A convolution's fp32 dot steps default to precision "tf32x3" at one pipeline stage, each gathered tile
     split into its TF32 parts once by the kernel's own lines (parts "hand"; Triton's own split, parts

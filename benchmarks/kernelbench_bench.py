@@ -42,7 +42,8 @@ import torch  # noqa: E402
 
 from agent.analysis import load_task  # noqa: E402
 from tools.compare import LOW_FACTOR, LOW_FLOOR, UNIT_ROUNDOFF  # noqa: E402
-from tools.profile import count_work  # noqa: E402
+from tools.evaluate import cache_dir  # noqa: E402
+from tools.profile import count_work, device_ceilings, floor_ms  # noqa: E402
 from tools.score import geomean  # noqa: E402
 
 LEVELS = ("level1", "level2", "level3")
@@ -76,8 +77,8 @@ def main() -> int:
                         "given; the runs' rows replace its rows, and its other rows stay, each floor counted "
                         "again (on the meta device, from --kernelbench's task file) at the runs' ceilings")
     p.add_argument("--ceilings", metavar="TB/s,TFLOP/s",
-                   help="with --base: the copy bandwidth and fp32 matmul rate to floor its rows at, where no run "
-                        "has a compute-bound row to give them (a run's 'Ceilings behind the floors' line)")
+                   help="with --base: the copy bandwidth and fp32 matmul rate to floor its rows at (default: those "
+                        "the last run recorded in LEVEL/ceilings.json, else those its rows' floors imply)")
     args = p.parse_args()
     out = Path(args.out)
     levels = [f"level{n.strip()}" for n in args.levels.split(",")]
@@ -106,7 +107,7 @@ def main() -> int:
                 copy, rate = (float(v) for v in args.ceilings.split(","))
             except ValueError:
                 p.error(f"--ceilings {args.ceilings}: give two numbers, e.g. 4.25,126.8 (TB/s, TFLOP/s)")
-            ceilings = (copy * 1e12, rate * 1e12)
+            ceilings = {"copy_bytes_per_s": copy * 1e12, "matmul_fp32_flops": rate * 1e12}
     for level in levels:
         other = batch_dtype(out / level)
         if not args.table and other is not False and other != args.dtype:
@@ -118,6 +119,8 @@ def main() -> int:
         if not args.table and not finished(out / level, files) and left >= MIN_SLICE_S:
             run_batch(write_suite(out, level, files), out / level, args.budget, left, args.no_knowledge,
                       args.time_limit, args.dtype)
+            if torch.cuda.is_available():  # the ceilings its floors took (measured once per machine, cached)
+                (out / level / "ceilings.json").write_text(json.dumps(device_ceilings(cache_dir()), indent=1))
     text = markdown([summarize_level(out / level, len(files), args.dtype) for level, files in chosen.items()])
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.md").write_text(text)
@@ -383,7 +386,7 @@ def table_rows(text: str) -> dict[str, list[str]]:
 
 
 def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None = None, work: dict | None = None,
-                        ceilings: tuple[float, float] | None = None) -> str:
+                        ceilings: dict | None = None) -> str:
     """The verified tasks of levels 1 and 2 where torch.compile runs above COMPILE_SLACK x the floor: eager,
     compile and best kernel times, the floor, best/floor, the winning candidate's operator and parameters, and
     the geomeans (the shipped time is the better of kernel and eager, as in the level tables). A task is
@@ -392,8 +395,9 @@ def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None =
     MEMORY_SHARE of its floor: two H200s measured their copy bandwidth 1.6% apart (4.18 and 4.25 TB/s), and the
     nearest compute-bound task took 94% (59_conv_standard_3D). A task in several folders takes its row from the
     last (a later run of it); `base` (table_rows of an older table) gives the rows of tasks no folder has, each
-    floored again (refloor) from `work` (task: its FLOPs and bytes, meta_work's) at `ceilings` (copy bytes/s,
-    fp32 matmul FLOP/s; by default the runs' own, run_ceilings). ValueError where there are none to take."""
+    floored again (refloor) from `work` (task: its FLOPs and bytes, meta_work's) at `ceilings` (as
+    tools/profile.device_ceilings gives them; by default those the last run recorded, else those its rows
+    imply: recorded_ceilings, run_ceilings). ValueError where there are none to take."""
     by_task, origin = {}, {}
     for folder in folders:
         results = folder / "results.json"
@@ -418,13 +422,15 @@ def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None =
     # per task: its cells, its shipped time over compile's and its best/floor where memory-bound
     table, notes = {}, []
     if base:
-        ceilings = ceilings or run_ceilings(runs)
+        ceilings = ceilings or recorded_ceilings(folders) or run_ceilings(runs)
         if ceilings is None:
-            raise ValueError("the base table's rows are floored again at the runs' ceilings, and no run here has a "
-                             "compute-bound row to give its matmul rate: give --ceilings TB/s,TFLOP/s")
+            raise ValueError("the base table's rows are floored again at the runs' ceilings, and no run here "
+                             "recorded them or has a compute-bound row to give its matmul rate: give --ceilings "
+                             "TB/s,TFLOP/s")
         table, moved = refloor(base, work or {}, ceilings)
-        notes = ["", f"The base table's rows floored again at copy {ceilings[0] / 1e12:.2f} TB/s and fp32 matmul "
-                     f"{ceilings[1] / 1e12:.1f} TFLOP/s, their FLOPs and bytes counted on the meta device: "
+        rate = floor_ms(1e12, 0.0, ceilings, "matmul_fp32_flops")  # ms for a TFLOP: fp32 products' rate
+        notes = ["", f"The base table's rows floored again at copy {ceilings['copy_bytes_per_s'] / 1e12:.2f} TB/s "
+                     f"and fp32 matmul {1e3 / rate:.1f} TFLOP/s, their FLOPs and bytes counted on the meta device: "
                      f"{moved} floor(s) moved by more than 1%."]
     for folder, bound, t, w in runs:
         shipped = min(t["best_ms"], t["eager_ms"] or t["best_ms"])
@@ -445,18 +451,18 @@ def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None =
     return "\n".join(lines + notes + ceiling_lines(runs)) + "\n"
 
 
-def refloor(base: dict[str, list[str]], work: dict, ceilings: tuple[float, float]) -> tuple[dict, int]:
+def refloor(base: dict[str, list[str]], work: dict, ceilings: dict) -> tuple[dict, int]:
     """The base table's rows with their floors counted again: each task's FLOPs and bytes (`work`) at `ceilings`
-    (copy bytes/s, fp32 matmul FLOP/s) as tools/profile.floor_ms takes them, its bound and ratios from that
+    (tools/profile.device_ceilings's) by tools/profile.floor_ms, as fp32 tasks, its bound and ratios from that
     floor; a task whose torch.compile is no longer above COMPILE_SLACK x it is left out. Returns the rows (as
     compile_bound_table keeps them) and how many floors moved by more than 1%. A merged table had kept each
     row's floor from its own run: 85 of session 36's 149 rows dated from before fp32 products were floored at
     a third of the TF32 rate (session 33), 2.47x longer than the rest's, and seven of them were memory-bound."""
-    copy, rate = ceilings
     rows, moved = {}, 0
     for task, cells in base.items():
         flops, nbytes = work[task]
-        memory_ms, floor = nbytes / copy * 1e3, max(flops / rate, nbytes / copy) * 1e3
+        memory_ms, floor = nbytes / ceilings["copy_bytes_per_s"] * 1e3, floor_ms(flops, nbytes, ceilings,
+                                                                                  "matmul_fp32_flops")
         compile_ms, best_ms = float(cells[3]), float(cells[4])
         moved += abs(floor / float(cells[5]) - 1) > 0.01
         if compile_ms <= COMPILE_SLACK * floor:
@@ -468,12 +474,20 @@ def refloor(base: dict[str, list[str]], work: dict, ceilings: tuple[float, float
     return rows, moved
 
 
-def run_ceilings(runs: list[tuple[Path, str, dict, dict]]) -> tuple[float, float] | None:
-    """The copy bandwidth (bytes/s) and fp32 matmul rate (FLOP/s) the runs' floors imply, the largest of each
-    over every run (ceiling_lines gives them per run), or None where no row gives both."""
+def recorded_ceilings(folders: list[Path]) -> dict | None:
+    """The ceilings the last run that recorded its machine's (LEVEL/ceilings.json) floored its tasks at; None
+    where no run recorded them."""
+    recorded = [folder / "ceilings.json" for folder in folders if (folder / "ceilings.json").is_file()]
+    return json.loads(recorded[-1].read_text()) if recorded else None
+
+
+def run_ceilings(runs: list[tuple[Path, str, dict, dict]]) -> dict | None:
+    """The copy bandwidth and fp32 matmul rate the runs' floors imply, the largest of each over every run
+    (ceiling_lines gives them per run), or None where no row gives both."""
     implied = _implied(runs).values()
     copies, rates = [c for cs, _ in implied for c in cs], [r for _, rs in implied for r in rs]
-    return (max(copies) * 1e12, max(rates) * 1e12) if copies and rates else None
+    return {"copy_bytes_per_s": max(copies) * 1e12, "matmul_fp32_flops": max(rates) * 1e12} if copies and rates \
+        else None
 
 
 def task_file(kernelbench: Path, task: str) -> Path:

@@ -396,6 +396,10 @@ def test_a_committed_table_is_the_base_the_runs_rows_replace(tmp_path, monkeypat
         with pytest.raises(SystemExit) as stop:
             b.main()
         assert stop.value.code == 2
+    # a run that recorded its machine's ceilings: fp32 products at a third of TF32's 3 TFLOP/s, as floor_ms takes
+    (run / "level2" / "ceilings.json").write_text(json.dumps({"copy_bytes_per_s": 1e12, "matmul_fp32_flops": 0.5e12,
+                                                              "matmul_tf32_flops": 3e12}))
+    assert b.main() == 0 and (run / "compile_bound.md").read_text() == table
     (tmp_path / "kb" / "level2" / "4_Mv.py").unlink()
     monkeypatch.setattr(sys, "argv", argv + ["--ceilings", "1,1"])
     with pytest.raises(SystemExit) as stop:

@@ -18,7 +18,8 @@ from agent.templates import base
 from agent.templates.codegen import next_pow2
 from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased, pointwise, rows_fit
 from agent.templates.params import (CONV_BLOCK_K, SMS, gemm_tiles, interleaved_tiles, kernel_default, kernel_invalid,
-                                    kernel_space, pointwise_tiles, rows_form, rows_stacked)
+                                    kernel_space, pointwise_tiles, rows_form, rows_stacked,
+                                    wide_tiles)
 from agent.templates.program import work
 from agent.templates.split_operands import pays
 from agent.templates.stats_epilogue import recompute_pays, stats_pair, worth_it
@@ -149,6 +150,8 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
             d.update(interleaved_tiles(k, split=True))
         if pointwise(k.nodes[0]):  # a plain load pipelines (params.pointwise_tiles)
             d.update(pointwise_tiles(k.nodes[0]))
+        elif not d.get("tiles") and d["BLOCK_N"] == 16:  # every channel in one tile (params.wide_tiles)
+            d.update(wide_tiles(k.nodes[0]))
     if parts and 2 * math.ceil(m / 128) * math.ceil(n / 128) * batch <= SMS:  # 64 x 128 tiles fill one wave
         d.update({"BLOCK_M": min(64, d["BLOCK_M"]), "num_warps": 4, "num_stages": 4})
     if parts and split == 1 and persistent_pays(m, n, batch, d):
@@ -188,6 +191,9 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     conv = k.nodes[0].fn == "conv"
     second = [] if d.get("tiles") == "rows" or not conv else _rows_second(k.nodes[0])
     out += [{**d, **tiles} for tiles in second]
+    narrow = gemm_tiles(k) if conv and wide_tiles(k.nodes[0]) and d["BLOCK_N"] > 16 else {}
+    if narrow and d["impl"] == "triton":  # the narrower channel tiles wide_tiles replaced
+        out.append({**d, **{key: narrow[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps")}})
     if d.get("parts") == "hand" and d["impl"] == "triton":  # Triton's own split (hand_split: faster on most)
         out.append({**d, "parts": "registers"})
     if epilogue and "torch" in sp["impl"]:  # the other implementation next
@@ -197,7 +203,7 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         out.append({**d, "impl": "triton"})
     if d["precision"] == "tf32x3":  # and FMA products at their own tiles and stages
         fma = kernel_default(k, rows=False)
-        fma = {key: fma[key] for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")}
+        fma = {key: fma[key] for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages") + ("BLOCK_K",) * bool(narrow)}
         off = {"persistent": 0} if "persistent" in d else {}  # persistent tiles read split operands only
         out.append({**d, "impl": "triton", "precision": "ieee", **fma, **off})
     if d.get("tiles") == "interleaved":  # and the channel tiles it replaced

@@ -489,6 +489,27 @@ def test_a_pointwise_convolution_takes_pipelined_tiles_of_a_matrix_product(runne
     assert t.default(analyze(str(strided), small=True))["num_stages"] == 1
 
 
+def test_a_convolution_over_32_to_64_output_channels_takes_them_in_one_tile(runner, tmp_path):
+    """tf32x3 dot steps over 32-64 output channels take them all in one channel tile, 128 rows by the next power
+    of two, K steps of 32 at 4 warps (params.wide_tiles), the 256 x 16 x 16 tiles next and the FMA variant at
+    its own K steps of 16; the wide candidate, 40 channels in a 64-wide tile with 3 K steps (54 = 3 x 18),
+    matches the reference. 16 channels keep the narrow tiles."""
+    t = BY_NAME["gemm"]
+    wide = tmp_path / "conv_wide3d.py"
+    wide.write_text(task_of("conv3d", tmp_path).read_text().replace("nn.Conv3d(3, 5,", "nn.Conv3d(3, 40,"))
+    a = analyze(str(wide), small=True)
+    variants = t.variants(a)
+    tiles = [(p["BLOCK_M"], p["BLOCK_N"], p["BLOCK_K"], p["num_warps"], p["precision"]) for p in variants]
+    assert tiles[0] == (128, 64, 32, 4, "tf32x3") and tiles[1][1:] == (16, 16, 4, "tf32x3")  # rows: 64 here
+    assert (tiles[1][0], 16, 16, 4, "ieee") in tiles
+    source = t.render(a, variants[0])
+    assert "for k0 in range(0, 54, BLOCK_K)" in source and "BLOCK_N=64, BLOCK_K=32" in source
+    runner.run_ok(wide, source)
+    narrow = tmp_path / "conv_narrow3d.py"
+    narrow.write_text(wide.read_text().replace("nn.Conv3d(3, 40,", "nn.Conv3d(3, 16,"))
+    assert t.default(analyze(str(narrow), small=True))["BLOCK_N"] == 16
+
+
 def test_fp32_dot_steps_of_a_convolution_split_each_operand_into_two_tf32_parts(runner, tmp_path):
     """A convolution's fp32 dot steps default to precision "tf32x3" at one pipeline stage, each gathered tile
     split into its TF32 parts once by the kernel's own lines (parts "hand"; Triton's own split, parts

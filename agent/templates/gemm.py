@@ -18,8 +18,7 @@ from agent.templates import base
 from agent.templates.codegen import next_pow2
 from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased, pointwise, rows_fit
 from agent.templates.params import (CONV_BLOCK_K, SMS, gemm_tiles, interleaved_tiles, kernel_default, kernel_invalid,
-                                    kernel_space, pointwise_tiles, rows_form, rows_stacked,
-                                    wide_tiles)
+                                    kernel_space, pointwise_tiles, rows_form, rows_stacked, wide_tiles)
 from agent.templates.program import work
 from agent.templates.split_operands import pays
 from agent.templates.stats_epilogue import recompute_pays, stats_pair, worth_it
@@ -191,7 +190,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     conv = k.nodes[0].fn == "conv"
     second = [] if d.get("tiles") == "rows" or not conv else _rows_second(k.nodes[0])
     out += [{**d, **tiles} for tiles in second]
-    narrow = gemm_tiles(k) if conv and wide_tiles(k.nodes[0]) and d["BLOCK_N"] > 16 else {}
+    wide = conv and not d.get("tiles") and not pointwise(k.nodes[0]) and d["BLOCK_N"] > 16 and wide_tiles(k.nodes[0])
+    narrow = gemm_tiles(k) if wide else {}
     if narrow and d["impl"] == "triton":  # the narrower channel tiles wide_tiles replaced
         out.append({**d, **{key: narrow[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps")}})
     if d.get("parts") == "hand" and d["impl"] == "triton":  # Triton's own split (hand_split: faster on most)
@@ -203,7 +203,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         out.append({**d, "impl": "triton"})
     if d["precision"] == "tf32x3":  # and FMA products at their own tiles and stages
         fma = kernel_default(k, rows=False)
-        fma = {key: fma[key] for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages") + ("BLOCK_K",) * bool(narrow)}
+        keys = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages") + ("BLOCK_K",) * bool(narrow)  # narrow: K 16
+        fma = {key: fma[key] for key in keys}
         off = {"persistent": 0} if "persistent" in d else {}  # persistent tiles read split operands only
         out.append({**d, "impl": "triton", "precision": "ieee", **fma, **off})
     if d.get("tiles") == "interleaved":  # and the channel tiles it replaced

@@ -165,17 +165,17 @@ def pointwise_tiles(node: Node) -> dict:
 
 
 def wide_tiles(node: Node) -> dict:
-    """Channel tiles of a convolution's tf32x3 dot steps over 32-64 output channels a group: every channel in
-    one tile, 128 rows by them, K steps of 32 at 4 warps ({} elsewhere); the 256 x 16 x 16 tiles of gemm_tiles
-    gather each input tile once a 16-channel block and split it into TF32 parts as often. On an H200 (session 39,
-    ms), against those: level 1's 54, 57, 59, 60, 62, 65, 66, 68, 70, 71, 74, 78, 80 2.06 -> 0.91, 26.9 -> 16.5,
-    2.08 -> 1.07, 6.64 -> 4.63, 16.1 -> 8.9, 16.5 -> 10.6, 3.34 -> 2.28, 75.8 -> 56.0, 32.5 -> 21.4, 3.43 -> 2.49,
-    3.77 -> 2.20, 8.0 -> 5.55, 16.2 -> 9.4; 61 (48 channels) 14.3 -> 14.5; level 2's 21 3.10 -> 2.94. In K steps
-    of 16 most were 5-65% slower (70: 35.3). Over 16 channels, 128 x 16 x 32 ran level 1's 58 2.0x slower. Level
-    2's 43 (3-D, 32 input channels; 255 registers a thread) stopped the GPU with an invalid address in this form:
-    gemm.variants offers the 256 x 16 tiles next."""
+    """Channel tiles of a convolution's tf32x3 dot steps over 17-64 output channels a group: every channel in one
+    tile, 128 rows by the next power of two, K steps of 32 at 4 warps ({} elsewhere); the 256 x 16 x 16 tiles of
+    gemm_tiles gather each input tile once a 16-channel block and split it into TF32 parts as often. On an H200
+    (session 39, ms), against those: level 1's 54, 57, 59, 60, 62, 65, 66, 68, 70, 71, 74, 78, 80 2.06 -> 0.91,
+    26.9 -> 16.5, 2.08 -> 1.07, 6.64 -> 4.63, 16.1 -> 8.9, 16.5 -> 10.6, 3.34 -> 2.28, 75.8 -> 56.0, 32.5 -> 21.4,
+    3.43 -> 2.49, 3.77 -> 2.20, 8.0 -> 5.55, 16.2 -> 9.4 (70: 24 channels in a 32-wide tile); 61 (48 channels)
+    14.3 -> 14.5; level 2's 21 3.10 -> 2.94. In K steps of 16 most were 5-65% slower (70: 35.3). Over 16 channels,
+    128 x 16 x 32 ran level 1's 58 2.0x slower. Level 2's 43 (3-D, 32 input channels; 255 registers a thread)
+    stopped the GPU with an invalid address in this form: gemm.variants offers the 256 x 16 tiles next."""
     _, _, n, _ = gemm_dims(node)
-    if node.fn != "conv" or not 32 <= n <= 64:
+    if node.fn != "conv" or not 16 < n <= 64:
         return {}
     return {"BLOCK_M": 128, "BLOCK_N": next_pow2(n), "BLOCK_K": 32, "num_warps": 4}
 

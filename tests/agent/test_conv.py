@@ -489,8 +489,8 @@ def test_a_pointwise_convolution_takes_pipelined_tiles_of_a_matrix_product(runne
     assert t.default(analyze(str(strided), small=True))["num_stages"] == 1
 
 
-def test_a_convolution_over_32_to_64_output_channels_takes_them_in_one_tile(runner, tmp_path):
-    """tf32x3 dot steps over 32-64 output channels take them all in one channel tile, 128 rows by the next power
+def test_a_convolution_over_17_to_64_output_channels_takes_them_in_one_tile(runner, tmp_path):
+    """tf32x3 dot steps over 17-64 output channels take them all in one channel tile, 128 rows by the next power
     of two, K steps of 32 at 4 warps (params.wide_tiles), the 256 x 16 x 16 tiles next and the FMA variant at
     its own K steps of 16; the wide candidate, 40 channels in a 64-wide tile with 3 K steps (54 = 3 x 18),
     matches the reference. 16 channels keep the narrow tiles."""
@@ -508,6 +508,9 @@ def test_a_convolution_over_32_to_64_output_channels_takes_them_in_one_tile(runn
     narrow = tmp_path / "conv_narrow3d.py"
     narrow.write_text(wide.read_text().replace("nn.Conv3d(3, 40,", "nn.Conv3d(3, 16,"))
     assert t.default(analyze(str(narrow), small=True))["BLOCK_N"] == 16
+    odd = tmp_path / "conv_odd3d.py"
+    odd.write_text(wide.read_text().replace("nn.Conv3d(3, 40,", "nn.Conv3d(3, 17,"))
+    assert t.default(analyze(str(odd), small=True))["BLOCK_N"] == 32
 
 
 def test_fp32_dot_steps_of_a_convolution_split_each_operand_into_two_tf32_parts(runner, tmp_path):

@@ -192,12 +192,17 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     out += [{**d, **tiles} for tiles in second]
     wide = conv and not d.get("tiles") and not pointwise(k.nodes[0]) and d["BLOCK_N"] > 16 and wide_tiles(k.nodes[0])
     narrow = gemm_tiles(k) if wide else {}
-    if narrow and d["impl"] == "triton":  # the narrower channel tiles wide_tiles replaced
-        out.append({**d, **{key: narrow[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps")}})
+    # the narrower channel tiles wide_tiles replaced, right after the first Triton candidate in wide ones
+    narrowed = {**d, **{key: narrow[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps")},
+                "impl": "triton"} if narrow else {}
+    if narrow and d["impl"] == "triton":
+        out.append(narrowed)
     if d.get("parts") == "hand" and d["impl"] == "triton":  # Triton's own split (hand_split: faster on most)
         out.append({**d, "parts": "registers"})
     if epilogue and "torch" in sp["impl"]:  # the other implementation next
         out.append({**d, "impl": "triton" if d["impl"] == "torch" else "torch"})
+        if narrow and d["impl"] == "torch":
+            out.append(narrowed)
     if d.get("tiles") == "rows":  # then the tiles rows replaced, and the variants of those
         d = default(analysis, rows=False)
         out.append({**d, "impl": "triton"})

@@ -395,12 +395,13 @@ def get_init_inputs():
 
 def test_a_network_of_small_convolutions_keeps_cudnn_first(tmp_path):
     """fp32 without TF32: the vendor convolutions under Triton epilogues by default once the whole program's
-    GEMM work reaches 1 GFLOP, however small each convolution; the Triton ones are the second variant."""
+    GEMM work reaches 1 GFLOP, however small each convolution; the Triton ones are the second variant, in
+    tiles of all 64 channels (params.wide_tiles), and the third in the 16-channel tiles those replace."""
     task = tmp_path / "network.py"
     task.write_text(NETWORK)
     a = analyze(str(task), small=False)
     t = BY_NAME["gemm"]
-    assert [p["impl"] for p in t.variants(a)[:2]] == ["torch", "triton"]
+    assert [(p["impl"], p["BLOCK_N"]) for p in t.variants(a)[:3]] == [("torch", 64), ("triton", 64), ("triton", 16)]
 
 
 def test_a_strided_transposed_convolution_stays_triton_first(tmp_path):

@@ -6,7 +6,8 @@ better of its kernel and eager PyTorch), best/floor, and an audit of every task 
 candidate's verdict, that candidate's relative error against the golden run (fp32 for a bf16 or fp16 task) next to
 PyTorch's own, and the reason; a candidate within the rule's bound in norm that was still refused is marked as
 a possible false negative. OUT/summary.md gets the same tables, OUT/tasks.md one row per finished task,
-OUT/compile_bound.md the level-1/2 tasks where torch.compile is above 1.15x the floor (issue 19's table).
+OUT/compile_bound.md the level-1/2 tasks where torch.compile is above 1.15x the floor (issue 19's table), and
+OUT/LEVEL/ceilings.json the machine's ceilings (copy bandwidth, matmul rates) its floors were taken at.
 
     python benchmarks/kernelbench_bench.py --out OUT [--kernelbench ../shared/kernelbench] [--levels 1,2,3]
         [--budget 4] [--max-seconds 480] [--time-limit 300] [--tasks-per-level N] [--glob '*Conv*'] [--no-knowledge]

@@ -475,7 +475,8 @@ def test_a_convolution_of_narrow_output_tiles_takes_a_narrow_k_tile(tmp_path):
 def test_a_pointwise_convolution_takes_pipelined_tiles_of_a_matrix_product(runner, tmp_path):
     """A 1x1 convolution (stride 1, unpadded) in tf32x3 dot steps loads its input tile plainly, so it takes 64
     rows by up to 128 channels, K steps of up to 64, at 4 warps and 3 stages (params.pointwise_tiles); its
-    candidate, a K loop of one step, matches the reference. A strided 1x1 one gathers, and keeps one stage."""
+    candidate, a K loop of one step, matches the reference, and so does a grouped one's. A strided 1x1 one
+    gathers, and keeps one stage."""
     t = BY_NAME["gemm"]
     task = task_of("pointwise", tmp_path)
     a = analyze(str(task), small=True)
@@ -485,6 +486,12 @@ def test_a_pointwise_convolution_takes_pipelined_tiles_of_a_matrix_product(runne
     source = t.render(a, first)
     assert "for k0 in range(0, 7, BLOCK_K)" in source and "num_stages=3" in source
     runner.run_ok(task, source)
+    grouped = tmp_path / "conv_pointwise_grouped.py"  # two groups of 7 -> 20 channels: a 32-wide tile each
+    grouped.write_text(task.read_text().replace("nn.Conv2d(7, 13, 1)", "nn.Conv2d(14, 40, 1, groups=2)")
+                       .replace("(n, 7, 5, 9)", "(n, 14, 5, 9)"))
+    g = analyze(str(grouped), small=True)
+    assert (t.default(g)["BLOCK_N"], t.default(g)["num_stages"]) == (32, 3)
+    runner.run_ok(grouped, t.render(g, t.default(g)))
     strided = tmp_path / "conv_pointwise_strided.py"
     strided.write_text(task.read_text().replace("nn.Conv2d(7, 13, 1)", "nn.Conv2d(7, 13, 1, stride=2)"))
     assert t.default(analyze(str(strided), small=True))["num_stages"] == 1

@@ -1,0 +1,188 @@
+"""A template's candidates side by side: for each task file, the variants the template offers (by index) and
+parameter sets over them, rendered and run beside eager PyTorch (and torch.compile with --compile) in one
+process, each with its error against a float64 run of the task's Model. On a GPU it prints their times; on a
+CPU, with the Triton interpreter (TRITON_INTERPRET=1), the errors alone: interpreter times are no GPU figures,
+and with TRITON_INTERPRET=1 set it times nothing on a GPU either.
+
+    python benchmarks/variants_bench.py TASK.py [TASK.py ...] --template gemm [--variants 0,1,2]
+        [--set wide=BLOCK_M:128,BLOCK_N:64] [--set narrow@1=num_stages:3] [--compile] [--reps 2] [--small]
+
+--variants picks the template's variants by index (default 0,1,2; one past the last is left out); each --set
+NAME[@I]=KEY:VALUE,... is variant I (default 0) with those parameters replaced (a number, or a word). --small
+runs the task at its SMALL_SHAPES. A render the template refuses shows its reason in the table, a candidate
+that fails shows its error's first line, and one that fell back to the task's PyTorch code (its shape guard)
+is marked so: its time is PyTorch's. Each round (--reps) times every row once more, in the same order.
+Exit codes: 0; 2 for bad arguments (a missing task file, an unknown template, one that does not match a task,
+a malformed --set).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+import torch  # noqa: E402
+
+from agent.analysis import analyze, load_task  # noqa: E402
+from agent.templates import BY_NAME  # noqa: E402
+from tools.profile import time_call  # noqa: E402
+
+FALLBACK = "kernelwright candidate: the Triton kernels need"  # the warning of a candidate's shape guard
+
+
+@dataclass
+class Row:
+    task: str
+    label: str
+    params: dict = field(default_factory=dict)
+    times: list = field(default_factory=list)  # ms, one a round (GPU only)
+    error: float | None = None  # relative to the float64 run, in norm
+    note: str = ""  # why it has no figures, or that it ran PyTorch's code
+
+
+def parse_set(text: str) -> tuple[str, int, dict]:
+    """NAME[@I]=KEY:VALUE,... as (name, variant index, overrides); ValueError saying what is malformed."""
+    head, sep, body = text.partition("=")
+    name, _, index = head.partition("@")
+    pairs = [p.partition(":") for p in body.split(",") if p]
+    if not sep or not name or not pairs or any(not k or not colon for k, colon, _ in pairs) or \
+            (index and not index.isdigit()):
+        raise ValueError(f"--set {text!r}: give NAME[@I]=KEY:VALUE,... (e.g. wide=BLOCK_N:64,num_warps:4)")
+    return name, int(index or 0), {k: int(v) if v.lstrip("-").isdigit() else v for k, _, v in pairs}
+
+
+def candidates(variants: list[dict], picks: list[int], sets: list[tuple[str, int, dict]]) -> list[tuple]:
+    """(label, parameters) of each pick that exists and each --set over its variant."""
+    out = [(f"variant {i}", variants[i]) for i in picks if i < len(variants)]
+    for name, i, over in sets:
+        if i >= len(variants):
+            raise ValueError(f"--set {name}@{i}: the template offers {len(variants)} variants")
+        out.append((name, {**variants[i], **over}))
+    return out
+
+
+def _module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def rows_for(task: Path, template, picks: list[int], sets: list, small: bool, compiled: bool, folder: Path,
+             device: torch.device) -> list[tuple[Row, object]]:
+    """Each row of a task, its error measured, with the call to time (None where it has no figures)."""
+    a = analyze(str(task), small=small, name=task.stem)
+    if not template.match(a):
+        raise ValueError(f"the {template.NAME} template does not match {task}")
+    module, _, _ = load_task(str(task), small)
+    torch.manual_seed(0)
+    model = module.Model(*module.get_init_inputs()).to(device)
+    inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
+    with torch.no_grad():
+        golden = model.double()(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                                  for x in inputs])
+    model.float()
+    found = [(Row(task.stem, "eager"), model)] + [(Row(task.stem, "torch.compile"), torch.compile(model))] * compiled
+    for n, (label, params) in enumerate(candidates(template.variants(a), picks, sets)):
+        row = Row(task.stem, label, params)
+        try:
+            path = folder / f"{task.stem}_{n}.py"
+            path.write_text(template.render(a, params))
+            cand = _module(path, f"variants_bench_{task.stem}_{n}").ModelNew(*module.get_init_inputs()).to(device)
+            cand.load_state_dict(model.state_dict(), strict=False)
+            found.append((row, cand))
+        except Exception as e:  # a refused render, or a candidate that cannot be built
+            row.note = f"{type(e).__name__}: {_first_line(e)}"
+            found.append((row, None))
+    calls = [(row, None if fn is None else lambda fn=fn: fn(*inputs)) for row, fn in found]
+    return [(row, call if call is not None and _checked(row, call, golden) else None) for row, call in calls]
+
+
+def _checked(row: Row, call, golden: torch.Tensor) -> bool:
+    """Whether a row ran: its error against the float64 run recorded, and a fallback to the task's PyTorch code
+    noted; where it failed, the error's first line."""
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = call()
+        except Exception as e:
+            row.note = f"{type(e).__name__}: {_first_line(e)}"
+            return False
+    row.error = ((out.double() - golden).norm() / golden.norm()).item()
+    if any(FALLBACK in str(w.message) for w in caught):
+        row.note = "ran PyTorch's code"
+    return True
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else "no message")[:200]
+
+
+def table(rows: list[Row], gpu: bool) -> str:
+    head = "| task | candidate | " + ("ms | " if gpu else "") + "error vs float64 | parameters, or why no figures |"
+    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for r in rows:
+        ms = ", ".join(f"{t:.4f}" for t in r.times) or "–"
+        what = r.note or ", ".join(f"{k}={v}" for k, v in r.params.items())
+        if r.note and r.params:
+            what += " (" + ", ".join(f"{k}={v}" for k, v in r.params.items()) + ")"
+        error = "–" if r.error is None else f"{r.error:.2e}"
+        lines.append(f"| {r.task} | {r.label} | " + (f"{ms} | " if gpu else "") + f"{error} | {what} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("tasks", nargs="+", help="task files (class Model, get_inputs, get_init_inputs)")
+    p.add_argument("--template", required=True, help=f"the template: {', '.join(sorted(BY_NAME))}")
+    p.add_argument("--variants", default="0,1,2", help="the template's variants by index (default 0,1,2)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME[@I]=KEY:VALUE,...",
+                   help="variant I (default 0) with parameters replaced; again for each")
+    p.add_argument("--compile", action="store_true", help="time torch.compile too (GPU)")
+    p.add_argument("--reps", type=int, default=1, help="rounds of timing, every row once a round (default 1)")
+    p.add_argument("--small", action="store_true", help="the tasks at their SMALL_SHAPES")
+    args = p.parse_args()
+    template = BY_NAME.get(args.template)
+    if template is None:
+        p.error(f"no template {args.template!r}; the templates: {', '.join(sorted(BY_NAME))}")
+    missing = [t for t in args.tasks if not Path(t).is_file()]
+    if missing:
+        p.error(f"no task file {missing[0]}")
+    try:
+        picks = [int(i) for i in args.variants.split(",") if i]
+        sets = [parse_set(s) for s in args.set]
+    except ValueError as e:
+        p.error(str(e) if "--set" in str(e) else f"--variants {args.variants}: give indices, e.g. 0,1,2")
+    gpu = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"  # interpreted: no GPU times
+    device = torch.device("cuda" if gpu else "cpu")
+    if gpu:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # as the evaluator's fp32
+    found = []
+    with tempfile.TemporaryDirectory() as folder:
+        for task in args.tasks:
+            try:
+                found += rows_for(Path(task), template, picks, sets, args.small, args.compile, Path(folder), device)
+            except ValueError as e:
+                p.error(str(e))
+            print(f"{Path(task).stem}: {len(found)} rows so far", file=sys.stderr, flush=True)
+        for _ in range(args.reps if gpu else 0):
+            for row, call in found:
+                if call is not None:
+                    with torch.no_grad():
+                        row.times.append(time_call(call, device).median_ms)
+    rows = [row for row, _ in found]
+    print(table(rows, gpu) + ("" if gpu else "\nNo GPU (or TRITON_INTERPRET=1): errors from the Triton interpreter, "
+                                            "no times.\n"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -18,6 +18,7 @@ a malformed --set).
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import os
 import sys
@@ -85,10 +86,9 @@ def rows_for(task: Path, template, picks: list[int], sets: list, small: bool, co
     torch.manual_seed(0)
     model = module.Model(*module.get_init_inputs()).to(device)
     inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
-    with torch.no_grad():
-        golden = model.double()(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-                                  for x in inputs])
-    model.float()
+    with torch.no_grad():  # a copy in float64: the model keeps its own dtypes
+        golden = copy.deepcopy(model).double()(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point()
+                                                 else x for x in inputs])
     found = [(Row(task.stem, "eager"), model)] + [(Row(task.stem, "torch.compile"), torch.compile(model))] * compiled
     for n, (label, params) in enumerate(candidates(template.variants(a), picks, sets)):
         row = Row(task.stem, label, params)

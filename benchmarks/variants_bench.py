@@ -89,7 +89,9 @@ def rows_for(task: Path, template, picks: list[int], sets: list, small: bool, co
     with torch.no_grad():  # a copy in float64: the model keeps its own dtypes
         golden = copy.deepcopy(model).double()(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point()
                                                  else x for x in inputs])
-    found = [(Row(task.stem, "eager"), model)] + [(Row(task.stem, "torch.compile"), torch.compile(model))] * compiled
+    found = [(Row(task.stem, "eager"), model)]
+    if compiled:
+        found.append((Row(task.stem, "torch.compile"), torch.compile(model)))
     for n, (label, params) in enumerate(candidates(template.variants(a), picks, sets)):
         row = Row(task.stem, label, params)
         try:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
 import os
 import sys
 import tempfile
@@ -29,11 +28,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 import torch  # noqa: E402
 
 from agent.analysis import analyze, load_task  # noqa: E402
 from agent.templates import BY_NAME  # noqa: E402
+from llm_ops_bench import rel_err  # noqa: E402
 from tools.profile import time_call  # noqa: E402
+from tools.task import import_file  # noqa: E402
 
 FALLBACK = "kernelwright candidate: the Triton kernels need"  # the warning of a candidate's shape guard
 
@@ -69,13 +71,6 @@ def candidates(variants: list[dict], picks: list[int], sets: list[tuple[str, int
     return out
 
 
-def _module(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = sys.modules[name] = importlib.util.module_from_spec(spec)  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def rows_for(task: Path, template, picks: list[int], sets: list, small: bool, compiled: bool, folder: Path,
              device: torch.device) -> list[tuple[Row, object]]:
     """Each row of a task, its error measured, with the call to time (None where it has no figures)."""
@@ -97,7 +92,7 @@ def rows_for(task: Path, template, picks: list[int], sets: list, small: bool, co
         try:
             path = folder / f"{task.stem}_{n}.py"
             path.write_text(template.render(a, params))
-            cand = _module(path, f"variants_bench_{task.stem}_{n}").ModelNew(*module.get_init_inputs()).to(device)
+            cand = import_file(path, f"variants_bench_{task.stem}_{n}").ModelNew(*module.get_init_inputs()).to(device)
             cand.load_state_dict(model.state_dict(), strict=False)
             found.append((row, cand))
         except Exception as e:  # a refused render, or a candidate that cannot be built
@@ -117,7 +112,7 @@ def _checked(row: Row, call, golden: torch.Tensor) -> bool:
         except Exception as e:
             row.note = f"{type(e).__name__}: {_first_line(e)}"
             return False
-    row.error = ((out.double() - golden).norm() / golden.norm()).item()
+    row.error = rel_err(out, golden)
     if any(FALLBACK in str(w.message) for w in caught):
         row.note = "ran PyTorch's code"
     return True

@@ -190,8 +190,8 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     conv = k.nodes[0].fn == "conv"
     second = [] if d.get("tiles") == "rows" or not conv else _rows_second(k.nodes[0])
     out += [{**d, **tiles} for tiles in second]
-    wide = conv and not d.get("tiles") and not pointwise(k.nodes[0]) and d["BLOCK_N"] > 16 and wide_tiles(k.nodes[0])
-    narrow = gemm_tiles(k) if wide else {}
+    wide = wide_tiles(k.nodes[0]) if conv and not d.get("tiles") else {}
+    narrow = gemm_tiles(k) if wide and wide.items() <= d.items() else {}  # default() took the wide tiles
     # the narrower channel tiles wide_tiles replaced, right after the first Triton candidate in wide ones
     narrowed = {**d, **{key: narrow[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps")},
                 "impl": "triton"} if narrow else {}

@@ -241,6 +241,46 @@ def row_sum(node: Node, n: int) -> Node | None:
     return None
 
 
+def centered_affine(node: Node) -> Node | None:
+    """y - mean(y, dims), where y is z shifted and scaled by values constant along those dims (a batch norm's
+    affine map, before a mean over space), is (z - mean(z, dims)) scaled the same: the shifts cancel and the
+    scales come out of the mean, so the mean reads z and y is never formed (KernelBench's level 2 15)."""
+    if node.target is not aten.sub.Tensor or node.kwargs or not isinstance(node.args[1], Node):
+        return None
+    y, mean = node.args
+    found = reduced_dims(mean) if mean.target is aten.mean.dim else None
+    if found is None or not found[1] or mean.args[0] is not y or not _val(node).is_floating_point():
+        return None
+    dims, scales, z = found[0], [], y
+    while isinstance(z, Node) and z.target in (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor,
+                                               aten.div.Tensor) and not z.kwargs:
+        a, b = z.args
+        inner, other = (b, a) if z.target in (aten.add.Tensor, aten.mul.Tensor) and _along(a, z, dims) else (a, b)
+        if not (isinstance(inner, Node) and _along(other, z, dims) and _val(inner).shape == _val(z).shape
+                and _val(inner).dtype == _val(z).dtype):
+            break
+        if z.target in (aten.mul.Tensor, aten.div.Tensor):
+            scales.append((z.target, other))
+        z = inner
+    if z is y:
+        return None
+    out = emit(aten.sub.Tensor, (z, emit(aten.mean.dim, (z, dims, True))))
+    for op, scale in reversed(scales):  # innermost first, as y applied them
+        out = emit(op, (out, scale))
+    return out
+
+
+def _along(a, like: Node, dims: list[int]) -> bool:
+    """Whether `a` (a scalar, or a tensor broadcast against like) is the same at every index of `dims`."""
+    v = _val(a)
+    if isinstance(a, (int, float)) and not isinstance(a, bool):
+        return True
+    if not isinstance(v, torch.Tensor) or not v.is_floating_point():
+        return False
+    shape = (1,) * (_val(like).dim() - v.dim()) + tuple(v.shape)
+    return all(shape[d] == 1 for d in dims)
+
+
 def gemv(x: Node, w: Node) -> Node:
     """(x @ w).sum(1, keepdim=True) as x times w summed over its columns, summed over each row."""
     summed = emit(aten.sum.dim_IntList, (w, [1]))
@@ -336,6 +376,8 @@ RULES = [
     Rule("neutral_operand", "fold", "exact", neutral_operand),
     Rule("scalar_chain", "fold", "within rounding (factors combined)", scalar_chain),
     Rule("sum_of_gemm", "linearity", "within rounding (sums reordered)", sum_of_gemm),
+    Rule("centered_affine", "linearity", "within rounding (shifts cancelled, scales applied after the mean)",
+         centered_affine),
     Rule("diagonal_matmul", "structured", "exact", diagonal_matmul),
     Rule("exclusive_scan", "structured", "within rounding (each sum less its last term)", exclusive_scan),
 ]

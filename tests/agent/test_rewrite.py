@@ -5,6 +5,7 @@ a derived weight (W summed over its rows) follows an in-place weight update in t
 reports the rules, the predicted gain beside the measured times, and the original program's floor."""
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -52,6 +53,13 @@ CASES = {  # family: (forward body, rules that must fire)
     "size-1: logsumexp over a mean's kept dim": (
         "y = self.linear(x).mean(1, keepdim=True)\nreturn torch.logsumexp(y, dim=1, keepdim=True) * x",
         {"reduce_over_ones", "constant_pointwise"}),
+    "linearity: a batch-norm-like map's output centered over the batch": (
+        "z = self.linear(x)\nm = z.mean(0, keepdim=True)\nv = ((z - m) * (z - m)).mean(0, keepdim=True)\n"
+        "y = (z - m) * torch.rsqrt(v + 1e-5) * self.shift + self.shift / 3\nreturn y - y.mean(0, keepdim=True)",
+        {"centered_affine"}),
+    "linearity: a row scaled by its norm and shifted, centered along the row": (
+        "z = self.linear(x)\ny = (z / z.norm(dim=1, keepdim=True) + 1.5) * 2.0 - 0.25\nreturn y - torch.mean(y, 1, True)",
+        {"centered_affine"}),
     "structured: a diagonal matrix times a matrix": ("return torch.diag(self.a) @ b", {"diagonal_matmul"}),
     "fold: a chain of scalar factors": ("return torch.tanh(b) * 2 / 3 * 5", {"scalar_chain"}),
     "structured: an exclusive running sum along the rows": (
@@ -102,6 +110,17 @@ def test_no_rule_leaves_the_program_alone():
 def test_an_exclusive_scan_rule_refuses_near_misses(body):
     found = rewrite(traced_case(body))
     assert found is None or "exclusive_scan" not in found.rules, found.rules
+
+
+@pytest.mark.parametrize("body", [
+    "y = self.linear(x) * self.shift\nreturn y - y.mean(1, keepdim=True)",  # scaled along the mean's dim
+    "y = (self.linear(x) + 1.0) * self.shift\nreturn y - y.mean(1, keepdim=True)",  # the shift under that scale
+    "y = self.linear(x) + 1.0\nreturn y - self.linear(x).mean(1, keepdim=True)",  # the mean of another value
+    "y = self.linear(x) + 1.0\nreturn y - y.sum(1, keepdim=True)",  # a sum, which the shift does not leave
+])
+def test_a_centered_affine_rule_refuses_near_misses(body):
+    found = rewrite(traced_case(body))
+    assert found is None or "centered_affine" not in found.rules, found.rules
 
 
 def test_the_lowered_program_records_its_rewrites():
@@ -203,3 +222,23 @@ def test_optimize_offers_both_programs_and_reports_the_rewrite(tmp_path):
     assert rw["floor_s"] == pytest.approx(original.floor_s)  # the floor reported is the original program's
     assert best["floor_ms"] is None  # (a floor in ms is measured on a GPU only, from the reference)
     assert f"the cost model predicts {before / after:.3g}x less time" in done.stdout
+
+
+def test_a_batch_norm_centered_over_space_never_forms_the_norm(runner):
+    """A convolution, a batch norm and each (batch element, channel)'s spatial mean subtracted: the rewritten
+    program never forms the norm's output (two full-size buffers, not three: the convolution's and the result)
+    nor reads the norm's shift, and its candidates, the convolution's epilogue taking the norm's statistics or
+    not, match the reference."""
+    from agent.analysis import analyze
+    from agent.templates import BY_NAME
+    from agent.templates.ir import lower, original
+    task = ROOT / "tests" / "agent" / "fixtures" / "conv_bn_centered.py"
+    a = analyze(str(task), small=True, arch="cpu")
+    assert lower(a).rewrites == ["centered_affine"]
+    t = BY_NAME["gemm"]
+    first = t.variants(a)[0]
+    sources = [t.render(view, first) for view in (original(a), a)]
+    assert [len(re.findall(r"torch\.empty\(\(2, 6, 3, 5, 9\)", s)) for s in sources] == [3, 2]
+    assert ["w_norm_bias" in s for s in sources] == [True, False]
+    for params in (first, {**first, "stats": 1}):
+        runner.run_ok(task, t.render(a, params), bound=1e-4)

@@ -446,9 +446,10 @@ def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None =
     lines += [f"| {' | '.join(cells)} |" for cells, _, _ in table.values()]
     over_compile = [v for _, v, _ in table.values() if v is not None]
     memory = [v for _, _, v in table.values() if v is not None]
+    on_memory = (f"best/floor on the {len(memory)} memory-bound ones: geomean {geomean(memory):.2f}x, worst "
+                 f"{max(memory):.2f}x" if memory else "none of them is memory-bound")
     lines += ["", f"Geomean of the shipped time over torch.compile: {geomean(over_compile):.2f}x over {len(table)} "
-              f"tasks; best/floor on the {len(memory)} memory-bound ones: geomean "
-              f"{geomean(memory) if memory else float('nan'):.2f}x, worst {max(memory, default=float('nan')):.2f}x."]
+              f"tasks; {on_memory}."]
     return "\n".join(lines + notes + ceiling_lines(runs)) + "\n"
 
 

@@ -361,6 +361,9 @@ def unaligned_taps(kernel: Kernel) -> bool:
     return False
 
 
+WIDE_ROW_TAPS = 7  # a window this wide along the row or wider: one warp a program (lanes)
+
+
 def lane_width(kernel: Kernel) -> int:
     """The outputs a lane can take along the row where every window of a plane kernel has its taps there at
     fixed offsets from its outputs' (codegen.lane_window) over rows 16-byte aligned: as many as one 16-byte
@@ -389,16 +392,23 @@ def lanes(kernel: Kernel, p: dict) -> dict:
     where they are short), one vector a lane; 4 tiles a program in turn down the plane at stride 1, one at
     larger strides. On an H200 (session 20) KernelBench's 3x7 and 3x3 depthwise convolutions ran 0.3555 ->
     0.3425 and 2.3243 -> 2.2193 ms with 4 tiles a program (0.3433 and 2.3545 with 8); its 3-D max pool at stride
-    2 ran 1.286 with one, 1.398 with 4 and 1.391 with 16 (its strided default's)."""
+    2 ran 1.286 with one, 1.398 with 4 and 1.391 with 16 (its strided default's).
+    Where every window spans WIDE_ROW_TAPS taps or more along the row, one warp a program, each lane taking
+    several vectors of the row. On an H200 (session 40, against one vector a lane): level 1's 85 (3x7) 0.3008 ->
+    0.2744 ms, 44 (8 taps) 1.0310 -> 1.0214, 41 (8 taps dilated by 3) 1.567 -> 1.52; with fewer taps slower
+    (84, 3x3, 2.191 -> 2.586; 83, 3x1, 0.274 -> 0.358)."""
     vec = lane_width(kernel)
     if not vec or p.get("layout") == "flat" or p.get("VEC", 1) > 1:
         return {}
     oh, ow = kernel.domain[-2], kernel.domain[-1]
     bw = min(512, max(vec, next_pow2(ow)))
     bh = max(1, min(next_pow2(oh), 32 * vec // bw))
-    stride_one = all(m.attrs["stride"][-1] == 1 for m in kernel.nodes if m.op == "window")
+    windows = [m for m in kernel.nodes if m.op == "window"]
+    stride_one = all(m.attrs["stride"][-1] == 1 for m in windows)
+    wide = all(m.attrs["kernel"][-1] >= WIDE_ROW_TAPS for m in windows)
     return {"VEC": vec, "BLOCK_H": bh, "BLOCK_W": bw, "ROWS": 4 if stride_one else 1,
-            "num_warps": max(1, min(8, bh * bw // (32 * vec))), **({"unaligned": 0} if p.get("unaligned") else {})}
+            "num_warps": 1 if wide else max(1, min(8, bh * bw // (32 * vec))),
+            **({"unaligned": 0} if p.get("unaligned") else {})}
 
 
 def _aligned_rows(v, vec: int) -> bool:

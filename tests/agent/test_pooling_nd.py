@@ -186,6 +186,38 @@ def test_windows_of_lanes_match_the_reference(runner, tmp_path):
     check("window_rows", source, runner)
 
 
+DEPTHWISE = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 2, {window}, groups=2, bias=False)
+
+    def forward(self, x):
+        return self.conv(x)
+
+def get_inputs():
+    return [torch.randn(1, 2, 8, {width})]
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("window, width, tile, warps", [((3, 7), 260, 256, 1), ((1, 8), 260, 256, 1),
+                                                        ((3, 3), 256, 256, 2), ((3, 3), 260, 512, 4)])
+def test_a_window_wide_along_the_row_puts_its_lanes_in_one_warp(tmp_path, window, width, tile, warps):
+    """Lanes over aligned rows of 256 or 512 outputs a tile: one vector a lane (2 or 4 warps a program) where a
+    window spans fewer than 7 taps along the row, one warp a program, several vectors a lane, where it spans 7
+    or more."""
+    task = tmp_path / "depthwise.py"
+    task.write_text(DEPTHWISE.format(window=window, width=width))
+    first = BY_NAME["pooling"].variants(analyze(str(task), small=False))[0]
+    assert (first["VEC"], first["BLOCK_W"], first["num_warps"]) == (4, tile, warps)
+
+
 def test_windows_strided_along_rows_in_lanes_match_the_reference(runner):
     """A lane's VEC outputs of a window at stride s read s * VEC elements along the row and more: at strides 2
     and 3, with padding, dilation, ceil_mode and an average not counting its padding, in 2-D and 3-D."""

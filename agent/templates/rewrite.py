@@ -270,6 +270,82 @@ def centered_affine(node: Node) -> Node | None:
     return out
 
 
+def mean_of_scaled(node: Node) -> Node | None:
+    """mean(z * c, dims), or / c, + c, - c, with c the same along dims, is mean(z, dims) scaled or shifted by c
+    (kept dims, or a python scalar c): the mean then reads z, which another rule may compute less of."""
+    found = reduced_dims(node)
+    if found is None or node.target is not aten.mean.dim or not isinstance(node.args[0], Node):
+        return None
+    (dims, keep), y = found, node.args[0]
+    if y.target not in (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor) or y.kwargs:
+        return None
+    z, c = y.args
+    if not (isinstance(z, Node) and _along(c, y, dims) and (keep or isinstance(c, (int, float)))
+            and _val(z).shape == _val(y).shape and _val(z).dtype == _val(y).dtype):
+        return None
+    return emit(y.target, (emit(aten.mean.dim, (z, dims, keep)), c))
+
+
+def mean_of_conv(node: Node) -> Node | None:
+    """The mean (or sum) of a convolution's output over all its spatial dims is linear in its input: per
+    output channel, the bias plus each (input channel, tap) weight times the sum of the input over the
+    positions that tap reads (the whole input, less the rows it never reaches at the borders). The input is
+    summed once, and the convolution is never computed (KernelBench's level 2 42 and 44). Ungrouped only, and
+    a convolution that is not transposed at stride 1, so that each tap reads one box of the input."""
+    found = reduced_dims(node)
+    conv = node.args[0]
+    if found is None or node.target not in (aten.sum.dim_IntList, aten.mean.dim) or \
+            not (isinstance(conv, Node) and conv.target is aten.convolution.default):
+        return None
+    x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
+    out = _val(conv)
+    spatial = list(range(2, out.dim()))
+    if found[0] != spatial or groups != 1 or not out.is_floating_point() or (not transposed and set(stride) != {1}):
+        return None
+    taps = _val(w).shape[2:]
+    s = x
+    for j in reversed(range(len(spatial))):  # each spatial dim summed into one entry per tap
+        size, dim = _val(x).shape[2 + j], 2 + j
+        boxes = [_box(t, stride[j], padding[j], dilation[j], size, out.shape[2 + j], transposed)
+                 for t in range(taps[j])]
+        total = emit(aten.sum.dim_IntList, (s, [dim], True))
+        sums = {box: _box_sum(s, total, dim, size, *box, _val(x).device) for box in dict.fromkeys(boxes)}
+        s = emit(aten.cat.default, ([sums[box] for box in boxes], dim)) if len(boxes) > 1 else sums[boxes[0]]
+    # transposed: w (C_in, C_out, *taps) against s (N, C_in, 1, *taps); else w (C_out, C_in, *taps), s (N, 1, C_in)
+    prod = emit(aten.mul.Tensor, (emit(aten.unsqueeze.default, (s, 2 if transposed else 1)),
+                                  emit(aten.unsqueeze.default, (w, 0))))
+    summed = emit(aten.sum.dim_IntList, (prod, [1 if transposed else 2] + [3 + d for d in range(len(taps))]))
+    count = math.prod(out.shape[2:])
+    if node.target is aten.mean.dim:
+        summed = emit(aten.mul.Tensor, (summed, 1.0 / count))
+    if b is not None:
+        summed = emit(aten.add.Tensor, (summed, b if node.target is aten.mean.dim else emit(aten.mul.Tensor,
+                                                                                             (b, count))))
+    return reshaped(summed, node)
+
+
+def _box(t: int, s: int, pad: int, d: int, size: int, out: int, transposed: bool) -> tuple[int, int]:
+    """The input positions [lo, hi) tap t reads along one dim for outputs 0..out-1."""
+    if transposed:  # output = input * s - pad + t * d
+        return max(0, -((t * d - pad) // s)), min(size, (out - 1 + pad - t * d) // s + 1)
+    return max(0, t * d - pad), min(size, t * d - pad + out)  # input = output - pad + t * d (stride 1)
+
+
+def _box_sum(s: Node, total: Node, dim: int, size: int, lo: int, hi: int, device) -> Node:
+    """s summed over [lo, hi) along dim (kept): the whole sum less the strips left out at either end, or the
+    box itself where they are the larger part."""
+    if hi <= lo:
+        return emit(aten.full.default, (list(_val(total).shape), 0.0), {"dtype": _val(total).dtype, "device": device})
+    if lo + size - hi > hi - lo:
+        return emit(aten.sum.dim_IntList, (emit(aten.slice.Tensor, (s, dim, lo, hi)), [dim], True))
+    for a, b in ((0, lo), (hi, size)):
+        if b > a:
+            strip = emit(aten.slice.Tensor, (s, dim, a, b))
+            total = emit(aten.sub.Tensor, (total, strip if b - a == 1 else
+                                           emit(aten.sum.dim_IntList, (strip, [dim], True))))
+    return total
+
+
 def _along(a, like: Node, dims: list[int]) -> bool:
     """Whether `a` (a scalar, or a tensor broadcast against like) is the same at every index of `dims`."""
     v = _val(a)
@@ -378,6 +454,9 @@ RULES = [
     Rule("sum_of_gemm", "linearity", "within rounding (sums reordered)", sum_of_gemm),
     Rule("centered_affine", "linearity", "within rounding (shifts cancelled, scales applied after the mean)",
          centered_affine),
+    Rule("mean_of_scaled", "linearity", "within rounding (the scale or shift applied after the mean)",
+         mean_of_scaled),
+    Rule("mean_of_conv", "linearity", "within rounding (the input summed before the weights apply)", mean_of_conv),
     Rule("diagonal_matmul", "structured", "exact", diagonal_matmul),
     Rule("exclusive_scan", "structured", "within rounding (each sum less its last term)", exclusive_scan),
 ]

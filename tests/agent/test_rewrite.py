@@ -3,6 +3,7 @@ FX graph computes what the original computes on random inputs and parameters, an
 a derived weight (W summed over its rows) follows an in-place weight update in the generated candidate; and
 `kernelwright optimize` on a GEMM followed by a row sum offers the rewritten and the original program and
 reports the rules, the predicted gain beside the measured times, and the original program's floor."""
+import copy
 import json
 import os
 import re
@@ -13,10 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.fx import GraphModule
 
 from agent.analysis import load_task, trace
 from agent.templates.decomps import DECOMPOSITIONS
-from agent.templates.rewrite import rewrite
+from agent.templates.rewrite import apply_rules, rewrite
 
 ROOT = Path(__file__).resolve().parents[2]
 ROW_SUM = ROOT / "tests" / "agent" / "fixtures" / "rewrite_gemm_row_sum.py"
@@ -242,3 +244,50 @@ def test_a_batch_norm_centered_over_space_never_forms_the_norm(runner):
     assert ["w_norm_bias" in s for s in sources] == [True, False]
     for params in (first, {**first, "stats": 1}):
         runner.run_ok(task, t.render(a, params), bound=1e-4)
+
+
+CONV_KINDS = ["transposed2d", "transposed2d_dilated", "transposed2d_thin", "transposed3d", "conv2d_padded",
+              "conv1d_wide", "conv3d"]
+
+
+def conv_case(kind: str, folder: Path):
+    path = folder / f"conv_mean_{kind}.py"
+    source = (ROOT / "tests" / "agent" / "fixtures" / "conv_mean_kinds.py").read_text()
+    path.write_text(source.replace('kind = "transposed2d"', f'kind = "{kind}"'))
+    module, _, _ = load_task(str(path), small=True)
+    return path, trace(module, meta=False, decompositions=DECOMPOSITIONS)
+
+
+@pytest.mark.parametrize("kind", CONV_KINDS + ["miss_grouped", "miss_strided", "miss_some_dims"])
+def test_a_convolution_averaged_over_space_is_its_input_summed(kind, tmp_path):
+    """The mean (or sum) of a convolution over its spatial dims, from the input's sums over the box each tap
+    reads: equal to the original on random inputs and weights, and no convolution left; the near misses keep
+    their convolution."""
+    _, traced = conv_case(kind, tmp_path)
+    if kind.startswith("miss_"):
+        fired, _ = apply_rules(GraphModule(traced.gm, copy.deepcopy(traced.gm.graph)))
+        assert "mean_of_conv" not in fired, fired
+        return
+    found = rewrite(traced)
+    assert found is not None and "mean_of_conv" in found.rules, kind
+    assert not any(n.target is torch.ops.aten.convolution.default for n in found.traced.gm.graph.nodes)
+    placeholders = [n for n in traced.gm.graph.nodes if n.op == "placeholder"]
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(3):
+        flat = [torch.randn(tuple(n.meta["val"].shape), generator=gen) for n in placeholders]
+        want, got = run_graph(traced.gm, flat), run_graph(found.traced.gm, flat)
+        for w, g in zip(torch.utils._pytree.tree_leaves(want), torch.utils._pytree.tree_leaves(got)):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_a_transposed_convolution_averaged_runs_without_it(runner, tmp_path):
+    """Through the templates: the rewritten program's candidate launches no convolution kernel and matches the
+    reference in the interpreter."""
+    from agent.analysis import analyze
+    from agent.templates import matching
+    path, _ = conv_case("transposed2d", tmp_path)
+    a = analyze(str(path), small=True, arch="cpu")
+    t = matching(a)[0]
+    source = t.render(a, t.default(a))
+    assert "_gemm_kernel" not in source and "torch.convolution(" not in source
+    runner.run_ok(path, source, bound=1e-4)

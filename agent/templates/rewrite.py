@@ -279,6 +279,8 @@ def mean_of_scaled(node: Node) -> Node | None:
     (dims, keep), y = found, node.args[0]
     if y.target not in (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor) or y.kwargs:
         return None
+    if any(u.target is aten.sub.Tensor and u.args == (y, node) for u in node.users):
+        return None  # y - mean(y): centered_affine takes the scale and shift out of both
     z, c = y.args
     if not (isinstance(z, Node) and _along(c, y, dims) and (keep or isinstance(c, (int, float)))
             and _val(z).shape == _val(y).shape and _val(z).dtype == _val(y).dtype):

@@ -15,6 +15,7 @@ ops on the parameters inside the graph, so they become kernels and follow weight
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import operator
 from dataclasses import dataclass
@@ -289,41 +290,70 @@ def mean_of_scaled(node: Node) -> Node | None:
 
 
 def mean_of_conv(node: Node) -> Node | None:
-    """The mean (or sum) of a convolution's output over all its spatial dims is linear in its input: per
-    output channel, the bias plus each (input channel, tap) weight times the sum of the input over the
-    positions that tap reads (the whole input, less the rows it never reaches at the borders). The input is
-    summed once, and the convolution is never computed (KernelBench's level 2 42 and 44). Ungrouped only, and
-    a convolution that is not transposed at stride 1, so that each tap reads one box of the input."""
+    """The mean (or sum) of a convolution's output over spatial dims is linear in its input: per output channel,
+    the bias plus each (input channel, tap) weight times the sum of the input over the positions that tap reads
+    (the whole input, less the rows it never reaches at the borders). Over all of them the input is summed once
+    and the convolution is never computed (KernelBench's level 2 42 and 44); over some (13: the depth of a 3-D
+    one) the box sums of each tap along them are input channels of a convolution over the dims left, whose
+    weight stacks the taps' slices (13: 32 depths summed into 3 taps, 1/32 of the FLOPs). Ungrouped only, and a
+    convolution that is not transposed at stride 1 along the reduced dims, so that each tap reads one box."""
     found = reduced_dims(node)
     conv = node.args[0]
     if found is None or node.target not in (aten.sum.dim_IntList, aten.mean.dim) or \
             not (isinstance(conv, Node) and conv.target is aten.convolution.default):
         return None
-    x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
-    out = _val(conv)
+    x, w, b, stride, padding, dilation, transposed, out_pad, groups = conv.args
+    out, reduced = _val(conv), found[0]
     spatial = list(range(2, out.dim()))
-    if found[0] != spatial or groups != 1 or not out.is_floating_point() or (not transposed and set(stride) != {1}):
+    if not set(reduced) <= set(spatial) or groups != 1 or not out.is_floating_point() or \
+            (not transposed and any(stride[d - 2] != 1 for d in reduced)):
         return None
     taps = _val(w).shape[2:]
-    s = x
-    for j in reversed(range(len(spatial))):  # each spatial dim summed into one entry per tap
-        size, dim = _val(x).shape[2 + j], 2 + j
-        boxes = [_box(t, stride[j], padding[j], dilation[j], size, out.shape[2 + j], transposed)
-                 for t in range(taps[j])]
-        total = emit(aten.sum.dim_IntList, (s, [dim], True))
-        sums = {box: _box_sum(s, total, dim, size, *box, _val(x).device) for box in dict.fromkeys(boxes)}
-        s = emit(aten.cat.default, ([sums[box] for box in boxes], dim)) if len(boxes) > 1 else sums[boxes[0]]
-    # transposed: w (C_in, C_out, *taps) against s (N, C_in, 1, *taps); else w (C_out, C_in, *taps), s (N, 1, C_in)
-    prod = emit(aten.mul.Tensor, (emit(aten.unsqueeze.default, (s, 2 if transposed else 1)),
-                                  emit(aten.unsqueeze.default, (w, 0))))
-    summed = emit(aten.sum.dim_IntList, (prod, [1 if transposed else 2] + [3 + d for d in range(len(taps))]))
-    count = math.prod(out.shape[2:])
+    if reduced == spatial:
+        s = x
+        for d in reversed(spatial):  # each spatial dim summed into one entry per tap
+            s = _tap_sums(s, x, d, out, taps, conv.args, along=d)
+        # transposed: w (C_in, C_out, *taps) against s (N, C_in, 1, *taps); else w (C_out, C_in, *taps), s (N, 1, C_in)
+        prod = emit(aten.mul.Tensor, (emit(aten.unsqueeze.default, (s, 2 if transposed else 1)),
+                                      emit(aten.unsqueeze.default, (w, 0))))
+        summed = emit(aten.sum.dim_IntList, (prod, [1 if transposed else 2] + [3 + d for d in range(len(taps))]))
+    else:
+        s = x
+        for d in reversed(reduced):  # the taps' box sums stacked as input channels, the first dim's tap outermost
+            s = _tap_sums(s, x, d, out, taps, conv.args, along=1)
+        kept = [d for d in spatial if d not in reduced]
+        s = emit(aten.view.default, (s, [out.shape[0], _val(s).shape[1]] + [_val(x).shape[d] for d in kept]))
+        slices = []
+        for combo in itertools.product(*[range(taps[d - 2]) for d in reduced]):
+            sliced = w
+            for d, t in sorted(zip(reduced, combo), reverse=True):
+                sliced = emit(aten.select.int, (sliced, d, t))
+            slices.append(sliced)
+        stacked = emit(aten.cat.default, (slices, 0 if transposed else 1)) if len(slices) > 1 else slices[0]
+        summed = emit(aten.convolution.default, (s, stacked, None, *[[a[d - 2] for d in kept] for a in (
+            stride, padding, dilation)], transposed, [out_pad[d - 2] for d in kept], 1))
+        if list(_val(summed).shape) != [out.shape[0], out.shape[1]] + [out.shape[d] for d in kept]:
+            return None
+        if b is not None:
+            b = emit(aten.view.default, (b, [out.shape[1]] + [1] * len(kept)))
+    count = math.prod(out.shape[d] for d in reduced)
     if node.target is aten.mean.dim:
         summed = emit(aten.mul.Tensor, (summed, 1.0 / count))
     if b is not None:
         summed = emit(aten.add.Tensor, (summed, b if node.target is aten.mean.dim else emit(aten.mul.Tensor,
                                                                                              (b, count))))
     return reshaped(summed, node)
+
+
+def _tap_sums(s: Node, x: Node, d: int, out, taps, args: tuple, along: int) -> Node:
+    """s summed along dim d over each tap's box (kept, size 1), the taps side by side `along` a dim: d itself
+    (one entry a tap), or the channels (a block of channels a tap)."""
+    _, _, _, stride, padding, dilation, transposed, _, _ = args
+    j, size = d - 2, _val(x).shape[d]
+    boxes = [_box(t, stride[j], padding[j], dilation[j], size, out.shape[d], transposed) for t in range(taps[j])]
+    total = emit(aten.sum.dim_IntList, (s, [d], True))
+    sums = {box: _box_sum(s, total, d, size, *box, _val(x).device) for box in dict.fromkeys(boxes)}
+    return emit(aten.cat.default, ([sums[box] for box in boxes], along)) if len(boxes) > 1 else sums[boxes[0]]
 
 
 def _box(t: int, s: int, pad: int, d: int, size: int, out: int, transposed: bool) -> tuple[int, int]:

@@ -247,8 +247,9 @@ def test_a_batch_norm_centered_over_space_never_forms_the_norm(runner):
         runner.run_ok(task, t.render(a, params), bound=1e-4)
 
 
+PARTIAL = ["transposed3d_depth", "conv2d_rows", "transposed2d_last"]  # a mean over one of the spatial dims
 CONV_KINDS = ["transposed2d", "transposed2d_dilated", "transposed2d_thin", "transposed3d", "conv2d_padded",
-              "conv1d_wide", "conv3d"]
+              "conv1d_wide", "conv3d"] + PARTIAL
 
 
 def conv_case(kind: str, folder: Path):
@@ -259,11 +260,11 @@ def conv_case(kind: str, folder: Path):
     return path, trace(module, meta=False, decompositions=DECOMPOSITIONS)
 
 
-@pytest.mark.parametrize("kind", CONV_KINDS + ["miss_grouped", "miss_strided", "miss_some_dims"])
+@pytest.mark.parametrize("kind", CONV_KINDS + ["miss_grouped", "miss_strided", "miss_strided_reduced"])
 def test_a_convolution_averaged_over_space_is_its_input_summed(kind, tmp_path):
     """The mean (or sum) of a convolution over its spatial dims, from the input's sums over the box each tap
-    reads: equal to the original on random inputs and weights, and no convolution left; the near misses keep
-    their convolution."""
+    reads: equal to the original on random inputs and weights, and no convolution left over all of them (over
+    some, one over the dims left); the near misses keep their convolution."""
     _, traced = conv_case(kind, tmp_path)
     if kind.startswith("miss_"):
         fired, _ = apply_rules(GraphModule(traced.gm, copy.deepcopy(traced.gm.graph)))
@@ -271,7 +272,10 @@ def test_a_convolution_averaged_over_space_is_its_input_summed(kind, tmp_path):
         return
     found = rewrite(traced)
     assert found is not None and "mean_of_conv" in found.rules, kind
-    assert not any(n.target is torch.ops.aten.convolution.default for n in found.traced.gm.graph.nodes)
+    def convs(gm):
+        return [n.meta["val"].dim() for n in gm.graph.nodes if n.target is torch.ops.aten.convolution.default]
+    # over some dims, a convolution of one reduced dim fewer is left (each fixture reduces one)
+    assert convs(found.traced.gm) == ([convs(traced.gm)[0] - 1] if kind in PARTIAL else [])
     placeholders = [n for n in traced.gm.graph.nodes if n.op == "placeholder"]
     gen = torch.Generator().manual_seed(2)
     for _ in range(3):

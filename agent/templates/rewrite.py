@@ -295,8 +295,9 @@ def mean_of_conv(node: Node) -> Node | None:
     (the whole input, less the rows it never reaches at the borders). Over all of them the input is summed once
     and the convolution is never computed (KernelBench's level 2 42 and 44); over some (13: the depth of a 3-D
     one) the box sums of each tap along them are input channels of a convolution over the dims left, whose
-    weight stacks the taps' slices (13: 32 depths summed into 3 taps, 1/32 of the FLOPs). Ungrouped only, and a
-    convolution that is not transposed at stride 1 along the reduced dims, so that each tap reads one box."""
+    weight stacks the taps' slices (13: 32 depths summed into 3 taps, 1/32 of the FLOPs). Ungrouped, in fp32 or
+    fp64 only, and a convolution that is not transposed at stride 1 along the reduced dims, so that each tap
+    reads one box."""
     found = reduced_dims(node)
     conv = node.args[0]
     if found is None or node.target not in (aten.sum.dim_IntList, aten.mean.dim) or \
@@ -305,9 +306,9 @@ def mean_of_conv(node: Node) -> Node | None:
     x, w, b, stride, padding, dilation, transposed, out_pad, groups = conv.args
     out, reduced = _val(conv), found[0]
     spatial = list(range(2, out.dim()))
-    if not set(reduced) <= set(spatial) or groups != 1 or not out.is_floating_point() or \
+    if not set(reduced) <= set(spatial) or groups != 1 or out.dtype not in (torch.float32, torch.float64) or \
             (not transposed and any(stride[d - 2] != 1 for d in reduced)):
-        return None
+        return None  # 16-bit box sums, less their border strips, would round where the outputs' mean does not
     taps = _val(w).shape[2:]
     if reduced == spatial:
         s = x

@@ -60,8 +60,8 @@ CASES = {  # family: (forward body, rules that must fire)
         "y = (z - m) * torch.rsqrt(v + 1e-5) * self.shift + self.shift / 3\nreturn y - y.mean(0, keepdim=True)",
         {"centered_affine"}),
     "linearity: a row scaled by its norm and shifted, centered along the row": (
-        "z = self.linear(x)\ny = (z / z.norm(dim=1, keepdim=True) + 1.5) * 2.0 - 0.25\nreturn y - torch.mean(y, 1, True)",
-        {"centered_affine"}),
+        "z = self.linear(x)\ny = (z / z.norm(dim=1, keepdim=True) + 1.5) * 2.0 - 0.25\n"
+        "return y - torch.mean(y, 1, True)", {"centered_affine"}),
     "structured: a diagonal matrix times a matrix": ("return torch.diag(self.a) @ b", {"diagonal_matmul"}),
     "fold: a chain of scalar factors": ("return torch.tanh(b) * 2 / 3 * 5", {"scalar_chain"}),
     "structured: an exclusive running sum along the rows": (
@@ -260,6 +260,10 @@ def conv_case(kind: str, folder: Path, dtype: str | None = None):
     return path, trace(module, meta=False, decompositions=DECOMPOSITIONS, dtype=dtype)
 
 
+def conv_ranks(gm) -> list[int]:
+    return [n.meta["val"].dim() for n in gm.graph.nodes if n.target is torch.ops.aten.convolution.default]
+
+
 @pytest.mark.parametrize("kind", CONV_KINDS + ["miss_grouped", "miss_strided", "miss_strided_reduced"])
 def test_a_convolution_averaged_over_space_is_its_input_summed(kind, tmp_path):
     """The mean (or sum) of a convolution over its spatial dims, from the input's sums over the box each tap
@@ -272,10 +276,8 @@ def test_a_convolution_averaged_over_space_is_its_input_summed(kind, tmp_path):
         return
     found = rewrite(traced)
     assert found is not None and "mean_of_conv" in found.rules, kind
-    def convs(gm):
-        return [n.meta["val"].dim() for n in gm.graph.nodes if n.target is torch.ops.aten.convolution.default]
     # over some dims, a convolution of as many dims fewer as were reduced is left
-    assert convs(found.traced.gm) == ([convs(traced.gm)[0] - PARTIAL[kind]] if kind in PARTIAL else [])
+    assert conv_ranks(found.traced.gm) == ([conv_ranks(traced.gm)[0] - PARTIAL[kind]] if kind in PARTIAL else [])
     placeholders = [n for n in traced.gm.graph.nodes if n.op == "placeholder"]
     gen = torch.Generator().manual_seed(2)
     for _ in range(3):

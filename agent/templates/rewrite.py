@@ -379,6 +379,75 @@ def _box_sum(s: Node, total: Node, dim: int, size: int, lo: int, hi: int, device
     return total
 
 
+AVG_POOLS = (aten.avg_pool2d.default, aten.avg_pool3d.default)  # (a 1-D pool is traced as a 2-D one of a row)
+
+
+def _plain_pool(node: Node) -> tuple[list[int], list[int]] | None:
+    """(kernel, stride) per spatial dim of an average pool with no padding, ceil_mode or divisor, else None."""
+    if node.target not in AVG_POOLS or node.kwargs:
+        return None
+    _, kernel, stride, padding, ceil_mode, _, divisor = list(node.args) + [None] * (7 - len(node.args))
+    rank = _val(node).dim() - 2
+
+    def per_dim(v) -> list[int]:
+        v = [v] if isinstance(v, int) else list(v)
+        return v * rank if len(v) == 1 else v
+
+    kernel = per_dim(kernel)
+    stride, padding = per_dim(stride or kernel), per_dim(padding or 0)
+    if any(padding) or ceil_mode or divisor is not None or len(kernel) != rank:
+        return None
+    return kernel, stride
+
+
+def pool_of_scaled(node: Node) -> Node | None:
+    """An average pool (no padding) of z * c, or / c, + c, - c, with c the same at every spatial position, is the
+    pool of z scaled or shifted by c: the pool then reads z, which another rule may compute less of."""
+    if _plain_pool(node) is None or not isinstance(node.args[0], Node):
+        return None
+    y = node.args[0]
+    if y.target not in (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor) or y.kwargs:
+        return None
+    z, c = y.args
+    if not (isinstance(z, Node) and _along(c, y, list(range(2, _val(y).dim())))
+            and _val(z).shape == _val(y).shape and _val(z).dtype == _val(y).dtype):
+        return None
+    return emit(y.target, (emit(node.target, (z, *node.args[1:])), c))
+
+
+def pooled_transposed_conv(node: Node) -> Node | None:
+    """An average pool whose windows are a transposed convolution's strides (kernel = stride = the
+    convolution's stride s along every dim) is a convolution at stride 1 over the same input. Pool output j
+    averages outputs s*j .. s*j+s-1, which input j+q reaches through taps pad + r - s*q (r < s): the weight at
+    offset q is the average of those taps, the weight padded and average-pooled over its taps, flipped. The
+    transposed convolution's output (s^D times the pool's) is never computed (KernelBench's level 2 50).
+    Ungrouped and undilated, in fp32 or fp64."""
+    pool = _plain_pool(node)
+    conv = node.args[0]
+    if pool is None or not (isinstance(conv, Node) and conv.target is aten.convolution.default):
+        return None
+    x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
+    if not transposed or groups != 1 or set(dilation) != {1} or pool[0] != list(stride) or pool[1] != pool[0] \
+            or _val(conv).dtype not in (torch.float32, torch.float64):
+        return None
+    taps, sizes, want = _val(w).shape[2:], _val(x).shape[2:], _val(node).shape[2:]
+    left = [-p % s for p, s in zip(padding, stride)]  # taps padded before the first, so windows start at pad + r
+    count = [-(-(k + a) // s) for k, a, s in zip(taps, left, stride)]  # windows (offsets) along each dim
+    pads = [n for k, a, s, m in reversed(list(zip(taps, left, stride, count))) for n in (a, s * m - a - k)]
+    pooled = emit(node.target, (emit(aten.constant_pad_nd.default, (w, pads, 0.0)), list(stride), list(stride)))
+    dims = list(range(2, len(taps) + 2))
+    weight = emit(aten.permute.default, (emit(aten.flip.default, (pooled, dims)), [1, 0] + dims))
+    least = [(p + a) // s - m + 1 for p, a, s, m in zip(padding, left, stride, count)]  # the least offset q
+    # padding enough on both sides that output j of the pool, input j + q, is the convolution's j + pad + least
+    pad = [max(0, -q, q + n + m - 1 - i) for q, n, m, i in zip(least, want, count, sizes)]
+    out = emit(aten.convolution.default, (x, weight, b, [1] * len(taps), pad, [1] * len(taps), False,
+                                          [0] * len(taps), 1))
+    for d, (q, a) in enumerate(zip(least, pad)):
+        if _val(out).shape[2 + d] != want[d]:
+            out = emit(aten.slice.Tensor, (out, 2 + d, a + q, a + q + want[d]))
+    return out
+
+
 def _along(a, like: Node, dims: list[int]) -> bool:
     """Whether `a` (a scalar, or a tensor broadcast against like) is the same at every index of `dims`."""
     v = _val(a)
@@ -490,6 +559,10 @@ RULES = [
     Rule("mean_of_scaled", "linearity", "within rounding (the scale or shift applied after the mean)",
          mean_of_scaled),
     Rule("mean_of_conv", "linearity", "within rounding (the input summed before the weights apply)", mean_of_conv),
+    Rule("pool_of_scaled", "linearity", "within rounding (the scale or shift applied after the pool)",
+         pool_of_scaled),
+    Rule("pooled_transposed_conv", "linearity", "within rounding (the weight averaged before the products)",
+         pooled_transposed_conv),
     Rule("diagonal_matmul", "structured", "exact", diagonal_matmul),
     Rule("exclusive_scan", "structured", "within rounding (each sum less its last term)", exclusive_scan),
 ]

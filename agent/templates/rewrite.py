@@ -448,6 +448,29 @@ def pooled_transposed_conv(node: Node) -> Node | None:
     return out
 
 
+def pooled_conv(node: Node) -> Node | None:
+    """An average pool (window k, stride s, no padding) of a convolution at stride 1 is one convolution at
+    stride s whose weight is the first's averaged over every k-wide shift: output j of the pool averages
+    outputs s*j .. s*j+k-1, so input s*j - pad + u meets weight tap t through each shift r = u - t < k. The
+    weight padded by k - 1 on both sides and average-pooled at stride 1 is that average. The first
+    convolution's output (about s^D times the pool's where k = s) is never computed (KernelBench's level 2 65:
+    a 4x4 pool). Ungrouped and undilated, in fp32 or fp64."""
+    pool = _plain_pool(node)
+    conv = node.args[0]
+    if pool is None or not (isinstance(conv, Node) and conv.target is aten.convolution.default):
+        return None
+    x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
+    (window, pool_stride), rank = pool, len(stride)
+    if transposed or groups != 1 or set(stride) != {1} or set(dilation) != {1} or \
+            _val(conv).dtype not in (torch.float32, torch.float64):
+        return None
+    pads = [n for k in reversed(window) for n in (k - 1, k - 1)]
+    weight = emit(node.target, (emit(aten.constant_pad_nd.default, (w, pads, 0.0)), window, [1] * rank))
+    out = emit(aten.convolution.default, (x, weight, b, pool_stride, list(padding), [1] * rank, False, [0] * rank,
+                                          1))
+    return out if _val(out).shape == _val(node).shape else None
+
+
 def _along(a, like: Node, dims: list[int]) -> bool:
     """Whether `a` (a scalar, or a tensor broadcast against like) is the same at every index of `dims`."""
     v = _val(a)
@@ -563,6 +586,7 @@ RULES = [
          pool_of_scaled),
     Rule("pooled_transposed_conv", "linearity", "within rounding (the weight averaged before the products)",
          pooled_transposed_conv),
+    Rule("pooled_conv", "linearity", "within rounding (the weight averaged before the products)", pooled_conv),
     Rule("diagonal_matmul", "structured", "exact", diagonal_matmul),
     Rule("exclusive_scan", "structured", "within rounding (each sum less its last term)", exclusive_scan),
 ]

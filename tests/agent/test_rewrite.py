@@ -309,26 +309,30 @@ def test_a_transposed_convolution_averaged_runs_without_it(runner, tmp_path):
     runner.run_ok(path, source, bound=1e-4)
 
 
-POOLED = ["transposed3d", "transposed3d_scaled", "transposed2d_wide", "transposed2d_stride3", "transposed2d_pad_wide"]
-POOL_MISSES = ["miss_narrow_pool", "miss_pool_padding", "miss_dilated", "miss_grouped", "miss_not_transposed"]
+POOLED = ["transposed3d", "transposed3d_scaled", "transposed2d_wide", "transposed2d_stride3", "transposed2d_pad_wide",
+          "conv2d_pool4", "conv3d_overlapping", "conv2d_scaled"]
+POOL_MISSES = ["miss_narrow_pool", "miss_pool_padding", "miss_dilated", "miss_grouped", "miss_strided",
+               "miss_dilated_conv2d"]
 
 
 @pytest.mark.parametrize("kind", POOLED + POOL_MISSES)
-def test_a_transposed_convolution_pooled_over_its_strides_is_a_convolution(kind, tmp_path):
+def test_a_convolution_pooled_is_one_convolution(kind, tmp_path):
     """An average pool whose windows are a transposed convolution's strides, as a convolution at stride 1 whose
-    weight is the transposed one's pooled over its taps: equal to the original on random inputs and weights,
-    with no transposed convolution left; the near misses keep theirs."""
+    weight is the transposed one's pooled over its taps; an average pool of a convolution at stride 1, as one
+    at the pool's stride whose weight is averaged over the pool's shifts: equal to the original on random
+    inputs and weights, one convolution left, not transposed; the near misses keep theirs."""
     path = tmp_path / f"pool_conv_{kind}.py"
     path.write_text((ROOT / "tests" / "agent" / "fixtures" / "pool_conv_kinds.py").read_text()
                     .replace('kind = "transposed3d"', f'kind = "{kind}"'))
     module, _, _ = load_task(str(path), small=True)
     traced = trace(module, meta=False, decompositions=DECOMPOSITIONS)
+    rule = "pooled_conv" if kind.startswith("conv") else "pooled_transposed_conv"
     if kind.startswith("miss_"):
         fired, _ = apply_rules(GraphModule(traced.gm, copy.deepcopy(traced.gm.graph)))
-        assert "pooled_transposed_conv" not in fired, fired
+        assert not {"pooled_transposed_conv", "pooled_conv"} & set(fired), fired
         return
     found = rewrite(traced)
-    assert found is not None and "pooled_transposed_conv" in found.rules, kind
+    assert found is not None and rule in found.rules, kind
     convs = [n.args[6] for n in found.traced.gm.graph.nodes if n.target is torch.ops.aten.convolution.default]
     assert convs == [False]  # one convolution, not transposed
     placeholders = [n for n in traced.gm.graph.nodes if n.op == "placeholder"]

@@ -242,6 +242,9 @@ def row_sum(node: Node, n: int) -> Node | None:
     return None
 
 
+WIDE_FLOATS = (torch.float32, torch.float64)  # where rewritten sums and averaged weights round no worse
+
+
 def centered_affine(node: Node) -> Node | None:
     """y - mean(y, dims), where y is z shifted and scaled by values constant along those dims (a batch norm's
     affine map, before a mean over space), is (z - mean(z, dims)) scaled the same: the shifts cancel and the
@@ -253,13 +256,8 @@ def centered_affine(node: Node) -> Node | None:
     if found is None or not found[1] or mean.args[0] is not y or not _val(node).is_floating_point():
         return None
     dims, scales, z = found[0], [], y
-    while isinstance(z, Node) and z.target in (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor,
-                                               aten.div.Tensor) and not z.kwargs:
-        a, b = z.args
-        inner, other = (b, a) if z.target in (aten.add.Tensor, aten.mul.Tensor) and _along(a, z, dims) else (a, b)
-        if not (isinstance(inner, Node) and _along(other, z, dims) and _val(inner).shape == _val(z).shape
-                and _val(inner).dtype == _val(z).dtype):
-            break
+    while (step := _affine_step(z, dims)) is not None:
+        inner, other = step
         if z.target in (aten.mul.Tensor, aten.div.Tensor):
             scales.append((z.target, other))
         z = inner
@@ -278,15 +276,12 @@ def mean_of_scaled(node: Node) -> Node | None:
     if found is None or node.target is not aten.mean.dim or not isinstance(node.args[0], Node):
         return None
     (dims, keep), y = found, node.args[0]
-    if y.target not in (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor) or y.kwargs:
-        return None
     if any(u.target is aten.sub.Tensor and u.args == (y, node) for u in node.users):
         return None  # y - mean(y): centered_affine takes the scale and shift out of both
-    z, c = y.args
-    if not (isinstance(z, Node) and _along(c, y, dims) and (keep or isinstance(c, (int, float)))
-            and _val(z).shape == _val(y).shape and _val(z).dtype == _val(y).dtype):
-        return None
-    return emit(y.target, (emit(aten.mean.dim, (z, dims, keep)), c))
+    step = _affine_step(y, dims)
+    if step is None or step[0] is not y.args[0] or not (keep or isinstance(step[1], (int, float))):
+        return None  # (the constant second, as traced)
+    return emit(y.target, (emit(aten.mean.dim, (step[0], dims, keep)), step[1]))
 
 
 def mean_of_conv(node: Node) -> Node | None:
@@ -306,7 +301,7 @@ def mean_of_conv(node: Node) -> Node | None:
     x, w, b, stride, padding, dilation, transposed, out_pad, groups = conv.args
     out, reduced = _val(conv), found[0]
     spatial = list(range(2, out.dim()))
-    if not set(reduced) <= set(spatial) or groups != 1 or out.dtype not in (torch.float32, torch.float64) or \
+    if not set(reduced) <= set(spatial) or groups != 1 or out.dtype not in WIDE_FLOATS or \
             (not transposed and any(stride[d - 2] != 1 for d in reduced)):
         return None  # 16-bit box sums, less their border strips, would round where the outputs' mean does not
     taps = _val(w).shape[2:]
@@ -406,13 +401,10 @@ def pool_of_scaled(node: Node) -> Node | None:
     if _plain_pool(node) is None or not isinstance(node.args[0], Node):
         return None
     y = node.args[0]
-    if y.target not in (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor) or y.kwargs:
-        return None
-    z, c = y.args
-    if not (isinstance(z, Node) and _along(c, y, list(range(2, _val(y).dim())))
-            and _val(z).shape == _val(y).shape and _val(z).dtype == _val(y).dtype):
-        return None
-    return emit(y.target, (emit(node.target, (z, *node.args[1:])), c))
+    step = _affine_step(y, list(range(2, _val(y).dim())))
+    if step is None or step[0] is not y.args[0]:
+        return None  # (the constant second, as traced)
+    return emit(y.target, (emit(node.target, (step[0], *node.args[1:])), step[1]))
 
 
 def pooled_transposed_conv(node: Node) -> Node | None:
@@ -428,7 +420,7 @@ def pooled_transposed_conv(node: Node) -> Node | None:
         return None
     x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
     if not transposed or groups != 1 or set(dilation) != {1} or pool[0] != list(stride) or pool[1] != pool[0] \
-            or _val(conv).dtype not in (torch.float32, torch.float64):
+            or _val(conv).dtype not in WIDE_FLOATS:
         return None
     taps, sizes, want = _val(w).shape[2:], _val(x).shape[2:], _val(node).shape[2:]
     left = [-p % s for p, s in zip(padding, stride)]  # taps padded before the first, so windows start at pad + r
@@ -462,13 +454,27 @@ def pooled_conv(node: Node) -> Node | None:
     x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
     (window, pool_stride), rank = pool, len(stride)
     if transposed or groups != 1 or set(stride) != {1} or set(dilation) != {1} or \
-            _val(conv).dtype not in (torch.float32, torch.float64):
+            _val(conv).dtype not in WIDE_FLOATS:
         return None
     pads = [n for k in reversed(window) for n in (k - 1, k - 1)]
     weight = emit(node.target, (emit(aten.constant_pad_nd.default, (w, pads, 0.0)), window, [1] * rank))
     out = emit(aten.convolution.default, (x, weight, b, pool_stride, list(padding), [1] * rank, False, [0] * rank,
                                           1))
     return out if _val(out).shape == _val(node).shape else None
+
+
+def _affine_step(y, dims: list[int]) -> tuple[Node, object] | None:
+    """(z, c) where y is z + c, z - c, z * c or z / c (or c + z, c * z), c the same along dims and z of y's shape
+    and dtype; None where y is none of these."""
+    if not (isinstance(y, Node) and y.target in (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor,
+                                                 aten.div.Tensor) and not y.kwargs):
+        return None
+    a, b = y.args
+    inner, other = (b, a) if y.target in (aten.add.Tensor, aten.mul.Tensor) and _along(a, y, dims) else (a, b)
+    if not (isinstance(inner, Node) and _along(other, y, dims) and _val(inner).shape == _val(y).shape
+            and _val(inner).dtype == _val(y).dtype):
+        return None
+    return inner, other
 
 
 def _along(a, like: Node, dims: list[int]) -> bool:

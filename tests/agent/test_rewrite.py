@@ -81,6 +81,17 @@ def run_graph(gm, flat: list):
     return torch.fx.Interpreter(gm).run(*flat)
 
 
+def assert_same_on_random_inputs(traced, found, seed: int) -> None:
+    """The rewritten graph computes what the traced one does, on three draws of random parameters and inputs."""
+    placeholders = [n for n in traced.gm.graph.nodes if n.op == "placeholder"]
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(3):
+        flat = [torch.randn(tuple(n.meta["val"].shape), generator=gen) for n in placeholders]
+        want, got = run_graph(traced.gm, flat), run_graph(found.traced.gm, flat)
+        for w, g in zip(torch.utils._pytree.tree_leaves(want), torch.utils._pytree.tree_leaves(got)):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_rewritten_graph_matches_the_original_and_is_cheaper(case):
     body, rules = CASES[case]
@@ -89,13 +100,7 @@ def test_rewritten_graph_matches_the_original_and_is_cheaper(case):
     assert found is not None, f"{case}: no rewrite kept"
     assert rules <= set(found.rules), found.rules
     assert found.after_s < found.before_s  # the cost model chose it
-    placeholders = [n for n in traced.gm.graph.nodes if n.op == "placeholder"]
-    gen = torch.Generator().manual_seed(1)
-    for _ in range(3):  # fresh random parameters and inputs each time
-        flat = [torch.randn(tuple(n.meta["val"].shape), generator=gen) for n in placeholders]
-        want, got = run_graph(traced.gm, flat), run_graph(found.traced.gm, flat)
-        for w, g in zip(torch.utils._pytree.tree_leaves(want), torch.utils._pytree.tree_leaves(got)):
-            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    assert_same_on_random_inputs(traced, found, seed=1)
 
 
 def test_no_rule_leaves_the_program_alone():
@@ -252,12 +257,17 @@ CONV_KINDS = ["transposed2d", "transposed2d_dilated", "transposed2d_thin", "tran
               "conv1d_wide", "conv3d", *PARTIAL]
 
 
-def conv_case(kind: str, folder: Path, dtype: str | None = None):
-    path = folder / f"conv_mean_{kind}.py"
-    source = (ROOT / "tests" / "agent" / "fixtures" / "conv_mean_kinds.py").read_text()
-    path.write_text(source.replace('kind = "transposed2d"', f'kind = "{kind}"'))
+def kind_case(fixture: str, kind: str, folder: Path, dtype: str | None = None):
+    """The fixture with its `kind` global set, written to `folder`, and its traced graph."""
+    source = (ROOT / "tests" / "agent" / "fixtures" / f"{fixture}.py").read_text()
+    path = folder / f"{fixture}_{kind}.py"
+    path.write_text(re.sub(r'^kind = ".*"$', f'kind = "{kind}"', source, count=1, flags=re.M))
     module, _, _ = load_task(str(path), small=True)
     return path, trace(module, meta=False, decompositions=DECOMPOSITIONS, dtype=dtype)
+
+
+def conv_case(kind: str, folder: Path, dtype: str | None = None):
+    return kind_case("conv_mean_kinds", kind, folder, dtype)
 
 
 def conv_ranks(gm) -> list[int]:
@@ -278,13 +288,7 @@ def test_a_convolution_averaged_over_space_is_its_input_summed(kind, tmp_path):
     assert found is not None and "mean_of_conv" in found.rules, kind
     # over some dims, a convolution of as many dims fewer as were reduced is left
     assert conv_ranks(found.traced.gm) == ([conv_ranks(traced.gm)[0] - PARTIAL[kind]] if kind in PARTIAL else [])
-    placeholders = [n for n in traced.gm.graph.nodes if n.op == "placeholder"]
-    gen = torch.Generator().manual_seed(2)
-    for _ in range(3):
-        flat = [torch.randn(tuple(n.meta["val"].shape), generator=gen) for n in placeholders]
-        want, got = run_graph(traced.gm, flat), run_graph(found.traced.gm, flat)
-        for w, g in zip(torch.utils._pytree.tree_leaves(want), torch.utils._pytree.tree_leaves(got)):
-            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    assert_same_on_random_inputs(traced, found, seed=2)
 
 
 def test_a_16_bit_convolution_averaged_keeps_it(tmp_path):
@@ -321,11 +325,7 @@ def test_a_convolution_pooled_is_one_convolution(kind, tmp_path):
     weight is the transposed one's pooled over its taps; an average pool of a convolution at stride 1, as one
     at the pool's stride whose weight is averaged over the pool's shifts: equal to the original on random
     inputs and weights, one convolution left, not transposed; the near misses keep theirs."""
-    path = tmp_path / f"pool_conv_{kind}.py"
-    path.write_text((ROOT / "tests" / "agent" / "fixtures" / "pool_conv_kinds.py").read_text()
-                    .replace('kind = "transposed3d"', f'kind = "{kind}"'))
-    module, _, _ = load_task(str(path), small=True)
-    traced = trace(module, meta=False, decompositions=DECOMPOSITIONS)
+    _, traced = kind_case("pool_conv_kinds", kind, tmp_path)
     rule = "pooled_conv" if kind.startswith("conv") else "pooled_transposed_conv"
     if kind.startswith("miss_"):
         fired, _ = apply_rules(GraphModule(traced.gm, copy.deepcopy(traced.gm.graph)))
@@ -335,9 +335,4 @@ def test_a_convolution_pooled_is_one_convolution(kind, tmp_path):
     assert found is not None and rule in found.rules, kind
     convs = [n.args[6] for n in found.traced.gm.graph.nodes if n.target is torch.ops.aten.convolution.default]
     assert convs == [False]  # one convolution, not transposed
-    placeholders = [n for n in traced.gm.graph.nodes if n.op == "placeholder"]
-    gen = torch.Generator().manual_seed(3)
-    for _ in range(3):
-        flat = [torch.randn(tuple(n.meta["val"].shape), generator=gen) for n in placeholders]
-        torch.testing.assert_close(run_graph(found.traced.gm, flat), run_graph(traced.gm, flat), rtol=1e-4,
-                                   atol=1e-4)
+    assert_same_on_random_inputs(traced, found, seed=3)

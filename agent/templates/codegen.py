@@ -447,6 +447,8 @@ class Gen(Reductions):
         if lin:  # the linear index as its code, so that rr can be set to the chunk's start
             off = re.sub(rf"\b{lin}\b", f"({self.linear_code()})", off)
         off = re.sub(r"\brr\b", f"({at or self.chunk_start})", off)
+        if not re.search(r"\bro\b", off):  # the same for every row (a channel's bias, rows a whole number of
+            off = f"ro * 0 + {off}"  # channel blocks): a block, as Triton wants under the rows' block mask
         key = ("chunk load", leaf.base, off)
         if key not in self.body.cache:
             name = self.fresh("x")

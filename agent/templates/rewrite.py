@@ -292,7 +292,10 @@ def mean_of_conv(node: Node) -> Node | None:
     one) the box sums of each tap along them are input channels of a convolution over the dims left, whose
     weight stacks the taps' slices (13: 32 depths summed into 3 taps, 1/32 of the FLOPs). Ungrouped, in fp32 or
     fp64 only, and a convolution that is not transposed at stride 1 along the reduced dims, so that each tap
-    reads one box."""
+    reads one box. Over all dims the box sums and their products with the weights are taken in fp64: they
+    cancel where the mean is small against the input (77: a batch norm's output averaged, its batch mean less
+    each sample's; in fp32 3.5x PyTorch's error on the CPU at batch 4, and at full size it failed the H200's
+    check). Over some, the box sums are short and the convolution after them rounds as the original does."""
     found = reduced_dims(node)
     conv = node.args[0]
     if found is None or node.target not in (aten.sum.dim_IntList, aten.mean.dim) or \
@@ -305,18 +308,17 @@ def mean_of_conv(node: Node) -> Node | None:
             (not transposed and any(stride[d - 2] != 1 for d in reduced)):
         return None  # 16-bit box sums, less their border strips, would round where the outputs' mean does not
     taps = _val(w).shape[2:]
+    s = x
     if reduced == spatial:
-        s = x
         for d in reversed(spatial):  # each spatial dim summed into one entry per tap
-            s = _tap_sums(s, x, d, out, taps, conv.args, along=d)
+            s = _tap_sums(s, x, d, out, taps, conv.args, along=d, dtype=torch.float64)
         # transposed: w (C_in, C_out, *taps) against s (N, C_in, 1, *taps); else w (C_out, C_in, *taps), s (N, 1, C_in)
         prod = emit(aten.mul.Tensor, (emit(aten.unsqueeze.default, (s, 2 if transposed else 1)),
-                                      emit(aten.unsqueeze.default, (w, 0))))
+                                      emit(aten.unsqueeze.default, (_cast(w, torch.float64), 0))))
         summed = emit(aten.sum.dim_IntList, (prod, [1 if transposed else 2] + [3 + d for d in range(len(taps))]))
     else:
-        s = x
         for d in reversed(reduced):  # the taps' box sums stacked as input channels, the first dim's tap outermost
-            s = _tap_sums(s, x, d, out, taps, conv.args, along=1)
+            s = _tap_sums(s, x, d, out, taps, conv.args, along=1, dtype=out.dtype)
         kept = [d for d in spatial if d not in reduced]
         s = emit(aten.view.default, (s, [out.shape[0], _val(s).shape[1]] + [_val(x).shape[d] for d in kept]))
         slices = []
@@ -338,16 +340,20 @@ def mean_of_conv(node: Node) -> Node | None:
     if b is not None:
         summed = emit(aten.add.Tensor, (summed, b if node.target is aten.mean.dim else emit(aten.mul.Tensor,
                                                                                              (b, count))))
-    return reshaped(summed, node)
+    return reshaped(_cast(summed, out.dtype), node)
 
 
-def _tap_sums(s: Node, x: Node, d: int, out, taps, args: tuple, along: int) -> Node:
+def _cast(x: Node, dtype: torch.dtype) -> Node:
+    return x if _val(x).dtype == dtype else emit(aten._to_copy.default, (x,), {"dtype": dtype})
+
+
+def _tap_sums(s: Node, x: Node, d: int, out, taps, args: tuple, along: int, dtype: torch.dtype) -> Node:
     """s summed along dim d over each tap's box (kept, size 1), the taps side by side `along` a dim: d itself
     (one entry a tap), or the channels (a block of channels a tap)."""
     _, _, _, stride, padding, dilation, transposed, _, _ = args
     j, size = d - 2, _val(x).shape[d]
     boxes = [_box(t, stride[j], padding[j], dilation[j], size, out.shape[d], transposed) for t in range(taps[j])]
-    total = emit(aten.sum.dim_IntList, (s, [d], True))
+    total = _sum_as(s, d, dtype)
     sums = {box: _box_sum(s, total, d, size, *box, _val(x).device) for box in dict.fromkeys(boxes)}
     return emit(aten.cat.default, ([sums[box] for box in boxes], along)) if len(boxes) > 1 else sums[boxes[0]]
 
@@ -365,13 +371,18 @@ def _box_sum(s: Node, total: Node, dim: int, size: int, lo: int, hi: int, device
     if hi <= lo:
         return emit(aten.full.default, (list(_val(total).shape), 0.0), {"dtype": _val(total).dtype, "device": device})
     if lo + size - hi > hi - lo:
-        return emit(aten.sum.dim_IntList, (emit(aten.slice.Tensor, (s, dim, lo, hi)), [dim], True))
+        return _sum_as(emit(aten.slice.Tensor, (s, dim, lo, hi)), dim, _val(total).dtype)
     for a, b in ((0, lo), (hi, size)):
         if b > a:
             strip = emit(aten.slice.Tensor, (s, dim, a, b))
-            total = emit(aten.sub.Tensor, (total, strip if b - a == 1 else
-                                           emit(aten.sum.dim_IntList, (strip, [dim], True))))
+            strip = strip if b - a == 1 else _sum_as(strip, dim, _val(total).dtype)
+            total = emit(aten.sub.Tensor, (total, strip))
     return total
+
+
+def _sum_as(s: Node, dim: int, dtype: torch.dtype) -> Node:
+    """s summed along dim (kept) in dtype, the cast read by the sum alone (fused into it, as cost_s counts)."""
+    return emit(aten.sum.dim_IntList, (_cast(s, dtype), [dim], True))
 
 
 AVG_POOLS = (aten.avg_pool2d.default, aten.avg_pool3d.default)  # (a 1-D pool is traced as a 2-D one of a row)
@@ -601,8 +612,9 @@ RULES = [
 # --- the pass and the cost model -----------------------------------------------------------------------
 def cost_s(gm: GraphModule, arch: str = "sm_90") -> float:
     """Seconds the graph's ops take at the arch's peaks, each op at its own roofline; a pointwise op read only
-    by a reduction is fused into it (its result is neither written nor read back), and so is a scan read only
-    by a pointwise op."""
+    by a reduction (through views, and through pointwise ops so read: a cast, then a product, then its sum) is
+    fused into it (its result is neither written nor read back), and so is a scan read only by a pointwise
+    op."""
     peak_flops, peak_bw = PEAKS.get(arch, PEAKS["sm_90"])
     saved: dict[str, float] = {}
 
@@ -614,13 +626,28 @@ def cost_s(gm: GraphModule, arch: str = "sm_90") -> float:
     for node in gm.graph.nodes:
         if node.op != "call_function" or _kind(node.target) != "pointwise":
             continue
-        if single_user(node) and _kind(next(iter(node.users)).target) == "reduction":
-            fused(node, next(iter(node.users)))
+        reader = _register_reader(node)
+        if reader is not None:
+            fused(node, reader)
         for scan in node.all_input_nodes:  # a scan read only by a pointwise op: one kernel writes the latter
             if scan.op == "call_function" and _kind(scan.target) == "scan" and single_user(scan):
                 fused(scan, node)
     return sum(max(o.flops / peak_flops, (o.bytes - saved.get(o.name, 0)) / peak_bw) for o in _describe_ops(gm)
                if o.kind not in ("view", "factory"))
+
+
+def _register_reader(node: Node) -> Node | None:
+    """The op that reads a pointwise op's result in registers, not memory: its one reader (past views) where
+    that is a reduction, or a pointwise op itself so read."""
+    reader = node
+    while single_user(reader):
+        reader = next(iter(reader.users))
+        kind = _kind(reader.target) if reader.op == "call_function" else "other"
+        if kind == "reduction" or kind == "pointwise" and _register_reader(reader) is not None:
+            return reader
+        if kind != "view":
+            return None
+    return None
 
 
 def apply_rules(gm: GraphModule, rules: list[Rule] = RULES) -> tuple[list[str], dict[str, list[str]]]:

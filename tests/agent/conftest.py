@@ -1,6 +1,8 @@
 """What the agent tests share: `runner`, one long-lived Triton-interpreter process (fixtures/tpl_runner.py,
 which sets TRITON_INTERPRET=1 before importing triton) that runs candidates against their tasks, one for the
-session's tests (its start, PyTorch, Triton and the analysis imported, was some 5 s of a CPU for each module)."""
+session's tests (its start, PyTorch, Triton and the analysis imported, was some 5 s of a CPU for each module);
+and `sm90`, which compiles a candidate's kernel for an H200 here, with no GPU, as Triton's own compile would
+(what the interpreter lets pass, a scalar pointer under a block mask say, fails there as it would on the GPU)."""
 import importlib.util
 from pathlib import Path
 
@@ -17,3 +19,25 @@ def runner(tmp_path_factory):
     r = tpl_client.Runner(tmp_path_factory.mktemp("candidates"))
     yield r
     r.close()
+
+
+def compile_sm90(path: Path, name: str, consts: dict, aligned: bool = True, num_warps: int = 4):
+    """Kernel `name` of the candidate at `path`, compiled for sm_90 with `consts` as its meta-parameters and
+    every other argument an fp32 pointer, 16-byte aligned (as Triton's launcher specializes them) or not."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    jit = getattr(module, name)
+    sig = {a: "constexpr" if a in consts else "*fp32" for a in jit.arg_names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(jit.arg_names) if a not in consts and aligned}
+    return triton.compile(ASTSource(jit, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": num_warps})
+
+
+@pytest.fixture
+def sm90():
+    return compile_sm90

@@ -89,29 +89,15 @@ def test_pooling_corner_cases(runner):
     check("pool_edges", source, runner)
 
 
-def _layouts(path: Path, name: str, aligned: bool, consts: dict | None = None) -> set[str]:
+def _layouts(sm90, path: Path, name: str, aligned: bool, consts: dict | None = None) -> set[str]:
     """The per-thread sizes of the layouts of plane kernel `name` of the candidate at `path`, compiled for sm_90
     on the CPU with its pointers 16-byte aligned (as Triton's launcher specializes them) or not, over an 8x64
     tile (4 elements a lane at 4 warps) unless `consts` gives the meta-parameters."""
-    import importlib.util
-
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    jit = getattr(module, name)
-    consts = consts or {"BLOCK_H": 8, "BLOCK_W": 64}
-    sig = {a: "constexpr" if a in consts else "*fp32" for a in jit.arg_names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(jit.arg_names) if a not in consts and aligned}
-    kernel = triton.compile(ASTSource(jit, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                            options={"num_warps": 4})
+    kernel = sm90(path, name, consts or {"BLOCK_H": 8, "BLOCK_W": 64}, aligned)
     return set(re.findall(r"sizePerThread = \[([\d, ]+)\]", kernel.asm["ttgir"]))
 
 
-def test_windows_with_unaligned_row_taps_load_one_element_per_lane(runner, tmp_path):
+def test_windows_with_unaligned_row_taps_load_one_element_per_lane(runner, sm90, tmp_path):
     """A window stepping one element along its rows reads taps off 16-byte boundaries. Triton would give all
     its loads the 4-wide layout of its aligned tap and load the others an element at a time, 512 bytes a warp
     (L1-bound on an H200: 1.095 ms against 0.444 for KernelBench's 3x7 depthwise convolution). Such kernels
@@ -128,8 +114,8 @@ def test_windows_with_unaligned_row_taps_load_one_element_per_lane(runner, tmp_p
     check("window_rows", source, runner)
 
     (tmp_path / "window_rows_candidate.py").write_text(source)
-    assert _layouts(tmp_path / "window_rows_candidate.py", "_plane_kernel0", aligned=False) == {"1, 1"}
-    assert "1, 4" in _layouts(tmp_path / "window_rows_candidate.py", "_plane_kernel0", aligned=True)
+    assert _layouts(sm90, tmp_path / "window_rows_candidate.py", "_plane_kernel0", aligned=False) == {"1, 1"}
+    assert "1, 4" in _layouts(sm90, tmp_path / "window_rows_candidate.py", "_plane_kernel0", aligned=True)
 
 
 def test_windows_strided_along_rows_take_one_row_of_lanes(runner):
@@ -153,7 +139,7 @@ def test_windows_strided_along_rows_take_one_row_of_lanes(runner):
     check("pool_then_logsumexp", render("pool_then_logsumexp", matching(a)[0].NAME), runner)
 
 
-def test_windows_of_lanes_match_the_reference(runner, tmp_path):
+def test_windows_of_lanes_match_the_reference(runner, sm90, tmp_path):
     """Windows stepping one element along their rows, a lane taking VEC outputs (VEC): each chunk of the row
     its outputs' windows span is one aligned vector load, its elements split out in registers and shared by
     the taps. Outputs of the last lane group masked, a chunk past the row's end, padding
@@ -182,7 +168,7 @@ def test_windows_of_lanes_match_the_reference(runner, tmp_path):
     source = render("window_rows", "pooling", BY_NAME["pooling"].variants(rows)[0])
     (tmp_path / "window_rows_lanes.py").write_text(source)
     consts = {"BLOCK_H": 1, "BLOCK_W": 16, "VEC": 4}
-    assert "1, 1, 4" in _layouts(tmp_path / "window_rows_lanes.py", "_plane_kernel0", True, consts)
+    assert "1, 1, 4" in _layouts(sm90, tmp_path / "window_rows_lanes.py", "_plane_kernel0", True, consts)
     check("window_rows", source, runner)
 
 

@@ -401,6 +401,49 @@ def test_a_held_group_norm_loads_its_weights_per_chunk(side, split, runner, tmp_
     assert out["error"] is None and all(e <= 1e-4 for e in out["rel_errors"]), out
 
 
+BIAS_SIGMOID_SUM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        return torch.sigmoid(x + self.bias.view(1, 4, 1, 1)).sum(dim=[1, 2, 3])
+
+
+def get_inputs():
+    return [torch.randn(3, 4, SIDE, SIDE)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("side, split", [(8, 1), (8, 2), (6, 1)])  # planes of 64, a chunk's; of 36, two a chunk
+def test_a_per_channel_weight_the_same_for_every_row_loads_as_a_block(side, split, runner, sm90, tmp_path):
+    """Rows of whole samples (every channel's plane): a channel's bias, loaded once per chunk, is at the same
+    offset in every row. The interpreter takes that scalar pointer under the rows' block mask; Triton's compile
+    does not (KernelBench level 2's 65 on an H200, session 41), so the offset is made a block. The candidate
+    compiles for sm_90 and matches the reference."""
+    task = tmp_path / "bias_sigmoid_sum.py"
+    task.write_text(BIAS_SIGMOID_SUM.replace("SIDE", str(side)))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["rowwise"]
+    p = {**t.default(a), "mode": "looped", "BLOCK_R": 32, "BLOCK_O": 1, **({"SPLIT": split} if split > 1 else {})}
+    assert base.invalid(a, p) is None, base.invalid(a, p)
+    source = t.render(a, p)
+    assert re.search(r"tl\.load\(p1 \+ ro \* 0 \+ \(\(r0\) // \d+\), mask=rmask", source)
+    path = tmp_path / "candidate.py"
+    path.write_text(source)
+    sm90(path, "_row_kernel0", {"BLOCK_O": 1, "BLOCK_R": 32, "SFU": True})
+    out = runner.run(task, source)
+    assert out["error"] is None and all(e <= 1e-4 for e in out["rel_errors"]), out
+
+
 def test_one_pass_online_forms_in_a_looped_row(runner):
     """Online softmax (running max and rescaled sum) and one-pass mean/variance read the row once for the
     statistics, once more to write."""

@@ -1,11 +1,10 @@
 """The candidate language: what a candidate file may say, checked over its parsed module before any of it runs.
 
 A candidate is a module of imports, constants, `@triton.jit` kernels, host functions and `torch.nn` modules.
-Outside the kernels, code may allocate tensors, take views and shapes (and copies of them: contiguous, flip),
-compute launch grids with arithmetic, launch its own kernels (given tensors, or TMA descriptors of them), call
-the vendor ops it declares in KERNELWRIGHT_TORCH_OPS, use `math` and call `warnings.warn` (nothing else of
-`warnings`: a template candidate's guard says once that it runs the reference); random draws and `torch.nn`
-constructors belong in `__init__`.
+Outside the kernels, code may allocate tensors, take views and shapes, compute launch grids with arithmetic,
+launch its own kernels (given tensors, or TMA descriptors of them), call the vendor ops it declares in
+KERNELWRIGHT_TORCH_OPS, use `math` and call `warnings.warn` (nothing else of `warnings`: a template candidate's
+guard says once that it runs the reference); random draws and `torch.nn` constructors belong in `__init__`.
 Inside the kernels: `triton.language` and arithmetic. Nothing else is in the language, however it is reached:
 an alias, a computed attribute name, a private or hook API, a tensor read into Python or NumPy, a Tensor
 subclass, a grad or dispatch mode, an attribute assigned outside `self`. The task's own code, copied verbatim (a
@@ -34,7 +33,7 @@ VENDOR_CALLS = frozenset({f"torch.{n}" for n in "mm addmm bmm baddbmm matmul con
                          {f"torch.nn.functional.{n}" for n in "linear conv1d conv2d conv3d conv_transpose1d "
                           "conv_transpose2d conv_transpose3d".split()})
 VENDOR_METHODS = frozenset("mm addmm bmm baddbmm matmul".split())
-TENSOR_METHODS = frozenset("""view view_as reshape reshape_as contiguous flip permute transpose t expand expand_as
+TENSOR_METHODS = frozenset("""view view_as reshape reshape_as contiguous permute transpose t expand expand_as
 unsqueeze squeeze flatten unflatten narrow select split chunk unbind movedim moveaxis as_strided detach size
 stride dim numel nelement element_size is_contiguous storage_offset new_empty new_zeros new_ones new_full
 new_empty_strided zero_ fill_ to float half bfloat16 double clone is_floating_point is_complex get_device

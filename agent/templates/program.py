@@ -67,13 +67,7 @@ def _host_view(leaf: Leaf, bases: dict, batched: bool = False) -> str:
             leaf.strides == contiguous_strides(leaf.shape):
         return base
     shape = "(" + ", ".join([BATCH] + [str(n) for n in leaf.shape[1:]]) + ",)" if batched else tuple(leaf.shape)
-    flipped = [d for d, s in enumerate(leaf.strides) if s < 0]
-    if not flipped:
-        return f"{base}.as_strided({shape}, {tuple(leaf.strides)}, {leaf.offset})"
-    # torch takes no negative stride (a flipped weight): the same elements at positive strides, flipped back
-    first = leaf.offset + sum((leaf.shape[d] - 1) * leaf.strides[d] for d in flipped)
-    strides = tuple(abs(s) for s in leaf.strides)
-    return f"{base}.as_strided({shape}, {strides}, {first}).flip({tuple(flipped)})"
+    return f"{base}.as_strided({shape}, {tuple(leaf.strides)}, {leaf.offset})"
 
 
 def render_program(task_source: str, program: Program, kernels: list[Kernel], buffers: dict, primary: int,

@@ -436,10 +436,12 @@ def pooled_transposed_conv(node: Node) -> Node | None:
     taps, sizes, want = _val(w).shape[2:], _val(x).shape[2:], _val(node).shape[2:]
     left = [-p % s for p, s in zip(padding, stride)]  # taps padded before the first, so windows start at pad + r
     count = [-(-(k + a) // s) for k, a, s in zip(taps, left, stride)]  # windows (offsets) along each dim
-    pads = [n for k, a, s, m in reversed(list(zip(taps, left, stride, count))) for n in (a, s * m - a - k)]
-    pooled = emit(node.target, (emit(aten.constant_pad_nd.default, (w, pads, 0.0)), list(stride), list(stride)))
+    # flipped before it is padded and pooled (windows that tile the padded taps flip with them): the kernel
+    # pooling it reads the flip, and a vendor convolution is given no negative stride
+    pads = [n for k, a, s, m in reversed(list(zip(taps, left, stride, count))) for n in (s * m - a - k, a)]
     dims = list(range(2, len(taps) + 2))
-    weight = emit(aten.permute.default, (emit(aten.flip.default, (pooled, dims)), [1, 0] + dims))
+    flipped = emit(aten.constant_pad_nd.default, (emit(aten.flip.default, (w, dims)), pads, 0.0))
+    weight = emit(aten.permute.default, (emit(node.target, (flipped, list(stride), list(stride))), [1, 0] + dims))
     least = [(p + a) // s - m + 1 for p, a, s, m in zip(padding, left, stride, count)]  # the least offset q
     # padding enough on both sides that output j of the pool, input j + q, is the convolution's j + pad + least
     pad = [max(0, -q, q + n + m - 1 - i) for q, n, m, i in zip(least, want, count, sizes)]

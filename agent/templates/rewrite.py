@@ -293,13 +293,15 @@ def mean_of_conv(node: Node) -> Node | None:
     weight stacks the taps' slices (13: 32 depths summed into 3 taps, 1/32 of the FLOPs). Ungrouped, in fp32 or
     fp64 only, and a convolution that is not transposed at stride 1 along the reduced dims, so that each tap
     reads one box. Over all dims the box sums and their products with the weights are taken in fp64: they
-    cancel where the mean is small against the input (77: a batch norm's output averaged, its batch mean less
-    each sample's; in fp32 3.5x PyTorch's error on the CPU at batch 4, and at full size it failed the H200's
-    check). Over some, the box sums are short and the convolution after them rounds as the original does."""
+    cancel where the mean is small against the input (each sample's mean less the batch's: in fp32 2-3.4x the
+    original's error). Over some, the box sums are short and the convolution after them rounds as the original
+    does. The mean must be the convolution's only reader: where its output is computed anyway, for a norm's
+    statistics say, those and a mean from the input round apart, and what is left of their difference (77, a
+    batch norm's output averaged) failed the H200's accuracy check even in fp64, for a predicted 1.01x."""
     found = reduced_dims(node)
     conv = node.args[0]
     if found is None or node.target not in (aten.sum.dim_IntList, aten.mean.dim) or \
-            not (isinstance(conv, Node) and conv.target is aten.convolution.default):
+            not (isinstance(conv, Node) and conv.target is aten.convolution.default) or not single_user(conv):
         return None
     x, w, b, stride, padding, dilation, transposed, out_pad, groups = conv.args
     out, reduced = _val(conv), found[0]

@@ -12,6 +12,10 @@ everything observed, so values that were fast are chosen more often and untried 
 ordered numeric parameters mostly move to a neighbouring value. Configurations already proposed or
 evaluated are never proposed again, nor are ones the template rejects (too many registers, shared memory).
 
+Where the rewrite pass kept a rewrite, each configuration is tuned on the program it was built from (its
+params' "rewrites": the rewritten one, or the original beside it), so a task whose original program is the
+faster one tunes that.
+
 A template's parameters tune its main kernel (the one with the most work). Where the best measured candidate's
 profile (EvalResult.kernel_ms, on a GPU) shows another Triton kernel taking the most device time, a share of
 the proposals (FOCUS) retune that kernel instead, through the template's per-kernel parameters
@@ -23,13 +27,14 @@ compile metadata), each note saying why; none once that candidate is at its floo
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
 from agent.interfaces import Individual, Proposal, TaskContext
 from agent.operators import roofline
-from agent.operators.template import analysis_of, config_key, kernel_text, make_proposal
-from agent.templates import base, matching
+from agent.operators.template import analysis_of, config_key, kernel_text, make_proposal, programs, rewrite_params
+from agent.templates import BY_NAME, base, matching
 from agent.templates.ir import Unsupported
 from agent.templates.params import kernel_default, kernel_space
 
@@ -56,6 +61,8 @@ class ParamOperator:
         self.last_reason: str | None = None
         self.measured: Individual | None = None  # the fittest evaluated candidate with a GPU timing (on a GPU a
         # correct candidate also has its device time per kernel)
+        self.analyses: list = []  # the task's programs (agent/operators/template.py: programs), set by propose
+        self.homes: dict = {}  # template name -> the program it is tried on first (the rewritten one where both)
 
     # --- learning ----------------------------------------------------------------------------------
     def observe(self, individuals: list[Individual]) -> None:
@@ -92,8 +99,9 @@ class ParamOperator:
     # --- proposing ---------------------------------------------------------------------------------
     def propose(self, task: TaskContext, parents: list[Individual], n: int) -> list[Proposal]:
         try:
-            analysis = analysis_of(task)
-            templates = {t.NAME: t for t in matching(analysis)}
+            self.analyses = programs(analysis_of(task))
+            self.homes = {t.NAME: a for a in reversed(self.analyses) for t in matching(a)}
+            templates = {name: BY_NAME[name] for name in self.homes}
         except Exception as e:  # a task the tracer or the templates choke on: no proposals, and why
             self.last_reason = f"the templates could not plan this task ({type(e).__name__}: {e})"[:300]
             return []
@@ -104,64 +112,71 @@ class ParamOperator:
         while self.seeds and len(out) < n:
             seed = self.seeds.pop(0)
             name = seed.get("template") if seed.get("template") in templates else next(iter(templates))
-            params = self.fit(analysis, templates[name], seed)
-            self.add(analysis, name, params, out, "known-good configuration")
+            params = self.fit(self.homes[name], templates[name], seed)
+            self.add(name, {**params, **rewrite_params(self.homes[name])}, out, "known-good configuration")
         quota = len(out) + max(1, math.ceil(ROOFLINE * n))
-        for move in self.structural(task, analysis, templates):
+        for move in self.structural(task, templates):
             if len(out) >= min(n, quota):
                 break
             origin = f"candidate {self.measured.id}" if move.kernel is None else \
                 f"kernel {move.kernel}, the most device time in candidate {self.measured.id}"
-            self.add(analysis, self.measured.params["template"], move.params, out, f"roofline: {move.reason} "
-                                                                                   f"(from {origin})")
-        hot = self.hottest(analysis, templates)
+            self.add(self.measured.params["template"], move.params, out, f"roofline: {move.reason} (from {origin})")
+        hot = self.hottest(templates)
         for _ in range(40 * n):
             if len(out) >= n:
                 break
             if hot is not None and self.rng.random() < FOCUS:
                 name, start, i = hot
-                child, note = self.retune(analysis, start, i)
+                child, note = self.retune(start, i)
                 origin = f"kernel {i}, the most device time in candidate {self.measured.id}"
             else:
-                name, start, origin = self.pick_base(analysis, templates, parents)
-                child, changes = self.mutate(analysis, templates[name], start)
+                name, start, origin = self.pick_base(templates, parents)
+                child, changes = self.mutate(self.program(start), templates[name], start)
                 note = ", ".join(f"{k} {start.get(k)}->{v}" for k, v in changes.items())
             if note:
-                self.add(analysis, name, child, out, f"{note} (from {origin})")
+                self.add(name, child, out, f"{note} (from {origin})")
         return out
 
-    def structural(self, task: TaskContext, analysis, templates: dict) -> list[roofline.Move]:
+    def program(self, params: dict):
+        """The analysis a configuration is built from: the one whose program used its "rewrites" (the original's
+        where they are [] beside a rewritten one), else the task's."""
+        wanted = params.get("rewrites")
+        return next((a for a in self.analyses if rewrite_params(a).get("rewrites") == wanted), self.analyses[0])
+
+    def structural(self, task: TaskContext, templates: dict) -> list[roofline.Move]:
         """The roofline's structural moves from the fittest candidate with a GPU timing (none without one)."""
         best = self.measured
         name = best.params.get("template") if best is not None else None
         if name not in templates:
             return []
+        a = self.program(best.params)
+        params = self.refit(a, templates[name], best.params)
         try:
-            return roofline.moves(analysis, templates[name], self.refit(analysis, templates[name], best.params),
-                                  best.result, task.analysis)
+            return [dataclasses.replace(m, params={**m.params, **_program_of(params)}) for m in
+                    roofline.moves(a, templates[name], _bare(params), best.result, task.analysis)]
         except (Unsupported, ValueError) as e:  # a configuration this plan no longer takes: random moves only
             self.last_reason = f"no roofline moves ({type(e).__name__}: {e})"[:300]
             return []
 
-    def hottest(self, analysis, templates: dict) -> tuple[str, dict, int] | None:
+    def hottest(self, templates: dict) -> tuple[str, dict, int] | None:
         """(template, the measured candidate's params, index) of the Triton kernel that took the most device time
         in the fittest measured candidate, where that is not its template's main kernel; None otherwise."""
         best = self.measured
         name = best.params.get("template") if best is not None and best.result.kernel_ms else None
         if name not in templates:
             return None
-        params = self.refit(analysis, templates[name], best.params)
+        params = self.refit(self.program(best.params), templates[name], best.params)
         try:
-            pl = base.plan(analysis, params)
+            pl = base.plan(self.program(params), _bare(params))
         except Exception:
             return None
         i = roofline.hot_kernel(pl, best.result.kernel_ms)
         return None if i == pl.primary else (name, params, i)
 
-    def retune(self, analysis, start: dict, i: int) -> tuple[dict, str]:
+    def retune(self, start: dict, i: int) -> tuple[dict, str]:
         """`start` with one or two of kernel i's own parameters moved (params["kernels"]), and the moves in words
         ("" when there is nothing to move)."""
-        kernel = base.plan(analysis, start).kernels[i]
+        kernel = base.plan(self.program(start), _bare(start)).kernels[i]
         space = {k: v for k, v in kernel_space(kernel).items() if len(v) > 1}
         if not space:
             return dict(start), ""
@@ -176,8 +191,10 @@ class ParamOperator:
         child = {**start, "kernels": dict(sorted(tuned.items()))}
         return child, ", ".join(f"kernel {i} {k} {current.get(k)}->{v}" for k, v in changes.items())
 
-    def add(self, analysis, name: str, params: dict, out: list[Proposal], note: str) -> None:
-        key = config_key({"template": name, **params})
+    def add(self, name: str, params: dict, out: list[Proposal], note: str) -> None:
+        analysis = self.program(params)
+        params = _bare(params)
+        key = config_key({"template": name, **params, **rewrite_params(analysis)})
         if key in self.proposed:
             return
         self.proposed.add(key)
@@ -211,24 +228,27 @@ class ParamOperator:
     def refit(self, analysis, template, params: dict) -> dict:
         """fit() for a configuration of this run: its per-kernel parameters (which name this plan's kernels) kept,
         and the plan-wide forms no space lists (a norm's statistics in its convolution's epilogue, that
-        convolution run twice), which its variants and the roofline's moves set."""
+        convolution run twice), which its variants and the roofline's moves set, and the program it was built
+        from ("rewrites")."""
         out = self.fit(analysis, template, params)
-        out.update({k: params[k] for k in PLAN_FORMS if k in params})
+        out.update({k: params[k] for k in PLAN_FORMS + ("rewrites",) if k in params})
         return out
 
-    def pick_base(self, analysis, templates: dict, parents: list[Individual]) -> tuple[str, dict, str]:
+    def pick_base(self, templates: dict, parents: list[Individual]) -> tuple[str, dict, str]:
         ours = [p for p in parents if p.params.get("template") in templates]
         name = self.rng.choice(sorted(templates))
         if ours and (self.rng.random() > self.exploit_best or self.best(ours[0].params["template"]) is None):
             parent = self.rng.choice(ours)
             name = parent.params["template"]
-            return name, self.refit(analysis, templates[name], parent.params), f"parent {parent.id}"
+            return name, self.refit(self.program(parent.params), templates[name], parent.params), \
+                f"parent {parent.id}"
         if ours:
             name = max(ours, key=lambda p: p.fitness).params["template"]
         best = self.best(name)
         if best is not None:
-            return name, self.refit(analysis, templates[name], best), "best measured"
-        return name, templates[name].default(analysis), "default"
+            return name, self.refit(self.program(best), templates[name], best), "best measured"
+        home = self.homes[name]
+        return name, {**templates[name].default(home), **rewrite_params(home)}, "default"
 
     def mutate(self, analysis, template, start: dict) -> tuple[dict, dict]:
         space = {k: v for k, v in template.space(analysis).items() if len(v) > 1}
@@ -259,6 +279,15 @@ class ParamOperator:
             return mean + self.confidence * math.sqrt(math.log(total + 2) / (count + 1)) + 1e-6 * self.rng.random()
 
         return max(options, key=ucb)
+
+
+def _bare(params: dict) -> dict:
+    """A configuration as its template takes it: without the program it was built from."""
+    return {k: v for k, v in params.items() if k != "rewrites"}
+
+
+def _program_of(params: dict) -> dict:
+    return {"rewrites": params["rewrites"]} if "rewrites" in params else {}
 
 
 def _hashable(value):

@@ -181,3 +181,24 @@ def test_a_one_warp_rows_parent_keeps_its_warp_and_a_vendor_convolution_refuses_
     assert base.invalid(a, {**rows, "stats": 1, "recompute": 1}) is None
     assert base.invalid(a, {**rows, "stats": 1, "impl": "torch"}) == \
         "stats: statistics in the epilogue need a convolution in rows tiles, of one group"
+
+
+def test_a_faster_original_program_is_tuned_on_itself():
+    """A task the rewrite pass rewrote is offered as both programs. Where the original's candidate measured
+    faster, the mutations of it are built from the original program (params "rewrites": []) and its note says
+    so; before, every mutation was rendered from the rewritten one (KernelBench's level 2 77 on an H200: the
+    original's one candidate stayed at its vendor default)."""
+    task = task_context(FIXTURES / "rewrite_gemm_row_sum.py")
+    first = TemplateOperator().propose(task, [], 4)
+    rewritten = next(p for p in first if p.params.get("rewrites"))
+    original = next(p for p in first if p.params.get("rewrites") == [])
+    parents = [Individual(1, rewritten.source, "template", None, rewritten.params, result=result(2.0)),
+               Individual(2, original.source, "template", None, original.params, result=result(1.0))]
+    op = ParamOperator(seed=0, exploit_best=1.0)  # always from the best measured: the original's
+    children = op.propose(task, parents, 4)
+    assert children and all(c.params["rewrites"] == [] for c in children), [c.params for c in children]
+    assert all("rewrites: none (the original program" in c.note for c in children)
+    flipped = [Individual(1, rewritten.source, "template", None, rewritten.params, result=result(1.0)),
+               Individual(2, original.source, "template", None, original.params, result=result(2.0))]
+    again = ParamOperator(seed=0, exploit_best=1.0).propose(task, flipped, 4)
+    assert again and all(c.params["rewrites"] == rewritten.params["rewrites"] for c in again)

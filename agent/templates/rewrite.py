@@ -299,9 +299,9 @@ def mean_of_conv(node: Node) -> Node | None:
     statistics say, those and a mean from the input round apart, and what is left of their difference (77, a
     batch norm's output averaged) failed the H200's accuracy check even in fp64, for a predicted 1.01x."""
     found = reduced_dims(node)
-    conv = node.args[0]
-    if found is None or node.target not in (aten.sum.dim_IntList, aten.mean.dim) or \
-            not (isinstance(conv, Node) and conv.target is aten.convolution.default) or not single_user(conv):
+    conv = _conv_of(node)
+    if found is None or node.target not in (aten.sum.dim_IntList, aten.mean.dim) or conv is None or \
+            not single_user(conv):
         return None
     x, w, b, stride, padding, dilation, transposed, out_pad, groups = conv.args
     out, reduced = _val(conv), found[0]
@@ -345,6 +345,12 @@ def mean_of_conv(node: Node) -> Node | None:
     return reshaped(_cast(summed, out.dtype), node)
 
 
+def _conv_of(node: Node) -> Node | None:
+    """node's first argument where it is a convolution, else None."""
+    conv = node.args[0] if node.args else None
+    return conv if isinstance(conv, Node) and conv.target is aten.convolution.default else None
+
+
 def _cast(x: Node, dtype: torch.dtype) -> Node:
     return x if _val(x).dtype == dtype else emit(aten._to_copy.default, (x,), {"dtype": dtype})
 
@@ -356,7 +362,7 @@ def _tap_sums(s: Node, x: Node, d: int, out, taps, args: tuple, along: int, dtyp
     j, size = d - 2, _val(x).shape[d]
     boxes = [_box(t, stride[j], padding[j], dilation[j], size, out.shape[d], transposed) for t in range(taps[j])]
     total = _sum_as(s, d, dtype)
-    sums = {box: _box_sum(s, total, d, size, *box, _val(x).device) for box in dict.fromkeys(boxes)}
+    sums = {box: _box_sum(s, total, d, *box, _val(x).device) for box in dict.fromkeys(boxes)}
     return emit(aten.cat.default, ([sums[box] for box in boxes], along)) if len(boxes) > 1 else sums[boxes[0]]
 
 
@@ -367,9 +373,10 @@ def _box(t: int, s: int, pad: int, d: int, size: int, out: int, transposed: bool
     return max(0, t * d - pad), min(size, t * d - pad + out)  # input = output - pad + t * d (stride 1)
 
 
-def _box_sum(s: Node, total: Node, dim: int, size: int, lo: int, hi: int, device) -> Node:
+def _box_sum(s: Node, total: Node, dim: int, lo: int, hi: int, device) -> Node:
     """s summed over [lo, hi) along dim (kept): the whole sum less the strips left out at either end, or the
     box itself where they are the larger part."""
+    size = _val(s).shape[dim]
     if hi <= lo:
         return emit(aten.full.default, (list(_val(total).shape), 0.0), {"dtype": _val(total).dtype, "device": device})
     if lo + size - hi > hi - lo:
@@ -427,9 +434,8 @@ def pooled_transposed_conv(node: Node) -> Node | None:
     offset q is the average of those taps, the weight padded and average-pooled over its taps, flipped. The
     transposed convolution's output (s^D times the pool's) is never computed (KernelBench's level 2 50).
     Ungrouped and undilated, in fp32 or fp64."""
-    pool = _plain_pool(node)
-    conv = node.args[0]
-    if pool is None or not (isinstance(conv, Node) and conv.target is aten.convolution.default):
+    pool, conv = _plain_pool(node), _conv_of(node)
+    if pool is None or conv is None:
         return None
     x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
     if not transposed or groups != 1 or set(dilation) != {1} or pool[0] != list(stride) or pool[1] != pool[0] \
@@ -462,9 +468,8 @@ def pooled_conv(node: Node) -> Node | None:
     weight padded by k - 1 on both sides and average-pooled at stride 1 is that average. The first
     convolution's output (about s^D times the pool's where k = s) is never computed (KernelBench's level 2 65:
     a 4x4 pool). Ungrouped and undilated, in fp32 or fp64."""
-    pool = _plain_pool(node)
-    conv = node.args[0]
-    if pool is None or not (isinstance(conv, Node) and conv.target is aten.convolution.default):
+    pool, conv = _plain_pool(node), _conv_of(node)
+    if pool is None or conv is None:
         return None
     x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
     (window, pool_stride), rank = pool, len(stride)

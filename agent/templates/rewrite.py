@@ -269,6 +269,64 @@ def centered_affine(node: Node) -> Node | None:
     return out
 
 
+def finer_stats(node: Node) -> Node | None:
+    """A sum or mean of x over dims D, or a sum of squared deviations of x from a value constant along D, where
+    the program also takes a sum or mean of x over part of D (kept dims): from that finer reduction's slices. The
+    sum is their sum; the squared deviations are each slice's own about its mean, summed, plus each slice's
+    count times its mean's squared deviation (Chan's combination, exact for any value constant along D). A
+    batch norm's statistics beside a mean over space (KernelBench's level 2 15) then read x once, in the
+    finer reduction's pass, instead of two more times."""
+    found = reduced_dims(node)
+    if found is None or not found[1] or node.target not in (aten.sum.dim_IntList, aten.mean.dim):
+        return None
+    dims, y = found[0], node.args[0]
+    if not isinstance(y, Node) or not _val(y).is_floating_point():
+        return None
+    squares = node.target is aten.sum.dim_IntList and y.target is aten.mul.Tensor and y.args[0] is y.args[1] \
+        and isinstance(y.args[0], Node) and y.args[0].target is aten.sub.Tensor and not y.args[0].kwargs
+    x, center = y.args[0].args if squares else (y, None)
+    if not isinstance(x, Node) or _val(x).shape != _val(y).shape or (squares and not _along(center, y, dims)):
+        return None
+    finer = _finer(x, dims, node)
+    if finer is None:
+        return None
+    t, inner, rest = finer
+    n = math.prod(_val(x).shape[d] for d in inner)
+    if _after(t, node):  # t reads only x, so it may run before node, which the emitted nodes read it from
+        node.prepend(t)
+    means = t if t.target is aten.mean.dim else emit(aten.mul.Tensor, (t, 1.0 / n))
+    if not squares:
+        if node.target is aten.mean.dim:
+            return emit(aten.mean.dim, (means, rest, True))
+        summed = emit(aten.sum.dim_IntList, (t, rest, True))
+        return summed if t.target is aten.sum.dim_IntList else emit(aten.mul.Tensor, (summed, n))
+    with node.graph.inserting_before(means.next):  # right after the slices' means: one pass takes both (Welford)
+        dev = emit(aten.sub.Tensor, (x, means))
+        within = emit(aten.sum.dim_IntList, (emit(aten.mul.Tensor, (dev, dev)), inner, True))
+    apart = emit(aten.sub.Tensor, (means, center))
+    between = emit(aten.sum.dim_IntList, (emit(aten.mul.Tensor, (apart, apart)), rest, True))
+    return emit(aten.add.Tensor, (emit(aten.sum.dim_IntList, (within, rest, True)), emit(aten.mul.Tensor, (between, n))))
+
+
+def _finer(x: Node, dims: list[int], node: Node) -> tuple[Node, list[int], list[int]] | None:
+    """(t, its dims, the rest of dims): a sum or mean of x other than node, over part of dims, kept dims."""
+    for t in x.users:
+        found = reduced_dims(t) if t is not node and t.target in (aten.sum.dim_IntList, aten.mean.dim) else None
+        if found and found[1] and set(found[0]) < set(dims):
+            return t, found[0], [d for d in dims if d not in found[0]]
+    return None
+
+
+def _after(a: Node, b: Node) -> bool:
+    """Whether node a comes after node b in their graph."""
+    n = b.next
+    while n.op != "root":
+        if n is a:
+            return True
+        n = n.next
+    return False
+
+
 def mean_of_scaled(node: Node) -> Node | None:
     """mean(z * c, dims), or / c, + c, - c, with c the same along dims, is mean(z, dims) scaled or shifted by c
     (kept dims, or a python scalar c): the mean then reads z, which another rule may compute less of."""
@@ -605,6 +663,8 @@ RULES = [
     Rule("sum_of_gemm", "linearity", "within rounding (sums reordered)", sum_of_gemm),
     Rule("centered_affine", "linearity", "within rounding (shifts cancelled, scales applied after the mean)",
          centered_affine),
+    Rule("finer_stats", "linearity", "within rounding (sums regrouped by the finer reduction's slices)",
+         finer_stats),
     Rule("mean_of_scaled", "linearity", "within rounding (the scale or shift applied after the mean)",
          mean_of_scaled),
     Rule("mean_of_conv", "linearity", "within rounding (the input summed before the weights apply)", mean_of_conv),

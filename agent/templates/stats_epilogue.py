@@ -120,9 +120,10 @@ def stats_pair(kernels: list, i: int, p: dict) -> Stats | str:
         tiles = math.prod(g.shape[2:-1]) * num_w  # a channel block's tiles in one batch element
         if tuple(k.domain) == tuple(g.shape) and k.rdims == (0,) + tuple(range(2, len(g.shape))):  # a batch norm
             return Stats(j, x.base, 1, channels, False, _names(j), batch * tiles)
-        rows, length = math.prod(k.domain[:-1]), k.domain[-1]
+        first = min(k.rdims, default=len(k.domain))  # rows reduced over their last dims: [rows, length]
+        rows, length = math.prod(k.domain[:first]), math.prod(k.domain[first:])
         cpg = length // positions
-        fits = k.rdims == (len(k.domain) - 1,) and length % positions == 0 and channels % cpg == 0 and \
+        fits = k.rdims == tuple(range(first, len(k.domain))) and length % positions == 0 and channels % cpg == 0 and \
             rows == batch * channels // cpg and (cpg % bn == 0 if cpg > bn else bn % cpg == 0)
         if not fits:
             return f"kernel {j}'s rows do not fall on this convolution's tiles"

@@ -62,6 +62,11 @@ CASES = {  # family: (forward body, rules that must fire)
     "linearity: a row scaled by its norm and shifted, centered along the row": (
         "z = self.linear(x)\ny = (z / z.norm(dim=1, keepdim=True) + 1.5) * 2.0 - 0.25\n"
         "return y - torch.mean(y, 1, True)", {"centered_affine"}),
+    "linearity: a variance over all of a GEMM's outputs beside each row's mean": (
+        "z = self.linear(x)\nm = z.mean((0, 1), keepdim=True)\nv = ((z - m) * (z - m)).sum((0, 1), keepdim=True)\n"
+        "return (z - z.mean(1, keepdim=True)) * torch.rsqrt(v + 1e-5)", {"finer_stats"}),
+    "linearity: a sum over all of a GEMM's outputs beside each row's sum": (
+        "z = self.linear(x)\nreturn z * z.sum((0, 1), keepdim=True) - z.sum(1, keepdim=True)", {"finer_stats"}),
     "structured: a diagonal matrix times a matrix": ("return torch.diag(self.a) @ b", {"diagonal_matmul"}),
     "fold: a chain of scalar factors": ("return torch.tanh(b) * 2 / 3 * 5", {"scalar_chain"}),
     "structured: an exclusive running sum along the rows": (
@@ -128,6 +133,18 @@ def test_an_exclusive_scan_rule_refuses_near_misses(body):
 def test_a_centered_affine_rule_refuses_near_misses(body):
     found = rewrite(traced_case(body))
     assert found is None or "centered_affine" not in found.rules, found.rules
+
+
+@pytest.mark.parametrize("body", [
+    "z = self.linear(x)\nm = z.mean(1, keepdim=True)\nreturn z * ((z - m) * (z - m)).sum((0, 1), keepdim=True) + m",
+    "z = self.linear(x)\nreturn z * z.sum(1, keepdim=True) - z.sum(0, keepdim=True)",  # neither reduces the other's dims
+    "z = self.linear(x)\nreturn z * z.sum((0, 1), keepdim=True) - z.sum(1).unsqueeze(1)",  # the finer one drops its dim
+    "z = self.linear(x)\nreturn z * z.sum((0, 1), keepdim=True) - z.amax(1, keepdim=True)",  # a max is no sum
+])
+def test_a_finer_stats_rule_refuses_near_misses(body):
+    """The first: squared deviations from each row's own mean, which is not the same along the summed rows."""
+    found = rewrite(traced_case(body))
+    assert found is None or "finer_stats" not in found.rules, found.rules
 
 
 def test_the_lowered_program_records_its_rewrites():
@@ -236,13 +253,18 @@ def test_a_batch_norm_centered_over_space_never_forms_the_norm(runner):
     program never forms the norm's output (two full-size buffers, not three: the convolution's and the result)
     nor reads the norm's shift (mean_of_scaled leaves the centered mean to centered_affine, and mean_of_conv
     leaves a convolution the norm's statistics read), and its candidates, the convolution's epilogue taking
-    the norm's statistics or not, match the reference."""
+    the norm's statistics or not, match the reference. The norm's statistics come from each (batch element,
+    channel)'s mean and squared deviations (finer_stats), which one kernel takes in one pass (a Welford pair)."""
     from agent.analysis import analyze
     from agent.templates import BY_NAME
     from agent.templates.ir import lower, original
+    from agent.templates.kernels import welford_pairs
+    from agent.templates.schedule import schedule
     task = ROOT / "tests" / "agent" / "fixtures" / "conv_bn_centered.py"
     a = analyze(str(task), small=True, arch="cpu")
-    assert lower(a).rewrites == ["centered_affine"]
+    assert lower(a).rewrites == ["centered_affine", "finer_stats", "scalar_chain"]
+    reading = [k for k in schedule(lower(a))[0] if k.rdims and len(k.domain) == 5 and k.domain[2:] != (1, 1, 1)]
+    assert [(k.rdims, len(welford_pairs(k))) for k in reading] == [((2, 3, 4), 1)]
     t = BY_NAME["gemm"]
     first = t.variants(a)[0]
     sources = [t.render(view, first) for view in (original(a), a)]

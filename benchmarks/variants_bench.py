@@ -8,7 +8,8 @@ and with TRITON_INTERPRET=1 set it times nothing on a GPU either.
         [--set wide=BLOCK_M:128,BLOCK_N:64] [--set narrow@1=num_stages:3] [--compile] [--reps 2] [--small]
 
 --variants picks the template's variants by index (default 0,1,2; one past the last is left out); each --set
-NAME[@I]=KEY:VALUE,... is variant I (default 0) with those parameters replaced (a number, or a word). --small
+NAME[@I]=KEY:VALUE,... is variant I (default 0) with those parameters replaced (a number, or a word; KEY
+kernels.J.KEY for the program's kernel J, e.g. kernels.1.SPLIT:8). --small
 runs the task at its SMALL_SHAPES. A render the template refuses shows its reason in the table, a candidate
 that fails shows its error's first line, and one that fell back to the task's PyTorch code (its shape guard)
 is marked so: its time is PyTorch's. Each round (--reps) times every row once more, in the same order.
@@ -62,12 +63,21 @@ def parse_set(text: str) -> tuple[str, int, dict]:
 
 
 def candidates(variants: list[dict], picks: list[int], sets: list[tuple[str, int, dict]]) -> list[tuple]:
-    """(label, parameters) of each pick that exists and each --set over its variant."""
+    """(label, parameters) of each pick that exists and each --set over its variant. A key kernels.J.KEY sets
+    KEY of the program's kernel J, not the template's main one (params["kernels"])."""
     out = [(f"variant {i}", variants[i]) for i in picks if i < len(variants)]
     for name, i, over in sets:
         if i >= len(variants):
             raise ValueError(f"--set {name}@{i}: the template offers {len(variants)} variants")
-        out.append((name, {**variants[i], **over}))
+        params = {**variants[i], **{k: v for k, v in over.items() if not k.startswith("kernels.")}}
+        for key, v in ((k, v) for k, v in over.items() if k.startswith("kernels.")):
+            j, dot, inner = key.removeprefix("kernels.").partition(".")
+            if not (j.isdigit() and dot and inner):
+                raise ValueError(f"--set {name}: give kernels.J.KEY:VALUE, not {key}")
+            kernels = dict(params.get("kernels", {}))
+            kernels[j] = {**kernels.get(j, {}), inner: v}
+            params["kernels"] = kernels
+        out.append((name, params))
     return out
 
 

@@ -48,12 +48,20 @@ def test_variants_and_sets_of_a_convolution_run_beside_eager_in_the_interpreter(
     (["--template", "gemm", "--variants", "first"], "--variants first: give indices"),
     (["--template", "gemm", "--set", "far@99=BLOCK_N:64"], "--set far@99: the template offers"),
     (["--template", "pooling"], "the pooling template does not match"),
+    (["--template", "gemm", "--set", "deep=kernels.SPLIT:8"], "--set deep: give kernels.J.KEY:VALUE"),
 ])
 def test_bad_arguments_exit_2_with_one_sentence(args, says):
     done = run(str(CONV), *args)
     assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr
     missing = run("no_such_task.py", "--template", "gemm")
     assert missing.returncode == 2 and "no task file no_such_task.py" in missing.stderr
+
+
+def test_a_set_reaches_the_programs_other_kernels():
+    """kernels.J.KEY sets a parameter of the program's kernel J (params["kernels"]), beside the main kernel's."""
+    got = bench().candidates([{"BLOCK_N": 16, "kernels": {"2": {"num_warps": 4}}}], [], [
+        ("split", 0, {"BLOCK_N": 32, "kernels.1.SPLIT": 8, "kernels.2.BLOCK_R": 2048})])
+    assert got == [("split", {"BLOCK_N": 32, "kernels": {"1": {"SPLIT": 8}, "2": {"num_warps": 4, "BLOCK_R": 2048}}})]
 
 
 def test_a_candidate_that_ran_the_tasks_pytorch_code_is_marked():

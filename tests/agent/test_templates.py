@@ -138,6 +138,37 @@ def test_split_rows_for_a_full_reduction(runner):
     assert "_row_kernel0_final[(" in source and "pid_s" in source
 
 
+ROWS_OF = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return {body}
+
+
+def get_inputs():
+    return [torch.randn({rows}, 131072)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("body, rows, split", [
+    ("x.sum(1, keepdim=True)", 200, True), ("x.sum(1, keepdim=True)", 300, False),  # 2 rows an SM, 8 warps each
+    ("torch.softmax(x, 1)", 300, True), ("torch.softmax(x, 1)", 600, False),  # rows written back: 4 an SM
+])
+def test_long_rows_split_over_programs_only_where_too_few_fill_the_gpu(body, rows, split, tmp_path):
+    """split_below: a kernel that only reduces its rows keeps a row a program from 2 rows an SM (level 2's 15's
+    statistics on an H200: 0.4875 ms unsplit, 0.530 split in 4); one that writes them back, from 4."""
+    task = tmp_path / "rows.py"
+    task.write_text(ROWS_OF.format(body=body, rows=rows))
+    a = analyze(str(task), small=False)
+    assert (BY_NAME["rowwise"].default(a).get("SPLIT", 1) > 1) == split
+
+
 def test_full_shapes_render_without_memory_and_index_in_64_bits():
     a = analyze(str(FIXTURES / "tpl_chain_tanh_sigmoid.py"), small=False, shapes={"rows": 65536, "cols": 40000})
     source = BY_NAME["elementwise"].render(a, BY_NAME["elementwise"].default(a))

@@ -105,6 +105,9 @@ def moves(analysis, template, params: dict, result: EvalResult, task: dict, marg
     if bound == "memory" and isinstance(stats, Stats):  # the whole plan's move, first
         found.insert(0, ({"stats": 1}, f"kernel {stats.row_kernel} reads the convolution's output for its "
                                        f"statistics: try them in the convolution's epilogue (stats)"))
+    if params.get("impl") == "torch" and "triton" in template.space(analysis).get("impl", []):
+        found.insert(0, ({"impl": "triton"}, "a vendor GEMM, its time in no Triton kernel's profile: try the Triton "
+                                             "one at these tiles, the epilogue in it (impl torch->triton)"))
     st = stats_pair(pl.kernels, pl.primary, base.fitted(pl.main, own)) if params.get("stats") else None
     if bound == "memory" and not params.get("recompute") and isinstance(st, Stats) and \
             recompute_pays(pl.kernels, pl.primary, st):
@@ -112,7 +115,7 @@ def moves(analysis, template, params: dict, result: EvalResult, task: dict, marg
                                            f"products cost less than its bytes: compute them again instead "
                                            f"(recompute)"))
     for changes, why in found:
-        plan_wide = "stats" in changes or "recompute" in changes
+        plan_wide = bool({"stats", "recompute", "impl"} & set(changes))
         child = {**params, **changes} if i == pl.primary or plan_wide else _retuned(params, i, changes)
         key = config_key(child)
         if child == params or key in seen or base.invalid(analysis, child) is not None:

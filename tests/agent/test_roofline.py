@@ -259,6 +259,21 @@ def test_the_kernel_with_the_device_time_is_the_one_moved():
     assert first.note.endswith("(from kernel 1, the most device time in candidate 4)")
 
 
+def test_a_vendor_gemm_tries_the_triton_one_first():
+    """The vendor GEMM's time is in no Triton kernel's profile, so the epilogue's row kernel reads as the hottest;
+    the first move is still the whole plan's, to the Triton GEMM (level 2's 77 on an H200: its vendor default
+    37.3 ms, its Triton form 21.9, never tried at budget 3)."""
+    source = (FIXTURES / "var_gemm_rownorm.py").read_text()
+    a = analyze(source, small=True)
+    t = BY_NAME["gemm"]
+    start = {**t.default(a), "impl": "torch"}
+    out = moves(a, t, start, measured(1.6, kernel_ms={"_row_kernel1": 0.8}), a.to_json())
+    assert out[0].params == {**start, "impl": "triton"} and out[0].kernel is None
+    assert out[0].reason.endswith("try the Triton one at these tiles, the epilogue in it (impl torch->triton)")
+    triton = moves(a, t, {**start, "impl": "triton"}, measured(1.6, kernel_ms={"_row_kernel1": 0.8}), a.to_json())
+    assert not any("impl torch->triton" in m.reason for m in triton)
+
+
 @pytest.mark.parametrize("result", [
     measured(None),  # no timing
     measured(1.52, interpreted=True),  # an interpreter time: no floor to compare with

@@ -305,7 +305,8 @@ def finer_stats(node: Node) -> Node | None:
         within = emit(aten.sum.dim_IntList, (emit(aten.mul.Tensor, (dev, dev)), inner, True))
     apart = emit(aten.sub.Tensor, (means, center))
     between = emit(aten.sum.dim_IntList, (emit(aten.mul.Tensor, (apart, apart)), rest, True))
-    return emit(aten.add.Tensor, (emit(aten.sum.dim_IntList, (within, rest, True)), emit(aten.mul.Tensor, (between, n))))
+    inside = emit(aten.sum.dim_IntList, (within, rest, True))
+    return emit(aten.add.Tensor, (inside, emit(aten.mul.Tensor, (between, n))))
 
 
 def _finer(x: Node, dims: list[int], node: Node) -> tuple[Node, list[int], list[int]] | None:

@@ -165,9 +165,10 @@ class ParamOperator:
         name = best.params.get("template") if best is not None and best.result.kernel_ms else None
         if name not in templates:
             return None
-        params = self.refit(self.program(best.params), templates[name], best.params)
+        a = self.program(best.params)
+        params = self.refit(a, templates[name], best.params)
         try:
-            pl = base.plan(self.program(params), _bare(params))
+            pl = base.plan(a, _bare(params))
         except Exception:
             return None
         i = roofline.hot_kernel(pl, best.result.kernel_ms)

@@ -142,7 +142,8 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
     registers = registers_split(analysis, pl, k) and tiles * split >= SMS  # or its tiles at every K step
     vendor = epilogue and not (analysis.tf32 and not pl.half_products()) and flops >= 2**30 and not fp32_phased \
         and not parts and not registers
-    in_registers = split_products(analysis, pl, k) and d.get("tiles") != "rows"  # rows tiles have no tl.dot
+    # rows tiles in outer-product steps have no tl.dot
+    in_registers = split_products(analysis, pl, k) and (d.get("tiles") != "rows" or d.get("BLOCK_K", 1) > 1)
     if in_registers:
         d["num_stages"] = 1
         if d.get("tiles") == "interleaved":  # tiles of their own (params.interleaved_tiles)

@@ -243,8 +243,23 @@ def rows_form(node: Node) -> dict:
     81_conv_transposed_2D 0.348 -> 0.325 (0.516 at 32 channels a tile, 0.426 at 8 warps); level 2's 3, 20, 26,
     34, 38, 49, 78, 100 (3-D, stride 2, 32-64 input channels) 1.10-1.70x faster (20: 1.271 -> 0.748). Slower:
     the 2-D ones of level 2 (2, 5, 16, 36, 44, 91, 93: 1.4-2.4x), level 1's 77 (dilated) and 79 (1-D), and the
-    3-D ones over 16 channels (level 2's 15, 74: 1.14-1.16x)."""
-    return dict(ROWS_TILES) if rows_fit(node) else dict(ROWS_DOT_TILES)
+    3-D ones over 16 channels (level 2's 15, 74: 1.14-1.16x; at two batch elements a program faster: rows_samples)."""
+    return dict(ROWS_TILES) if rows_fit(node) else {**ROWS_DOT_TILES, **rows_samples(node, ROWS_DOT_TILES)}
+
+
+def rows_samples(node: Node, tiles: dict) -> dict:
+    """SAMPLES 2 for rows tiles in dot steps whose tile (implicit_gemm.rows_layout) is at most 2048 outputs, so
+    that both batch elements' accumulators take at most 32 registers a thread, where the batch is even; {}
+    elsewhere. Each weight a program loads then serves twice the outputs. Where they apply, these tiles are a
+    phased convolution's default (kernel_default), its interleaved tiles next. On an H200 (session 43,
+    variants_bench, ms): level 2's 26_ConvTranspose3d_Add_HardSwish (32 outputs of a row by 64 channels) 1.968 ->
+    1.616 (interleaved 2.53), 15 and 74 (64 by 32) 0.592 -> 0.437 and 0.496 -> 0.311, faster than their
+    interleaved tiles (0.487, 0.437). Larger tiles lose: at 4096 outputs 7-12% (level 2's 3, 20, 34, 38, 49; 78
+    1.6% faster), at 8192 1.7-3.5x (level 2's 100, level 1's 73 and 77), level 1's 75 (512 by 16, stacked) 5x.
+    Four samples: 15 0.431, 74 0.301, 26 1.786, the 4096-output tiles 1.3-1.7x slower."""
+    _, bm, bn, _ = rows_layout(node, tiles)
+    fits = bm * bn * 2 <= 32 * 32 * tiles["num_warps"]
+    return {"SAMPLES": 2} if fits and node.shape[0] % 2 == 0 else {}
 
 
 def rows_tiles(kernel: Kernel) -> dict:
@@ -284,8 +299,10 @@ def kernel_default(kernel: Kernel, rows: bool = True) -> dict:
     if layout in ("gemm", "torch"):
         node = kernel.nodes[0]
         walks = conv_tiles(node, {}) if node.fn == "conv" else None
+        samples = rows and node.fn == "conv" and phased(node) and "SAMPLES" in rows_form(node)  # rows_samples
         return {**gemm_tiles(kernel), **(interleaved_tiles(kernel) if walks == "channels" else {}),
-                **(rows_tiles(kernel) if rows else {}), **({"packed": 1} if packed_default(node) else {})}
+                **(rows_tiles(kernel) if rows else {}), **(rows_form(node) if samples else {}),
+                **({"packed": 1} if packed_default(node) else {})}
     o, r, i = sizes(kernel)
     rp = next_pow2(r)
     if layout == "row":

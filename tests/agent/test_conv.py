@@ -88,10 +88,12 @@ def test_a_transposed_convolution_strided_along_its_last_dim_stores_its_rows_who
     them no tap reaches and three past the stride), so its output rows are stored whole; split-fp32 products
     take 32 channels by 64 rows, rows tiles in dot steps next, Triton's own split, the FMA form at its own 16
     by 128, then the channel tiles they replace; K steps of 32 where every phase reads 32 K, one step a phase.
-    Other convolutions cannot take them."""
+    Other convolutions cannot take them. (A batch of 3: at an even one, rows tiles of two batch elements come
+    first, params.rows_samples.)"""
     task = tmp_path / "conv_sparse_wide.py"  # 12 input channels: more than the positions rule takes
     task.write_text(task_of("transposed2d_sparse", tmp_path).read_text().replace(
-        "nn.ConvTranspose2d(3, 5,", "nn.ConvTranspose2d(12, 5,").replace("(n, 3, 2, 6)", "(n, 12, 2, 6)"))
+        "nn.ConvTranspose2d(3, 5,", "nn.ConvTranspose2d(12, 5,").replace("(n, 3, 2, 6)", "(n, 12, 2, 6)").replace(
+        "n = 2\n", "n = 3\n"))
     a = analyze(str(task), small=True)
     t = BY_NAME["gemm"]
     first, rows, triton_split, second, third = t.variants(a)[:5]
@@ -177,11 +179,12 @@ def test_a_phased_convolution_of_one_k_step_walks_output_positions(runner, tmp_p
     wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6,", "ConvTranspose2d(40, 6,").replace("(2, 4, 5, 6)",
                                                                                             "(2, 40, 5, 6)"))
     a = analyze(str(wide), small=True)
-    source = t.render(a, {**t.default(a), "impl": "triton"})
+    first = t.default(a, rows=False)  # the interleaved tiles (its default: rows of two samples, rows_samples)
+    source = t.render(a, {**first, "impl": "triton"})
     assert "ta = tl.load(x_row[:, None] + " in source and "tl.trans(" not in source
     runner.run_ok(wide, source)
     assert t.space(a)["tiles"] == ["channels", "positions", "interleaved", "rows"]  # the search may choose any
-    source = t.render(a, {**t.default(a), "impl": "triton", "tiles": "positions"})
+    source = t.render(a, {**first, "impl": "triton", "tiles": "positions"})
     assert "ta = tl.trans(tl.load(x_row[None, :] + ci[:, None] * " in source
     runner.run_ok(wide, source)
     with pytest.raises(ValueError, match="tiles must be channels, positions, interleaved or rows"):
@@ -243,13 +246,35 @@ def test_rows_tiles_in_dot_steps(runner, tmp_path):
         assert source.count("= tl.load(x_tap + rc[:, None]") == 2  # two input columns feed the two slots' taps
         runner.run_ok(wide, source)
     # a row of 11 outputs takes 32 a tile (16 a slot), whatever BLOCK_M says: its registers are those of 32 x 16
-    source = t.render(a, {**rows, "BLOCK_M": 256, "BLOCK_N": 64, "num_warps": 1})
+    source = t.render(a, {**rows, "BLOCK_M": 256, "BLOCK_N": 64, "num_warps": 1, "SAMPLES": 1})
     assert "acc = tl.reshape(j2_0, (BLOCK_N, BLOCK_M))" in source and "BLOCK_M=32, BLOCK_N=16" in source
     wide.write_text(wide.read_text().replace("torch.randn(2, 6, 9, 11)", "torch.randn(2, 6, 9, 1001)").replace(
         "(2, 40, 5, 6)", "(2, 40, 5, 501)"))  # a row of 1001: 512 a tile
     a = analyze(str(wide), small=True)
     with pytest.raises(ValueError, match="the accumulator needs more than 128 registers per thread"):
         t.render(a, {**rows, "BLOCK_M": 512, "BLOCK_N": 64, "num_warps": 1})
+
+
+def test_small_rows_tiles_in_dot_steps_take_two_batch_elements(runner, tmp_path):
+    """params.rows_samples: rows tiles in dot steps take the same row of two batch elements where a tile holds
+    at most 2048 outputs and the batch is even (the candidate matches the reference); not at an odd batch, nor
+    where a row of 1001 outputs takes 512 a tile."""
+    t = BY_NAME["gemm"]
+    task = tmp_path / "conv_residual_wide.py"
+    source = RESIDUAL.replace("ConvTranspose2d(4, 6,", "ConvTranspose2d(40, 6,").replace("(2, 4, 5, 6)",
+                                                                                       "(2, 40, 5, 6)")
+    task.write_text(source)
+    a = analyze(str(task), small=True)
+    rows = t.variants(a)[1]
+    assert (rows["tiles"], rows["BLOCK_K"], rows["SAMPLES"]) == ("rows", 32, 2)  # 32 outputs by 16 channels
+    runner.run_ok(task, t.render(a, rows))
+    odd = source.replace("torch.randn(2,", "torch.randn(3,")
+    wide = source.replace("torch.randn(2, 6, 9, 11)", "torch.randn(2, 6, 9, 1001)").replace("(2, 40, 5, 6)",
+                                                                                           "(2, 40, 5, 501)")
+    for other in (odd, wide):
+        task.write_text(other)
+        rows = t.variants(analyze(str(task), small=True))[1]
+        assert rows["tiles"] == "rows" and "SAMPLES" not in rows
 
 
 def test_rows_tiles_stack_a_rows_column_offsets_into_one_dot_step(runner, tmp_path):

@@ -274,6 +274,40 @@ def test_a_vendor_gemm_tries_the_triton_one_first():
     assert not any("impl torch->triton" in m.reason for m in triton)
 
 
+PHASED = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.ConvTranspose2d(8, 6, 3, stride=STRIDE, padding=1)
+
+    def forward(self, x, r):
+        return torch.relu(self.conv(x) + r)
+
+
+def get_inputs():
+    return [torch.randn(2, 8, 5, 6), torch.randn(2, 6, OUT)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("stride, vendor", [(2, False), (1, True)])
+def test_a_strided_transposed_convolution_in_fp32_does_not_try_the_vendor_one(stride, vendor):
+    """From a Triton candidate under an epilogue, the vendor convolution is a move, but not for a strided
+    (phased) transposed one in fp32: cuDNN's ran 5-8x slower there (roofline._gemm)."""
+    out_size = "9, 11" if stride == 2 else "5, 6"
+    a = analyze(PHASED.replace("STRIDE", str(stride)).replace("OUT", out_size), small=True)
+    t = BY_NAME["gemm"]
+    assert "torch" in t.space(a)["impl"]
+    out = moves(a, t, {**t.default(a), "impl": "triton"}, measured(1.8), a.to_json())
+    assert out and any(m.params.get("impl") == "torch" for m in out) == vendor  # other moves either way
+
+
 @pytest.mark.parametrize("result", [
     measured(None),  # no timing
     measured(1.52, interpreted=True),  # an interpreter time: no floor to compare with

@@ -299,9 +299,9 @@ def kernel_default(kernel: Kernel, rows: bool = True) -> dict:
     if layout in ("gemm", "torch"):
         node = kernel.nodes[0]
         walks = conv_tiles(node, {}) if node.fn == "conv" else None
-        samples = rows and node.fn == "conv" and phased(node) and "SAMPLES" in rows_form(node)  # rows_samples
+        dot_rows = rows_form(node) if rows and node.fn == "conv" and phased(node) else {}
         return {**gemm_tiles(kernel), **(interleaved_tiles(kernel) if walks == "channels" else {}),
-                **(rows_tiles(kernel) if rows else {}), **(rows_form(node) if samples else {}),
+                **(rows_tiles(kernel) if rows else {}), **(dot_rows if "SAMPLES" in dot_rows else {}),  # rows_samples
                 **({"packed": 1} if packed_default(node) else {})}
     o, r, i = sizes(kernel)
     rp = next_pow2(r)

@@ -61,6 +61,19 @@ def test_rows_tiles_in_dot_steps_take_the_statistics_too(kind, runner, tmp_path)
     runner.run_ok(task, source)
 
 
+@pytest.mark.parametrize("kind", ["transposed3d_bn", "transposed2d_ragged"])
+def test_dot_step_rows_tiles_of_two_batch_elements_take_the_statistics_too(kind, runner, tmp_path):
+    """The same dot steps over a row of both batch elements (SAMPLES 2, params.rows_samples: level 2's 15 ships
+    this form), each element's partials stored apart, match the reference: a batch norm, and a group norm whose
+    last channel tile runs past its last row."""
+    task = task_of(kind, tmp_path)
+    a = analyze(str(task), small=True)
+    rows = next(v for v in T.variants(a) if v.get("tiles") == "rows" and v["impl"] == "triton")
+    source = T.render(a, {**rows, "stats": 1, "BLOCK_K": 16, "num_warps": 4, "SAMPLES": 2})
+    assert "q0 = q0 * 2" in source and "mask_s = mask & (smp == 1)" in source and "tl.dot(" in source
+    runner.run_ok(task, source)
+
+
 def test_a_batch_norms_many_partials_are_merged_first(runner, tmp_path, monkeypatch):
     """More partials a row than a combining program merges at once (kernels.MERGE_PARTS, 4096; 16 here, so that
     a small shape has more): a merging kernel takes them 16 at a time, the last chunk part-full (18 partials a

@@ -43,8 +43,8 @@ from agent.graph import floor_bar
 from agent.operators.template import config_key
 from agent.templates import base
 from agent.templates.codegen import next_pow2
-from agent.templates.gemm import persistent_pays
-from agent.templates.implicit_gemm import conv_tiles, gemm_dims, outer_steps, phased
+from agent.templates.gemm import persistent_pays, vendor_loses
+from agent.templates.implicit_gemm import conv_tiles, gemm_dims, outer_steps
 from agent.templates.kernels import looped_passes, online_pairs
 from agent.templates.params import (SMS, gemm_tiles, held_split, interleaved_tiles, kernel_default, kernel_invalid,
                                     kernel_space, l2_groups, lag_split, lanes, online_form, persistent, rows_form,
@@ -93,7 +93,7 @@ def moves(analysis, template, params: dict, result: EvalResult, task: dict, marg
         if bound == "memory" and kernel.layout == "row":
             found += _reads(kernel, current) + _chunks(kernel, current)
     if kernel.layout == "gemm" and i == pl.primary:
-        found += _gemm(analysis, template, kernel, params, pl.half_products())
+        found += _gemm(analysis, template, kernel, params, vendor_loses(pl, kernel.nodes[0]))
     if bound == "memory" and tunable:
         found += _programs(kernel, current)
     vec = lanes(kernel, current) if bound == "memory" and tunable and kernel.layout == "plane" else {}
@@ -277,16 +277,13 @@ def _programs(kernel: Kernel, p: dict) -> list[tuple[dict, str]]:
     return []
 
 
-def _gemm(analysis, template, kernel: Kernel, p: dict, half: bool) -> list[tuple[dict, str]]:
-    """Moves for the main GEMM or convolution; `half`: its operands are 16-bit. Not to the vendor's strided
-    transposed convolution in fp32, which gemm.default keeps off too: on an H200 (session 43, budget 3) that move
-    ran level 2's 26, 74 and 15 in 9.73, 2.36 and 2.85 ms against their Triton ones' 1.62, 0.31 and 0.49."""
+def _gemm(analysis, template, kernel: Kernel, p: dict, no_vendor: bool) -> list[tuple[dict, str]]:
+    """Moves for the main GEMM or convolution; with `no_vendor` (gemm.vendor_loses) none to the vendor's."""
     batch, m, n, k = gemm_dims(kernel.nodes[0])
     bm, bn = p.get("BLOCK_M", 64), p.get("BLOCK_N", 64)
     tiles = math.ceil(m / bm) * math.ceil(n / bn) * batch
     space, out = template.space(analysis), []
-    vendor_loses = phased(kernel.nodes[0]) and not half
-    if "torch" in space.get("impl", []) and p.get("impl") != "torch" and not vendor_loses:
+    if "torch" in space.get("impl", []) and p.get("impl") != "torch" and not no_vendor:
         out.append(({"impl": "torch"}, "a Triton GEMM: try the vendor GEMM under the Triton epilogue "
                                        "(impl triton->torch)"))
     if p.get("precision", "ieee") == "ieee" and "tf32x3" in space.get("precision", []) and p.get("BLOCK_K", 1) > 1 \

@@ -133,15 +133,12 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
     # Triton convolutions 0.41x eager on an H200) and together most of its time. In bf16 the vendor's tensor-core
     # kernels mostly win too: on an H200, KernelBench level 2's Triton GEMMs ran at 0.41-0.82x torch.compile and
     # 39 of its 60 Triton convolutions at 0.02-0.99x (most 3-D ones won, which variants() still tries second).
-    # Not a strided transposed convolution in fp32: cuDNN's ran level 2's 34_ConvTranspose3d_LayerNorm_GELU_Scaling
-    # in 21.85 ms and 44_ConvTranspose2d_Multiply_GlobalAvgPool_GlobalAvgPool_Mean in 3.54, the phased Triton
-    # ones (their weights packed) in 4.07 and 1.19 (session 21, an H200).
+    # Not a strided transposed convolution in fp32 (vendor_loses).
     flops = sum(2 * math.prod(gemm_dims(x.nodes[0])) for x in pl.kernels if x.kind == "gemm")
-    fp32_phased = phased(k.nodes[0]) and not pl.half_products()
     parts = split_operands(analysis, pl, k)  # a matrix product's operands split once, in memory
     registers = registers_split(analysis, pl, k) and tiles * split >= SMS  # or its tiles at every K step
-    vendor = epilogue and not (analysis.tf32 and not pl.half_products()) and flops >= 2**30 and not fp32_phased \
-        and not parts and not registers
+    vendor = epilogue and not (analysis.tf32 and not pl.half_products()) and flops >= 2**30 and \
+        not vendor_loses(pl, k.nodes[0]) and not parts and not registers
     # rows tiles in outer-product steps have no tl.dot
     in_registers = split_products(analysis, pl, k) and (d.get("tiles") != "rows" or d.get("BLOCK_K", 1) > 1)
     if in_registers:
@@ -163,6 +160,15 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
         d["parts"] = "hand"
     return {**d, "SPLIT_K": split, "impl": "torch" if vendor else "triton", "precision": precision,
             **({"operands": base.default_operands(analysis)} if pl.half_products() else {})}
+
+
+def vendor_loses(pl, node) -> bool:
+    """Whether GEMM node `node` of plan pl is a strided transposed convolution (phased) in fp32, where cuDNN's
+    loses to the phased Triton one: default() does not take it, nor do the roofline's moves. On an H200 cuDNN's
+    ran level 2's 34_ConvTranspose3d_LayerNorm_GELU_Scaling in 21.85 ms and 44_ConvTranspose2d_Multiply_
+    GlobalAvgPool_GlobalAvgPool_Mean in 3.54, the Triton ones (their weights packed) in 4.07 and 1.19 (session
+    21); 26, 74 and 15 in 9.73, 2.36 and 2.85 against 1.62, 0.31 and 0.49 (session 43, budget 3)."""
+    return phased(node) and not pl.half_products()
 
 
 def _rows_second(node) -> list[dict]:

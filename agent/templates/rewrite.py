@@ -292,7 +292,7 @@ def finer_stats(node: Node) -> Node | None:
         return None
     t, inner, rest = finer
     n = math.prod(_val(x).shape[d] for d in inner)
-    if _after(t, node):  # t reads only x, so it may run before node, which the emitted nodes read it from
+    if t > node:  # t reads only x, so it may run before node, which the emitted nodes read it from
         node.prepend(t)
     means = t if t.target is aten.mean.dim else emit(aten.mul.Tensor, (t, 1.0 / n))
     if not squares:
@@ -316,16 +316,6 @@ def _finer(x: Node, dims: list[int], node: Node) -> tuple[Node, list[int], list[
         if found and found[1] and set(found[0]) < set(dims):
             return t, found[0], [d for d in dims if d not in found[0]]
     return None
-
-
-def _after(a: Node, b: Node) -> bool:
-    """Whether node a comes after node b in their graph."""
-    n = b.next
-    while n.op != "root":
-        if n is a:
-            return True
-        n = n.next
-    return False
 
 
 def mean_of_scaled(node: Node) -> Node | None:

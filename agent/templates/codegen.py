@@ -68,6 +68,12 @@ class KernelCode:
 
 
 SMS = 132  # streaming multiprocessors of the H100/H200 the parameters are sized for
+DESCRIPTOR_IMPORT = "from triton.tools.tensor_descriptor import TensorDescriptor"  # the import TMA loads need
+DESCRIPTOR_SUFFIX = "_desc"  # a tensor's TMA descriptor is named after it (descriptor_name)
+
+
+def descriptor_name(base: str) -> str:
+    return base + DESCRIPTOR_SUFFIX
 
 
 def next_pow2(n: int) -> int:

@@ -16,7 +16,7 @@ import math
 from agent.analysis import TaskAnalysis
 from agent.templates import base
 from agent.templates.codegen import next_pow2
-from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased, pointwise, rows_fit
+from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased, pointwise, rows_fit, streams
 from agent.templates.params import (CONV_BLOCK_K, SMS, gemm_tiles, interleaved_tiles, kernel_default, kernel_invalid,
                                     kernel_space, pointwise_tiles, rows_form, rows_stacked, wide_tiles)
 from agent.templates.program import work
@@ -141,7 +141,7 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
         not vendor_loses(pl, k.nodes[0]) and not parts and not registers
     # rows tiles in outer-product steps have no tl.dot
     in_registers = split_products(analysis, pl, k) and (d.get("tiles") != "rows" or d.get("BLOCK_K", 1) > 1)
-    if in_registers:
+    if in_registers and d.get("tiles") != "stream":  # streamed tiles pipeline their loads (params.stream_tiles)
         d["num_stages"] = 1
         if d.get("tiles") == "interleaved":  # tiles of their own (params.interleaved_tiles)
             d.update(interleaved_tiles(k, split=True))
@@ -163,12 +163,14 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
 
 
 def vendor_loses(pl, node) -> bool:
-    """Whether GEMM node `node` of plan pl is a strided transposed convolution (phased) in fp32, where cuDNN's
-    loses to the phased Triton one: default() does not take it, nor do the roofline's moves. On an H200 cuDNN's
-    ran level 2's 34_ConvTranspose3d_LayerNorm_GELU_Scaling in 21.85 ms and 44_ConvTranspose2d_Multiply_
-    GlobalAvgPool_GlobalAvgPool_Mean in 3.54, the Triton ones (their weights packed) in 4.07 and 1.19 (session
-    21); 26, 74 and 15 in 9.73, 2.36 and 2.85 against 1.62, 0.31 and 0.49 (session 43, budget 3)."""
-    return phased(node) and not pl.half_products()
+    """Whether GEMM node `node` of plan pl is a convolution whose cuDNN form loses to a Triton one, so that
+    default() does not take it, nor do the roofline's moves: a strided transposed one (phased) in fp32, or a
+    1x1 one that can stream (implicit_gemm.streams). On an H200 cuDNN's ran level 2's 34_ConvTranspose3d_
+    LayerNorm_GELU_Scaling in 21.85 ms and 44_ConvTranspose2d_Multiply_GlobalAvgPool_GlobalAvgPool_Mean in 3.54,
+    the Triton ones (their weights packed) in 4.07 and 1.19 (session 21); 26, 74 and 15 in 9.73, 2.36 and 2.85
+    against 1.62, 0.31 and 0.49 (session 43, budget 3); level 1's 87_conv_pointwise_2D in 9.60 against 3.58
+    streamed (session 44)."""
+    return phased(node) and not pl.half_products() or streams(node)
 
 
 def _rows_second(node) -> list[dict]:
@@ -194,6 +196,9 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     _, k, m, kk, n, batch, epilogue = _gemm(analysis)
     d, sp = default(analysis), space(analysis)
     out = [d]
+    if d.get("tiles") == "stream":  # then the tiles it replaced, whose variants follow
+        d = default(analysis, rows=False)
+        out.append(d)
     conv = k.nodes[0].fn == "conv"
     second = [] if d.get("tiles") == "rows" or not conv else _rows_second(k.nodes[0])
     out += [{**d, **tiles} for tiles in second]

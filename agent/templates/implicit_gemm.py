@@ -29,8 +29,10 @@ import itertools
 import math
 import re
 
-from agent.templates.codegen import (Gen, KernelCode, Launch, dot_cast, kernel_header, next_pow2, split_dot,
-                                     store_lines, tf32_parts)
+import torch
+
+from agent.templates.codegen import (DESCRIPTOR_IMPORT, SMS, Gen, KernelCode, Launch, descriptor_name, dot_cast,
+                                     kernel_header, next_pow2, split_dot, store_lines, tf32_parts)
 from agent.templates.ir import Leaf, contiguous_strides
 from agent.templates.schedule import Kernel
 
@@ -320,6 +322,96 @@ def pointwise(node) -> bool:
     a = node.attrs
     return node.fn == "conv" and set(node.args[1].shape[2:]) == {1} and set(a["stride"]) == {1} and \
         not any(a["padding"])
+
+
+STREAM_POSITIONS = 256  # the fewest positions an image a streamed convolution takes (4 tiles of 64)
+
+
+def streams(node) -> bool:
+    """Whether a 1x1 convolution can take tiles "stream" (_render_stream): one group, fp32, at most 64 input and
+    128 output channels (the weight a program holds), and its input a contiguous tensor from its start whose
+    positions an image are a multiple of 4 (a TMA descriptor's 16-byte strides) and at least STREAM_POSITIONS,
+    under 2^31 in all (a position's index in 32 bits)."""
+    if not pointwise(node) or node.attrs["transposed"] or node.attrs["groups"] != 1:
+        return False
+    x, positions = node.args[0], math.prod(node.shape[2:])
+    return x.dtype == torch.float32 and x.shape[1] <= 64 and node.shape[1] <= 128 and positions % 4 == 0 and \
+        STREAM_POSITIONS <= positions and node.shape[0] * positions < 2**31 and x.kind == "tensor" and not x.bounds and x.offset == 0 and \
+        tuple(x.strides) == contiguous_strides(x.shape)
+
+
+def stream_smem(p: dict, k: int, n: int) -> int:
+    """Shared memory bytes a streamed convolution's program needs at most (_render_stream): its stages of input
+    tiles, the weight's two TF32 parts and the output tile the TMA store reads. Triton's own figures (its sm_90
+    compile), 64 input and 128 output channels: 147,480 at 64 positions and 4 stages (this counts 163,840),
+    229,400 at 128 and 4 (this counts 262,144 and refuses it; on an H200 it ran 3.81 ms to 64's 3.58)."""
+    bm, bk, bn = p.get("BLOCK_M", 64), max(16, next_pow2(k)), max(16, next_pow2(n))
+    return (max(1, p.get("num_stages", 4)) * bm * bk + 2 * bk * bn + bm * bn) * 4
+
+
+def _render_stream(kernel: Kernel, name: str, p: dict) -> KernelCode:
+    """Streamed tiles of a 1x1 convolution (streams): a program per SM (PROGRAMS) loads the weight once, split
+    into its TF32 parts once, then walks tiles of BLOCK_M positions of one image, each loaded by a TMA
+    descriptor over the input as [batch, channels, positions] (its channels past C_in read as zeros) and
+    pipelined over num_stages by tl.range. Outputs of the conv's shape are stored by a descriptor too (rows and
+    channels past the image clipped), any other store by pointers. A memory-bound 1x1 convolution then moves
+    its bytes near a copy's rate: on an H200 (session 44, by hand), level 1's 87_conv_pointwise_2D (64 -> 128
+    channels over 16 x 1024 x 1024) ran 5.34 -> 3.58 ms (a copy of its output 4.00), one tile a program against
+    this; pointers for the stores 3.85, for the loads too 3.89; at 3 stages 4.19, 32 rows 5.64, 8 warps 5.90."""
+    gen = Gen(kernel, name, p)
+    g = kernel.nodes[0]
+    x, w = g.args
+    _, _, n, k = gemm_dims(g)
+    batch, positions = kernel.domain[0], math.prod(kernel.domain[2:])
+    bm, bn, bk = p.get("BLOCK_M", 64), max(16, next_pow2(n)), max(16, next_pow2(k))
+    per, big = math.ceil(positions / bm), ".to(tl.int64)" if gen.big else ""
+    sw, xd = w.strides, gen.ptr(x.base)
+    lines = ["rk = tl.arange(0, BLOCK_K)", f"rn1 = tl.arange(0, BLOCK_N){big}", "rn = rn1[None, :]",
+             f"tb = tl.load({gen.ptr(w.base)} + {w.offset} + rn1[None, :] * {sw[0]} + rk[:, None] * {sw[1]}, "
+             f"mask=(rk[:, None] < {k}) & (rn1[None, :] < {n}), other=0.0)"]
+    lines += tf32_parts("tb") if hand_split(p) else []
+    start = len(lines)
+    lines += [f"for t in tl.range(tl.program_id(0), {batch * per}, PROGRAMS, num_stages={p.get('num_stages', 4)}):",
+              f"b = t // {per}", f"hw0 = (t % {per}) * BLOCK_M",
+              f"ta = tl.trans(tl.reshape({xd}.load([b, 0, hw0]), (BLOCK_K, BLOCK_M)))",
+              "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)"]
+    lines += _product(p, "acc", "ta", "tb")
+    lines += [f"hw = hw0 + tl.arange(0, BLOCK_M){big}", f"rm = (hw + b * {positions})[:, None]",
+              f"mask = (hw[:, None] < {positions}) & (rn < {n})"]
+    rank = len(kernel.domain)
+    gen.groups = [([0] + list(range(2, rank)), "rm"), ([1], "rn")]
+    # a per-channel value (a bias) loads as [1, BLOCK_N] by a mask of the tile's channels alone, the same in
+    # every tile: loaded with the positions' mask, the loop pipelined its [BLOCK_M, BLOCK_N] tile over the
+    # stages (96 KB more shared memory at 64 x 128 and 4 stages, over a block's)
+    gen.channel_mask = f"rn < {n}"
+    first = len(gen.top.lines) + start + 1  # the loop's body: every line after its header
+    gen.top.lines += lines
+    gen.top.cache[g] = "acc"
+    gen.kinds[g] = "f"
+    whole = [(m, b) for m, b in kernel.stores.items() if isinstance(b, str) and gen.k.level[m] == "full" and
+             m not in gen.k.store_when and m.dtype == torch.float32]
+    for m, buf in whole:  # the tile transposed to [1, channels, positions]
+        value = f"tl.broadcast_to({gen.value(m)}, (BLOCK_M, BLOCK_N))"
+        gen.body.lines.append(f"{gen.ptr(buf)}.store([b, 0, hw0], tl.reshape(tl.trans({value}), "
+                              f"(1, BLOCK_N, BLOCK_M)))")
+    store_lines(gen, [(m, b) for m, b in kernel.stores.items() if (m, b) not in whole])
+    gen.top.lines[first:] = ["    " + line for line in gen.top.lines[first:]]
+    src = kernel_header(name, gen, ["BLOCK_M", "BLOCK_N", "BLOCK_K", "PROGRAMS"]) + \
+        ["    " + line for line in gen.top.lines]
+    described = {x.base: [batch, x.shape[1], positions]} | {b: [batch, n, positions] for _, b in whole}
+    host, fields = [], {}
+    for i, (base, shape) in enumerate(described.items()):
+        fields[base] = f"t{i}"
+        # TMA reads from a 16-byte aligned start: an input view that starts elsewhere is copied (a storage, and so
+        # a buffer, starts aligned)
+        tensor = f"{{t{i}}} if {{t{i}}}.storage_offset() % 4 == 0 else {{t{i}}}.clone()" if base == x.base else f"{{t{i}}}"
+        host.append(f"{descriptor_name(base)} = TensorDescriptor({tensor}, {shape}, {list(contiguous_strides(shape))}, "
+                    f"[1, {bk if base == x.base else bn}, {bm}])")
+    programs = min(batch * per, SMS)
+    launch = Launch(name, (programs,), [descriptor_name(b) if b in described else b for b in gen.ptrs],
+                    {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS": programs}, p.get("num_warps", 4),
+                    p.get("num_stages", 4))
+    return KernelCode("\n".join(src), [launch], host=host, host_args=fields, imports=[DESCRIPTOR_IMPORT])
 
 
 def phased(node) -> bool:
@@ -618,6 +710,8 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
 def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     if conv_tiles(kernel.nodes[0], p) == "rows":
         return _render_rows(kernel, name, p)
+    if conv_tiles(kernel.nodes[0], p) == "stream":
+        return _render_stream(kernel, name, p)
     gen = Gen(kernel, name, p)
     g = kernel.nodes[0]
     x, w = g.args

@@ -20,16 +20,15 @@ import re
 import torch
 
 from agent.templates.attention_kernel import render_attention
-from agent.templates.codegen import (NEUTRAL, SMS, Gen, KernelCode, Launch, Scope, dot_cast, kernel_header,
-                                     next_pow2, store_lines, walk_lead, walk_step, walks)
+from agent.templates.codegen import (DESCRIPTOR_IMPORT, NEUTRAL, SMS, Gen, KernelCode, Launch, Scope, descriptor_name,
+                                     dot_cast, kernel_header, next_pow2, store_lines, walk_lead, walk_step, walks)
 from agent.templates.fold import fold_sums, is_zero, reads_reduction
 from agent.templates.implicit_gemm import gemm_block, render_conv
 from agent.templates.ir import Leaf, Node, contiguous_strides
 from agent.templates.rnn_kernel import render_rnn
 from agent.templates.reductions import chan_merge, shifted_merge
 from agent.templates.schedule import Kernel, squeezed
-from agent.templates.split_operands import (DESCRIPTOR_IMPORT, descriptor_name, descriptors, operand_parts,
-                                             products, split_launches)
+from agent.templates.split_operands import descriptors, operand_parts, products, split_launches
 
 
 def _indent(lines: list[str], n: int = 1) -> list[str]:

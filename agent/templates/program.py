@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from agent.templates.codegen import KernelCode, Launch, _extent, _leaves
+from agent.templates.codegen import DESCRIPTOR_SUFFIX, KernelCode, Launch, _extent, _leaves
 from agent.templates.implicit_gemm import gemm_dims
 from agent.templates.ir import Leaf, Node, Program, Value, contiguous_strides
 from agent.templates.kernels import render_kernel, small_batch
@@ -34,7 +34,6 @@ from agent.templates.params import SMS, kernel_default, sizes, splittable
 from agent.templates.pointwise_ops import helpers_for
 from agent.templates.reductions import INT32_MAX
 from agent.templates.schedule import Kernel
-from agent.templates.split_operands import DESCRIPTOR_SUFFIX
 from agent.templates.stats_epilogue import combine_params, recomputed, requested
 
 SHAPES = ("static", "dynamic")  # params["shapes"]: sizes baked in, or the batch a run-time argument

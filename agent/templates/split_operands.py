@@ -26,15 +26,13 @@ import math
 
 import torch
 
-from agent.templates.codegen import Launch
+from agent.templates.codegen import Launch, descriptor_name
 from agent.templates.implicit_gemm import gemm_dims
 from agent.templates.ir import Leaf
 
 TILE = 64  # a split kernel's program takes TILE x TILE elements
 INT32_SPAN = 2**31
 SPLIT_INTENSITY = 80  # flops a byte of operand from which splitting the operands once pays (pays)
-DESCRIPTOR_IMPORT = "from triton.tools.tensor_descriptor import TensorDescriptor"  # persistent GEMMs' TMA
-DESCRIPTOR_SUFFIX = "_desc"  # a part's descriptor is named after it (descriptor_name)
 
 
 def pays(node) -> bool:
@@ -107,10 +105,6 @@ def split_launches(name: str, a: Leaf, b: Leaf, batched: bool, padded: tuple[int
         launches.append(Launch(kname, grid, [leaf.base, hi, lo], {"TILE": TILE}, 4, 1))
         temps[hi] = temps[lo] = ((batch, rows_p, kp), torch.float32)
     return "\n\n\n".join(sources), launches, temps
-
-
-def descriptor_name(part: str) -> str:
-    return part + DESCRIPTOR_SUFFIX
 
 
 def descriptors(name: str, temps: dict, blocks: tuple[int, int, int]) -> list[str]:

@@ -187,7 +187,7 @@ def test_a_phased_convolution_of_one_k_step_walks_output_positions(runner, tmp_p
     source = t.render(a, {**first, "impl": "triton", "tiles": "positions"})
     assert "ta = tl.trans(tl.load(x_row[None, :] + ci[:, None] * " in source
     runner.run_ok(wide, source)
-    with pytest.raises(ValueError, match="tiles must be channels, positions, interleaved or rows"):
+    with pytest.raises(ValueError, match="tiles must be channels, positions, interleaved, rows or stream"):
         t.render(a, {**t.default(a), "impl": "triton", "tiles": "diagonal"})
     with pytest.raises(ValueError, match=r"rows tiles in outer-product steps \(BLOCK_K 1\) are for at most 8 input"):
         t.render(a, {**t.default(a), "impl": "triton", "tiles": "rows", "BLOCK_K": 1})
@@ -520,6 +520,109 @@ def test_a_pointwise_convolution_takes_pipelined_tiles_of_a_matrix_product(runne
     strided = tmp_path / "conv_pointwise_strided.py"
     strided.write_text(task.read_text().replace("nn.Conv2d(7, 13, 1)", "nn.Conv2d(7, 13, 1, stride=2)"))
     assert t.default(analyze(str(strided), small=True))["num_stages"] == 1
+
+
+STREAMED = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(12, 24, 1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)) * 0.5
+
+
+def get_inputs():
+    return [torch.randn(2, 12, 20, 20)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_pointwise_convolution_over_many_positions_streams_them_through_tma(runner, tmp_path):
+    """A 1x1 convolution over 12 -> 24 channels and 400 positions an image takes streamed tiles by default: a
+    program per SM holds the weight, split once, and walks tiles of 64 positions read by a TMA descriptor over
+    [batch, channels, positions] (16 channels a tile: the 4 past 12 read as zeros) in a pipelined loop, its
+    epilogue's output stored by a descriptor too (the last tile of an image, 16 positions, clipped). It matches
+    the reference; the channel tiles it replaced come next."""
+    task = tmp_path / "streamed.py"
+    task.write_text(STREAMED)
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    first, second = t.variants(a)[:2]
+    assert {key: first[key] for key in ("tiles", "BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")} == \
+        {"tiles": "stream", "BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 16, "num_warps": 4, "num_stages": 4}
+    assert "tiles" not in second and second["num_stages"] == 3  # params.pointwise_tiles
+    source = t.render(a, first)
+    assert "x_desc = TensorDescriptor(x if x.storage_offset() % 4 == 0 else x.clone(), [2, 12, 400]" in source
+    assert "for t in tl.range(tl.program_id(0), 14, PROGRAMS, num_stages=4):" in source
+    assert re.search(r"p\d\.store\(\[b, 0, hw0\], tl\.reshape\(tl\.trans\(tl\.broadcast_to\(v\d", source)
+    runner.run_ok(task, source)
+
+
+@pytest.mark.parametrize("change, why", [
+    (("nn.Conv2d(12, 24, 1)", "nn.Conv2d(65, 24, 1)"), "more than 64 input channels"),
+    (("nn.Conv2d(12, 24, 1)", "nn.Conv2d(12, 129, 1)"), "more than 128 output channels"),
+    (("nn.Conv2d(12, 24, 1)", "nn.Conv2d(12, 24, 1, groups=2)"), "two groups"),
+    (("nn.Conv2d(12, 24, 1)", "nn.Conv2d(12, 24, 1, stride=2)"), "a strided one gathers"),
+    (("20, 20)", "15, 17)"), "255 positions an image"),
+    (("20, 20)", "17, 19)"), "323 positions: rows of a TMA descriptor 16-byte aligned need a multiple of 4"),
+], ids=["cin", "cout", "groups", "stride", "few", "ragged"])
+def test_what_does_not_stream(change, why, tmp_path):
+    task = tmp_path / "not_streamed.py"
+    task.write_text(STREAMED.replace(*change).replace("12, 20, 20)", "65, 20, 20)" if "65" in change[1] else
+                                                      "12, 20, 20)"))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    assert t.default(a).get("tiles") != "stream", why
+    assert "stream" not in t.space(a)["tiles"]
+    with pytest.raises(ValueError, match="stream tiles are for a 1x1 convolution"):
+        t.render(a, {**t.default(a), "tiles": "stream"})
+
+
+def test_streamed_tiles_refuse_what_cannot_fit_and_compile_to_tma_copies_for_sm_90(tmp_path):
+    """Streamed tiles hold every output channel and fit shared memory (implicit_gemm.stream_smem), or the
+    template refuses them; the default compiles for sm_90 (the launch recorder's signature, as the evaluator
+    builds it) to bulk tensor copies in both directions feeding TF32 wgmma, its shared memory within the
+    bound stream_smem counts."""
+    import importlib.util
+
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from agent.templates.implicit_gemm import stream_smem
+    from tools.compile_info import _signature, compiled
+    from tools.guard import Launch, _light
+
+    task = tmp_path / "streamed.py"
+    task.write_text(STREAMED.replace("nn.Conv2d(12, 24, 1)", "nn.Conv2d(64, 128, 1)").replace("12, 20", "64, 20"))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    d = t.default(a)
+    with pytest.raises(ValueError, match="BLOCK_N at least the channels"):
+        t.render(a, {**d, "BLOCK_N": 64})
+    with pytest.raises(ValueError, match="more shared memory than a block has"):
+        t.render(a, {**d, "BLOCK_M": 128})  # 4 stages of 128 positions by 64 channels, a 128 x 128 output tile
+    (tmp_path / "cand.py").write_text(t.render(a, d))
+    spec = importlib.util.spec_from_file_location("streamed_cand", tmp_path / "cand.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    x = TensorDescriptor(torch.zeros(2, 64, 400), [2, 64, 400], [25600, 400, 1], [1, 64, 64])
+    out = TensorDescriptor(torch.zeros(2, 128, 400), [2, 128, 400], [51200, 400, 1], [1, 128, 64])
+    args = _light((x, torch.zeros(128, 64, 1, 1), torch.zeros(128), out))
+    launch = Launch("_gemm_kernel0", module._gemm_kernel0, args, {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64,
+                    "PROGRAMS": 14, "num_warps": 4, "num_stages": 4}, None)
+    kernel = compiled(_signature("_gemm_kernel0", launch), module._gemm_kernel0)
+    ptx = kernel.asm["ptx"]
+    assert "cp.async.bulk.tensor.3d.shared::cta.global" in ptx  # loads
+    assert "cp.async.bulk.tensor.3d.global.shared::cta" in ptx  # stores
+    assert re.search(r"wgmma\.mma_async\S*\.tf32", ptx)
+    assert 0.8 * stream_smem(d, 64, 128) < kernel.metadata.shared <= stream_smem(d, 64, 128)
 
 
 def test_a_convolution_over_17_to_64_output_channels_takes_them_in_one_tile(runner, tmp_path):

@@ -308,6 +308,21 @@ def test_a_strided_transposed_convolution_in_fp32_does_not_try_the_vendor_one(st
     assert out and any(m.params.get("impl") == "torch" for m in out) == vendor  # other moves either way
 
 
+POINTWISE = PHASED.replace("nn.ConvTranspose2d(8, 6, 3, stride=STRIDE, padding=1)", "nn.Conv2d(8, 6, 1)") \
+    .replace("torch.randn(2, 8, 5, 6)", "torch.randn(2, 8, OUT)")
+
+
+@pytest.mark.parametrize("size, vendor", [("16, 16", False), ("5, 6", True)])
+def test_a_pointwise_convolution_that_streams_does_not_try_the_vendor_one(size, vendor):
+    """Nor for a 1x1 convolution that streams its positions (implicit_gemm.streams: 256 of them an image here,
+    30 there): cuDNN's fp32 one ran level 1's 87_conv_pointwise_2D 2.7x slower than the streamed form."""
+    a = analyze(POINTWISE.replace("OUT", size), small=True)
+    t = BY_NAME["gemm"]
+    assert (t.default(a).get("tiles") == "stream") != vendor
+    out = moves(a, t, {**t.default(a), "impl": "triton"}, measured(1.8), a.to_json())
+    assert out and any(m.params.get("impl") == "torch" for m in out) == vendor
+
+
 @pytest.mark.parametrize("result", [
     measured(None),  # no timing
     measured(1.52, interpreted=True),  # an interpreter time: no floor to compare with

@@ -335,9 +335,9 @@ def streams(node) -> bool:
     if not pointwise(node) or node.attrs["transposed"] or node.attrs["groups"] != 1:
         return False
     x, positions = node.args[0], math.prod(node.shape[2:])
-    return x.dtype == torch.float32 and x.shape[1] <= 64 and node.shape[1] <= 128 and positions % 4 == 0 and \
-        STREAM_POSITIONS <= positions and node.shape[0] * positions < 2**31 and x.kind == "tensor" and not x.bounds and x.offset == 0 and \
-        tuple(x.strides) == contiguous_strides(x.shape)
+    plain = x.kind == "tensor" and not x.bounds and x.offset == 0 and tuple(x.strides) == contiguous_strides(x.shape)
+    return plain and x.dtype == torch.float32 and x.shape[1] <= 64 and node.shape[1] <= 128 and \
+        positions % 4 == 0 and STREAM_POSITIONS <= positions and node.shape[0] * positions < 2**31
 
 
 def stream_smem(p: dict, k: int, n: int) -> int:
@@ -353,11 +353,12 @@ def _render_stream(kernel: Kernel, name: str, p: dict) -> KernelCode:
     """Streamed tiles of a 1x1 convolution (streams): a program per SM (PROGRAMS) loads the weight once, split
     into its TF32 parts once, then walks tiles of BLOCK_M positions of one image, each loaded by a TMA
     descriptor over the input as [batch, channels, positions] (its channels past C_in read as zeros) and
-    pipelined over num_stages by tl.range. Outputs of the conv's shape are stored by a descriptor too (rows and
-    channels past the image clipped), any other store by pointers. A memory-bound 1x1 convolution then moves
-    its bytes near a copy's rate: on an H200 (session 44, by hand), level 1's 87_conv_pointwise_2D (64 -> 128
-    channels over 16 x 1024 x 1024) ran 5.34 -> 3.58 ms (a copy of its output 4.00), one tile a program against
-    this; pointers for the stores 3.85, for the loads too 3.89; at 3 stages 4.19, 32 rows 5.64, 8 warps 5.90."""
+    pipelined over num_stages by tl.range. Outputs of the conv's shape are stored by a descriptor too
+    (positions past the image's and channels past C_out clipped), any other store by pointers. A memory-bound
+    1x1 convolution then moves its bytes near a copy's rate: on an H200 (session 44, by hand), level 1's
+    87_conv_pointwise_2D (64 -> 128 channels over 16 x 1024 x 1024) ran 5.34 -> 3.58 ms (a copy of its output
+    4.00), one tile a program against this; pointers for the stores 3.85, for the loads too 3.89; at 3 stages
+    4.19, 32 rows 5.64, 8 warps 5.90."""
     gen = Gen(kernel, name, p)
     g = kernel.nodes[0]
     x, w = g.args
@@ -404,9 +405,10 @@ def _render_stream(kernel: Kernel, name: str, p: dict) -> KernelCode:
         fields[base] = f"t{i}"
         # TMA reads from a 16-byte aligned start: an input view that starts elsewhere is copied (a storage, and so
         # a buffer, starts aligned)
-        tensor = f"{{t{i}}} if {{t{i}}}.storage_offset() % 4 == 0 else {{t{i}}}.clone()" if base == x.base else f"{{t{i}}}"
-        host.append(f"{descriptor_name(base)} = TensorDescriptor({tensor}, {shape}, {list(contiguous_strides(shape))}, "
-                    f"[1, {bk if base == x.base else bn}, {bm}])")
+        tensor = f"{{t{i}}} if {{t{i}}}.storage_offset() % 4 == 0 else {{t{i}}}.clone()" if base == x.base else \
+            f"{{t{i}}}"
+        host.append(f"{descriptor_name(base)} = TensorDescriptor({tensor}, {shape}, "
+                    f"{list(contiguous_strides(shape))}, [1, {bk if base == x.base else bn}, {bm}])")
     programs = min(batch * per, SMS)
     launch = Launch(name, (programs,), [descriptor_name(b) if b in described else b for b in gen.ptrs],
                     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS": programs}, p.get("num_warps", 4),

@@ -28,10 +28,11 @@ how many programs run.
         tiles, channels, positions, interleaved, rows or stream (the axis its tiles walk, a transposed
         convolution's last dim's phases in one program, channels by one row of outputs, or a 1x1 convolution's
         positions streamed by TMA through a program per SM holding the weight: implicit_gemm.render_conv; by
-        default its rule, stream where it applies: stream_tiles), stats (1: in rows tiles, the next group, instance or batch norm's statistics
-        computed in the epilogue: stats_epilogue), recompute (1: with stats, the convolution launched again
-        for the norm's output, its own never written) and parts (tf32x3's tiles split into TF32 parts by
-        Triton in every tl.dot, "registers", or once where loaded, "hand": implicit_gemm.hand_split)
+        default its rule, stream where it applies: stream_tiles), stats (1: in rows tiles, the next group,
+        instance or batch norm's statistics computed in the epilogue: stats_epilogue), recompute (1: with
+        stats, the convolution launched again for the norm's output, its own never written) and parts (tf32x3's
+        tiles split into TF32 parts by Triton in every tl.dot, "registers", or once where loaded, "hand":
+        implicit_gemm.hand_split)
   rnn   BLOCK_H hidden units per program, BLOCK_K, num_warps
   attention  BLOCK_M queries per program, BLOCK_N keys per step, num_warps, num_stages (+ precision)
 """
@@ -598,7 +599,7 @@ def _stream_invalid(kernel: Kernel, p: dict) -> str | None:
     if not streams(node) or p.get("shapes", "static") != "static":
         return "stream tiles are for a 1x1 convolution of one group in fp32, at most 64 input and 128 output " \
                "channels, its input contiguous, at least 256 positions an image (a multiple of 4), static shapes"
-    if p.get("BLOCK_M", 64) not in (16, 32, 64, 128, 256) or p.get("BLOCK_K", 1) == 1 or p.get("SAMPLES", 1) > 1:
+    if p.get("BLOCK_M", 64) not in (16, 32, 64, 128, 256) or p.get("BLOCK_K", 16) == 1 or p.get("SAMPLES", 1) > 1:
         return "stream tiles take BLOCK_M a power of two from 16 to 256, dot steps and one sample"
     _, _, n, k = gemm_dims(node)
     if p.get("BLOCK_N", 128) < n:

@@ -340,12 +340,19 @@ def streams(node) -> bool:
         positions % 4 == 0 and STREAM_POSITIONS <= positions and node.shape[0] * positions < 2**31
 
 
-def stream_smem(p: dict, k: int, n: int) -> int:
+def stream_blocks(node) -> tuple[int, int]:
+    """A streamed convolution's BLOCK_K and BLOCK_N: every input and every output channel (at least 16), the
+    whole K in one step and the whole weight in one tile (_render_stream)."""
+    _, _, n, k = gemm_dims(node)
+    return max(16, next_pow2(k)), max(16, next_pow2(n))
+
+
+def stream_smem(p: dict, node) -> int:
     """Shared memory bytes a streamed convolution's program needs at most (_render_stream): its stages of input
     tiles, the weight's two TF32 parts and the output tile the TMA store reads. Triton's own figures (its sm_90
     compile), 64 input and 128 output channels: 147,480 at 64 positions and 4 stages (this counts 163,840),
     229,400 at 128 and 4 (this counts 262,144 and refuses it; on an H200 it ran 3.81 ms to 64's 3.58)."""
-    bm, bk, bn = p.get("BLOCK_M", 64), max(16, next_pow2(k)), max(16, next_pow2(n))
+    (bk, bn), bm = stream_blocks(node), p.get("BLOCK_M", 64)
     return (max(1, p.get("num_stages", 4)) * bm * bk + 2 * bk * bn + bm * bn) * 4
 
 
@@ -364,7 +371,7 @@ def _render_stream(kernel: Kernel, name: str, p: dict) -> KernelCode:
     x, w = g.args
     _, _, n, k = gemm_dims(g)
     batch, positions = kernel.domain[0], math.prod(kernel.domain[2:])
-    bm, bn, bk = p.get("BLOCK_M", 64), max(16, next_pow2(n)), max(16, next_pow2(k))
+    (bk, bn), bm = stream_blocks(g), p.get("BLOCK_M", 64)
     per, big = math.ceil(positions / bm), ".to(tl.int64)" if gen.big else ""
     sw, xd = w.strides, gen.ptr(x.base)
     lines = ["rk = tl.arange(0, BLOCK_K)", f"rn1 = tl.arange(0, BLOCK_N){big}", "rn = rn1[None, :]",

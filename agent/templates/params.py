@@ -43,7 +43,8 @@ import math
 from agent.templates.attention_kernel import attention_dims
 from agent.templates.codegen import lane_window, next_pow2, pair_rows, pair_window, walks
 from agent.templates.implicit_gemm import (conv_tiles, gemm_dims, interleave_slots, outer_steps, phase_ks, phased,
-                                           row_offsets, rows_fit, rows_k, rows_layout, stacks, stream_smem, streams)
+                                           row_offsets, rows_fit, rows_k, rows_layout, stacks, stream_blocks,
+                                           stream_smem, streams)
 from agent.templates.ir import Leaf, Node
 from agent.templates.fold import fold_sums, foldable
 from agent.templates.kernels import col_splittable, looped_passes, reduction_stages, online_pairs, welford_pairs
@@ -159,8 +160,8 @@ def stream_tiles(node: Node) -> dict:
     its tiles before (pointwise_tiles) 5.34 -> 3.58, and 86_conv_depthwise_separable_2D's pointwise half (64 ->
     128 channels over 16 x 512 x 512) 1.26 -> 0.88; at 3 stages 4.19 and 1.04, 5 or 6 stages 1-2% slower than
     4, 128 positions at 4 or 8 warps 3.78-3.81 and 0.92, 64 at 8 warps 5.90, 32 at 4 5.64."""
-    return {"tiles": "stream", "BLOCK_M": 64, "BLOCK_N": max(16, next_pow2(node.shape[1])),
-            "BLOCK_K": max(16, next_pow2(node.args[0].shape[1])), "num_warps": 4, "num_stages": 4}
+    bk, bn = stream_blocks(node)
+    return {"tiles": "stream", "BLOCK_M": 64, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4, "num_stages": 4}
 
 
 def pointwise_tiles(node: Node) -> dict:
@@ -601,12 +602,11 @@ def _stream_invalid(kernel: Kernel, p: dict) -> str | None:
                "channels, its input contiguous, at least 256 positions an image (a multiple of 4), static shapes"
     if p.get("BLOCK_M", 64) not in (16, 32, 64, 128, 256) or p.get("BLOCK_K", 16) == 1 or p.get("SAMPLES", 1) > 1:
         return "stream tiles take BLOCK_M a power of two from 16 to 256, dot steps and one sample"
-    _, _, n, k = gemm_dims(node)
-    if p.get("BLOCK_N", 128) < n:
+    if p.get("BLOCK_N", 128) < node.shape[1]:
         return "stream tiles hold every output channel: BLOCK_N at least the channels"
-    if stream_smem(p, k, n) > SMEM_BYTES:
+    if stream_smem(p, node) > SMEM_BYTES:
         return "the streamed input tiles, the weight and the output tile need more shared memory than a block has"
-    if p.get("BLOCK_M", 64) * max(16, next_pow2(n)) > 128 * 32 * p.get("num_warps", 4):
+    if p.get("BLOCK_M", 64) * stream_blocks(node)[1] > 128 * 32 * p.get("num_warps", 4):
         return "the accumulator needs more than 128 registers per thread"
     return None
 

@@ -624,7 +624,9 @@ def test_streamed_tiles_refuse_what_cannot_fit_and_compile_to_tma_copies_for_sm_
     assert "cp.async.bulk.tensor.3d.shared::cta.global" in ptx  # loads
     assert "cp.async.bulk.tensor.3d.global.shared::cta" in ptx  # stores
     assert re.search(r"wgmma\.mma_async\S*\.tf32", ptx)
-    assert 0.8 * stream_smem(d, 64, 128) < kernel.metadata.shared <= stream_smem(d, 64, 128)
+    pl = base.plan(a, d)
+    bound = stream_smem(d, pl.kernels[pl.primary].nodes[0])
+    assert bound == 163840 and 0.8 * bound < kernel.metadata.shared <= bound
 
 
 def test_a_convolution_over_17_to_64_output_channels_takes_them_in_one_tile(runner, tmp_path):

@@ -196,8 +196,9 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     _, k, m, kk, n, batch, epilogue = _gemm(analysis)
     d, sp = default(analysis), space(analysis)
     out = [d]
-    if d.get("tiles") == "stream":  # then the tiles it replaced, whose variants follow
-        d = default(analysis, rows=False)
+    if d.get("tiles") == "stream":  # then the tiles it replaced, whose variants follow; with a window, after
+        d = default(analysis, rows=False)  # the rows tiles that were its default before (_rows_second)
+        out += [] if pointwise(k.nodes[0]) else [{**d, **tiles} for tiles in _rows_second(k.nodes[0])]
         out.append(d)
     conv = k.nodes[0].fn == "conv"
     second = [] if d.get("tiles") == "rows" or not conv else _rows_second(k.nodes[0])

@@ -325,67 +325,145 @@ def pointwise(node) -> bool:
 
 
 STREAM_POSITIONS = 256  # the fewest positions an image a streamed convolution takes (4 tiles of 64)
+WINDOW_K = 160  # the most (input channel, tap) columns a streamed convolution with a window holds
+WINDOW_BLOCK_K = 16  # its dot steps' columns: tf32 dots take no fewer
+WINDOW_SPREAD = 1.25  # the most positions its tiles walk for each output (walked_positions)
 
 
 def streams(node) -> bool:
-    """Whether a 1x1 convolution can take tiles "stream" (_render_stream): one group, fp32, at most 64 input and
-    128 output channels (the weight a program holds), and its input a contiguous tensor from its start whose
-    positions an image are a multiple of 4 (a TMA descriptor's 16-byte strides) and at least STREAM_POSITIONS,
-    under 2^31 in all (a position's index in 32 bits)."""
-    if not pointwise(node) or node.attrs["transposed"] or node.attrs["groups"] != 1:
+    """Whether a convolution can take tiles "stream" (_render_stream): one group, stride 1, no padding, fp32, at
+    most 128 output channels (the weight a program holds), at least STREAM_POSITIONS outputs an image, and its
+    input a contiguous tensor from its start. A 1x1 one takes at most 64 input channels, its positions an image a
+    multiple of 4 (a TMA descriptor's 16-byte strides) and under 2^31 in all (a position's index in 32 bits);
+    one with a window at most WINDOW_K (channel, tap) columns, its walk at most WINDOW_SPREAD times its outputs
+    (walked_positions) and its input under 2^31 elements."""
+    a = node.attrs
+    if node.fn != "conv" or a["transposed"] or a["groups"] != 1 or set(a["stride"]) != {1} or any(a["padding"]):
         return False
     x, positions = node.args[0], math.prod(node.shape[2:])
     plain = x.kind == "tensor" and not x.bounds and x.offset == 0 and tuple(x.strides) == contiguous_strides(x.shape)
-    return plain and x.dtype == torch.float32 and x.shape[1] <= 64 and node.shape[1] <= 128 and \
-        positions % 4 == 0 and STREAM_POSITIONS <= positions and node.shape[0] * positions < 2**31
+    if not plain or x.dtype != torch.float32 or node.shape[1] > 128 or positions < STREAM_POSITIONS:
+        return False
+    if pointwise(node):
+        return x.shape[1] <= 64 and positions % 4 == 0 and node.shape[0] * positions < 2**31
+    return gemm_dims(node)[3] <= WINDOW_K and walked_positions(node) <= WINDOW_SPREAD * positions and \
+        math.prod(x.shape) < 2**31
+
+
+def walked_positions(node) -> int:
+    """The positions an image a streamed convolution's tiles walk: its outputs, or with a window every input
+    position of the output's first dim's rows (the output's first dim by the input's others), so that each
+    tap reads a tile at one offset from the tile's positions, and the outputs past a row's end go unstored."""
+    return math.prod(node.shape[2:]) if pointwise(node) else node.shape[2] * math.prod(node.args[0].shape[3:])
 
 
 def stream_blocks(node) -> tuple[int, int]:
-    """A streamed convolution's BLOCK_K and BLOCK_N: every input and every output channel (at least 16), the
-    whole K in one step and the whole weight in one tile (_render_stream)."""
+    """A streamed convolution's BLOCK_K and BLOCK_N: every output channel (at least 16), and every input
+    channel (the whole K in one step) or, with a window, dot steps of WINDOW_BLOCK_K (_render_stream)."""
     _, _, n, k = gemm_dims(node)
-    return max(16, next_pow2(k)), max(16, next_pow2(n))
+    return WINDOW_BLOCK_K if not pointwise(node) else max(16, next_pow2(k)), max(16, next_pow2(n))
 
 
 def stream_smem(p: dict, node) -> int:
     """Shared memory bytes a streamed convolution's program needs at most (_render_stream): its stages of input
     tiles, the weight's two TF32 parts and the output tile the TMA store reads. Triton's own figures (its sm_90
     compile), 64 input and 128 output channels: 147,480 at 64 positions and 4 stages (this counts 163,840),
-    229,400 at 128 and 4 (this counts 262,144 and refuses it; on an H200 it ran 3.81 ms to 64's 3.58)."""
-    (bk, bn), bm = stream_blocks(node), p.get("BLOCK_M", 64)
-    return (max(1, p.get("num_stages", 4)) * bm * bk + 2 * bk * bn + bm * bn) * 4
+    229,400 at 128 and 4 (this counts 262,144 and refuses it; on an H200 it ran 3.81 ms to 64's 3.58). With a
+    window, a stage fewer of each step's input tile, no output tile, and 2,304 bytes a warp for the layout
+    conversions and barriers (Triton 3.9's sm_90 compiles over 3-16 input channels in 3x3 windows into 16-64,
+    64 or 128 positions, 2-4 stages: 4.2-9.0 KB past the tiles at 4 warps, 16.6-16.9 KB at 8). On an H200
+    (Triton 3.6) 16 channels into 64 at 128 positions and 3 stages ran in 4 warps and asked 237,568 bytes in
+    8 (this counts 230,400 and 248,832)."""
+    (bk, bn), bm, stages = stream_blocks(node), p.get("BLOCK_M", 64), max(1, p.get("num_stages", 4))
+    if pointwise(node):
+        return (stages * bm * bk + 2 * bk * bn + bm * bn) * 4
+    steps = math.ceil(gemm_dims(node)[3] / bk)
+    return steps * (max(1, stages - 1) * bm * bk + 2 * bk * bn) * 4 + 2304 * p.get("num_warps", 4)
+
+
+def _window_steps(g, p: dict, xp: str, wp: str, k: int, n: int, bk: int) -> tuple[list[str], list[str]]:
+    """A streamed convolution's lines with a window (_render_stream): before its loop, each dot step s's columns
+    kk{s} as (tap, input channel) pairs, their input offsets koff{s} from a position's own (past K: past the
+    image, so masked) and their weights tb{s}, split into TF32 parts once; in the loop, each step's input tile
+    at the tile's positions q plus those offsets, and its product."""
+    x, w = g.args
+    cin, inner, window = x.shape[1], math.prod(x.shape[2:]), w.shape[2:]
+    koff, woff = [f"ch{{s}} * {inner}"], []  # each with {s} for the step
+    for j, (size, d, inner_taps) in enumerate(zip(window, g.attrs["dilation"], contiguous_strides(window))):
+        tap = "tap{s}" if inner_taps == 1 else f"tap{{s}} // {inner_taps}"
+        tap = f"({tap} % {size})" if j else f"({tap})"  # this dim's tap
+        koff.append(f"{tap} * {d * x.strides[2 + j]}")
+        woff.append(f"{tap}[:, None] * {w.strides[2 + j]}")
+    koff, woff = " + ".join(koff), " + ".join(woff)
+    before, body = [], []
+    for s in range(math.ceil(k / bk)):
+        before += [f"kk{s} = rk + {s * bk}", f"ch{s} = kk{s} % {cin}", f"tap{s} = kk{s} // {cin}",
+                   f"koff{s} = tl.where(kk{s} < {k}, {koff.format(s=s)}, {cin * inner})",
+                   f"tb{s} = tl.load({wp} + {w.offset} + rn1[None, :] * {w.strides[0]} + ch{s}[:, None] * "
+                   f"{w.strides[1]} + {woff.format(s=s)}, mask=(kk{s}[:, None] < {k}) & (rn1[None, :] < {n}), "
+                   "other=0.0)"]
+        before += tf32_parts(f"tb{s}") if hand_split(p) else []
+        body += [f"ix = q[:, None] + koff{s}[None, :]",
+                 f"ta = tl.load(x_img + ix, mask=ix < {cin * inner}, other=0.0)"] + _product(p, "acc", "ta", f"tb{s}")
+    return before, body
 
 
 def _render_stream(kernel: Kernel, name: str, p: dict) -> KernelCode:
-    """Streamed tiles of a 1x1 convolution (streams): a program per SM (PROGRAMS) loads the weight once, split
-    into its TF32 parts once, then walks tiles of BLOCK_M positions of one image, each loaded by a TMA
-    descriptor over the input as [batch, channels, positions] (its channels past C_in read as zeros) and
-    pipelined over num_stages by tl.range. Outputs of the conv's shape are stored by a descriptor too
-    (positions past the image's and channels past C_out clipped), any other store by pointers. A memory-bound
-    1x1 convolution then moves its bytes near a copy's rate: on an H200 (session 44, by hand), level 1's
+    """Streamed tiles of a convolution (streams): a program per SM (PROGRAMS; per_sm of them with a window)
+    loads the weight once, split into its TF32 parts once, then walks tiles of BLOCK_M positions of one image,
+    pipelined over num_stages by tl.range.
+    A 1x1 convolution's tile is loaded by a TMA descriptor over the input as [batch, channels, positions] (its
+    channels past C_in read as zeros), and outputs of the conv's shape are stored by a descriptor too (positions
+    past the image's and channels past C_out clipped), any other store by pointers. A memory-bound 1x1
+    convolution then moves its bytes near a copy's rate: on an H200 (session 44, by hand), level 1's
     87_conv_pointwise_2D (64 -> 128 channels over 16 x 1024 x 1024) ran 5.34 -> 3.58 ms (a copy of its output
     4.00), one tile a program against this; pointers for the stores 3.85, for the loads too 3.89; at 3 stages
-    4.19, 32 rows 5.64, 8 warps 5.90."""
+    4.19, 32 rows 5.64, 8 warps 5.90.
+    With a window, the tiles walk an image's positions as the input lays them out, from the first output row's
+    (walked_positions): a tap then reads its input at one offset from every position of the tile, the K steps
+    take (tap, channel) columns (_window_steps), each loaded by pointers at those offsets with no bound checks
+    but the image's end, and the outputs past a row's last (its window hanging off the input) are not stored.
+    On an H200 (session 45, by hand, 3x3 windows over 8 input channels, ms): level 2's 57_Conv2d_ReLU_HardSwish
+    (64 channels over 128 x 126 x 126) 0.616 in rows tiles of outer products (FMA) -> 0.352 at 64 positions, 4
+    warps, 3 stages, 2 programs an SM (0.334 at 3 an SM and 2 stages, 0.375-0.405 at 128 positions or 2 stages);
+    64 channels over 128 x 254 x 254 1.372 (cuDNN 4.22), 32 channels 0.924 (cuDNN 2.52)."""
     gen = Gen(kernel, name, p)
     g = kernel.nodes[0]
     x, w = g.args
     _, _, n, k = gemm_dims(g)
     batch, positions = kernel.domain[0], math.prod(kernel.domain[2:])
     (bk, bn), bm = stream_blocks(g), p.get("BLOCK_M", 64)
-    per, big = math.ceil(positions / bm), ".to(tl.int64)" if gen.big else ""
-    sw, xd = w.strides, gen.ptr(x.base)
-    lines = ["rk = tl.arange(0, BLOCK_K)", f"rn1 = tl.arange(0, BLOCK_N){big}", "rn = rn1[None, :]",
-             f"tb = tl.load({gen.ptr(w.base)} + {w.offset} + rn1[None, :] * {sw[0]} + rk[:, None] * {sw[1]}, "
-             f"mask=(rk[:, None] < {k}) & (rn1[None, :] < {n}), other=0.0)"]
-    lines += tf32_parts("tb") if hand_split(p) else []
+    window, walk = not pointwise(g), walked_positions(g)
+    per, big = math.ceil(walk / bm), ".to(tl.int64)" if gen.big else ""
+    xd = gen.ptr(x.base)
+    lines = ["rk = tl.arange(0, BLOCK_K)", f"rn1 = tl.arange(0, BLOCK_N){big}", "rn = rn1[None, :]"]
+    if window:
+        before, steps = _window_steps(g, p, xd, gen.ptr(w.base), k, n, bk)
+        lines += before
+    else:
+        sw = w.strides
+        lines += [f"tb = tl.load({gen.ptr(w.base)} + {w.offset} + rn1[None, :] * {sw[0]} + rk[:, None] * {sw[1]}, "
+                  f"mask=(rk[:, None] < {k}) & (rn1[None, :] < {n}), other=0.0)"]
+        lines += tf32_parts("tb") if hand_split(p) else []
     start = len(lines)
     lines += [f"for t in tl.range(tl.program_id(0), {batch * per}, PROGRAMS, num_stages={p.get('num_stages', 4)}):",
-              f"b = t // {per}", f"hw0 = (t % {per}) * BLOCK_M",
-              f"ta = tl.trans(tl.reshape({xd}.load([b, 0, hw0]), (BLOCK_K, BLOCK_M)))",
-              "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)"]
-    lines += _product(p, "acc", "ta", "tb")
-    lines += [f"hw = hw0 + tl.arange(0, BLOCK_M){big}", f"rm = (hw + b * {positions})[:, None]",
-              f"mask = (hw[:, None] < {positions}) & (rn < {n})"]
+              f"b = t // {per}", f"hw0 = (t % {per}) * BLOCK_M"]
+    if window:
+        lines += [f"x_img = {xd} + b.to(tl.int64) * {math.prod(x.shape[1:])}", "q = hw0 + tl.arange(0, BLOCK_M)",
+                  "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)"] + steps
+        sizes = (g.shape[2],) + tuple(x.shape[3:])
+        lines += _split_index("q", sizes, "v")
+        real = "v0"
+        for i, size in enumerate(g.shape[3:], 1):
+            real = f"({real}) * {size} + v{i}"
+        valid = " & ".join([f"(q < {walk})"] + [f"(v{i} < {size})" for i, size in enumerate(g.shape[3:], 1)])
+        lines += [f"rm = ({real}{big} + b * {positions})[:, None]", f"mask = ({valid})[:, None] & (rn < {n})"]
+    else:
+        lines += [f"ta = tl.trans(tl.reshape({xd}.load([b, 0, hw0]), (BLOCK_K, BLOCK_M)))",
+                  "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)"]
+        lines += _product(p, "acc", "ta", "tb")
+        lines += [f"hw = hw0 + tl.arange(0, BLOCK_M){big}", f"rm = (hw + b * {positions})[:, None]",
+                  f"mask = (hw[:, None] < {positions}) & (rn < {n})"]
     rank = len(kernel.domain)
     gen.groups = [([0] + list(range(2, rank)), "rm"), ([1], "rn")]
     # a per-channel value (a bias) loads as [1, BLOCK_N] by a mask of the tile's channels alone, the same in
@@ -396,8 +474,8 @@ def _render_stream(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen.top.lines += lines
     gen.top.cache[g] = "acc"
     gen.kinds[g] = "f"
-    whole = [(m, b) for m, b in kernel.stores.items() if isinstance(b, str) and gen.k.level[m] == "full" and
-             m not in gen.k.store_when and m.dtype == torch.float32]
+    whole = [] if window else [(m, b) for m, b in kernel.stores.items() if isinstance(b, str) and
+                               gen.k.level[m] == "full" and m not in gen.k.store_when and m.dtype == torch.float32]
     for m, buf in whole:  # the tile transposed to [1, channels, positions]
         value = f"tl.broadcast_to({gen.value(m)}, (BLOCK_M, BLOCK_N))"
         gen.body.lines.append(f"{gen.ptr(buf)}.store([b, 0, hw0], tl.reshape(tl.trans({value}), "
@@ -406,7 +484,8 @@ def _render_stream(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen.top.lines[first:] = ["    " + line for line in gen.top.lines[first:]]
     src = kernel_header(name, gen, ["BLOCK_M", "BLOCK_N", "BLOCK_K", "PROGRAMS"]) + \
         ["    " + line for line in gen.top.lines]
-    described = {x.base: [batch, x.shape[1], positions]} | {b: [batch, n, positions] for _, b in whole}
+    described = {} if window else {x.base: [batch, x.shape[1], positions]} | {b: [batch, n, positions]
+                                                                               for _, b in whole}
     host, fields = [], {}
     for i, (base, shape) in enumerate(described.items()):
         fields[base] = f"t{i}"
@@ -416,11 +495,12 @@ def _render_stream(kernel: Kernel, name: str, p: dict) -> KernelCode:
             f"{{t{i}}}"
         host.append(f"{descriptor_name(base)} = TensorDescriptor({tensor}, {shape}, "
                     f"{list(contiguous_strides(shape))}, [1, {bk if base == x.base else bn}, {bm}])")
-    programs = min(batch * per, SMS)
+    programs = min(batch * per, SMS * p.get("per_sm", 1))
     launch = Launch(name, (programs,), [descriptor_name(b) if b in described else b for b in gen.ptrs],
                     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS": programs}, p.get("num_warps", 4),
                     p.get("num_stages", 4))
-    return KernelCode("\n".join(src), [launch], host=host, host_args=fields, imports=[DESCRIPTOR_IMPORT])
+    return KernelCode("\n".join(src), [launch], host=host, host_args=fields,
+                      imports=[DESCRIPTOR_IMPORT] if described else [])
 
 
 def phased(node) -> bool:

@@ -43,8 +43,8 @@ import math
 from agent.templates.attention_kernel import attention_dims
 from agent.templates.codegen import lane_window, next_pow2, pair_rows, pair_window, walks
 from agent.templates.implicit_gemm import (conv_tiles, gemm_dims, interleave_slots, outer_steps, phase_ks, phased,
-                                           row_offsets, rows_fit, rows_k, rows_layout, stacks, stream_blocks,
-                                           stream_smem, streams)
+                                           pointwise, row_offsets, rows_fit, rows_k, rows_layout, stacks,
+                                           stream_blocks, stream_smem, streams)
 from agent.templates.ir import Leaf, Node
 from agent.templates.fold import fold_sums, foldable
 from agent.templates.kernels import col_splittable, looped_passes, reduction_stages, online_pairs, welford_pairs
@@ -155,13 +155,18 @@ def gemm_tiles(kernel: Kernel) -> dict:
 
 
 def stream_tiles(node: Node) -> dict:
-    """A 1x1 convolution's default where it can stream (implicit_gemm.streams): 64 positions a tile, every
-    channel, 4 warps, 4 stages. On an H200 (session 44, by hand; ms), level 1's 87_conv_pointwise_2D against
-    its tiles before (pointwise_tiles) 5.34 -> 3.58, and 86_conv_depthwise_separable_2D's pointwise half (64 ->
-    128 channels over 16 x 512 x 512) 1.26 -> 0.88; at 3 stages 4.19 and 1.04, 5 or 6 stages 1-2% slower than
-    4, 128 positions at 4 or 8 warps 3.78-3.81 and 0.92, 64 at 8 warps 5.90, 32 at 4 5.64."""
+    """A convolution's default where it can stream (implicit_gemm.streams): 64 positions a tile, every output
+    channel, 4 warps; a 1x1 one every input channel in one step and 4 stages, one with a window 3 stages and 2
+    programs an SM. On an H200 (session 44, by hand; ms), level 1's 87_conv_pointwise_2D against its tiles
+    before (pointwise_tiles) 5.34 -> 3.58, and 86_conv_depthwise_separable_2D's pointwise half (64 -> 128
+    channels over 16 x 512 x 512) 1.26 -> 0.88; at 3 stages 4.19 and 1.04, 5 or 6 stages 1-2% slower than 4,
+    128 positions at 4 or 8 warps 3.78-3.81 and 0.92, 64 at 8 warps 5.90, 32 at 4 5.64. With a window, see
+    implicit_gemm._render_stream."""
     bk, bn = stream_blocks(node)
-    return {"tiles": "stream", "BLOCK_M": 64, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4, "num_stages": 4}
+    if pointwise(node):
+        return {"tiles": "stream", "BLOCK_M": 64, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4, "num_stages": 4}
+    return {"tiles": "stream", "BLOCK_M": 64, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4, "num_stages": 3,
+            "per_sm": 2}
 
 
 def pointwise_tiles(node: Node) -> dict:
@@ -598,10 +603,14 @@ def _stream_invalid(kernel: Kernel, p: dict) -> str | None:
     """Why a convolution cannot take streamed tiles (implicit_gemm._render_stream) under p, or None."""
     node = kernel.nodes[0]
     if not streams(node) or p.get("shapes", "static") != "static":
-        return "stream tiles are for a 1x1 convolution of one group in fp32, at most 64 input and 128 output " \
-               "channels, its input contiguous, at least 256 positions an image (a multiple of 4), static shapes"
+        return "stream tiles are for a convolution of one group at stride 1 without padding in fp32, its input " \
+               "contiguous, at most 128 output channels and at least 256 outputs an image, static shapes; a 1x1 " \
+               "one at most 64 input channels (its positions a multiple of 4), one with a window at most 160 " \
+               "(channel, tap) columns"
     if p.get("BLOCK_M", 64) not in (16, 32, 64, 128, 256) or p.get("BLOCK_K", 16) == 1 or p.get("SAMPLES", 1) > 1:
         return "stream tiles take BLOCK_M a power of two from 16 to 256, dot steps and one sample"
+    if p.get("per_sm", 1) not in (1, 2, 3, 4):
+        return "stream tiles take 1 to 4 programs an SM (per_sm)"
     if p.get("BLOCK_N", 128) < node.shape[1]:
         return "stream tiles hold every output channel: BLOCK_N at least the channels"
     if stream_smem(p, node) > SMEM_BYTES:

@@ -583,7 +583,7 @@ def test_what_does_not_stream(changes, why, tmp_path):
     t = BY_NAME["gemm"]
     assert t.default(a).get("tiles") != "stream", why
     assert "stream" not in t.space(a)["tiles"]
-    with pytest.raises(ValueError, match="stream tiles are for a 1x1 convolution"):
+    with pytest.raises(ValueError, match="stream tiles are for a convolution of one group"):
         t.render(a, {**t.default(a), "tiles": "stream"})
 
 
@@ -627,6 +627,83 @@ def test_streamed_tiles_refuse_what_cannot_fit_and_compile_to_tma_copies_for_sm_
     pl = base.plan(a, d)
     bound = stream_smem(d, pl.kernels[pl.primary].nodes[0])
     assert bound == 163840 and 0.8 * bound < kernel.metadata.shared <= bound
+
+
+WINDOWED = STREAMED.replace("nn.Conv2d(12, 24, 1)", "nn.Conv2d(3, 12, 3)").replace("(2, 12, 20, 20)",
+                                                                                       "(2, 3, 20, 24)")
+
+
+def test_a_convolution_with_a_window_streams_its_input_rows(runner, tmp_path):
+    """A 3x3 convolution over 3 -> 12 channels (18 x 22 outputs an image) takes streamed tiles by default: 2
+    programs an SM walk 64 positions a tile over each image's 18 input rows (432 positions, the last tile
+    clipped), 27 (tap, channel) columns in 2 dot steps of 16 (the 5 past 27 masked), read by pointers at one
+    offset a column from each position; the 2 positions past each row's 22 outputs go unstored. It matches the
+    reference, and the rows tiles it replaced come next."""
+    task = tmp_path / "windowed.py"
+    task.write_text(WINDOWED)
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    first, second = t.variants(a)[:2]
+    assert {key: first[key] for key in ("tiles", "BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "per_sm")} == \
+        {"tiles": "stream", "BLOCK_M": 64, "BLOCK_N": 16, "BLOCK_K": 16, "num_stages": 3, "per_sm": 2}
+    assert second["tiles"] == "rows"
+    source = t.render(a, first)
+    assert "TensorDescriptor" not in source and "koff1 = tl.where(kk1 < 27," in source
+    assert "for t in tl.range(tl.program_id(0), 14, PROGRAMS, num_stages=3):" in source  # 2 x ceil(432 / 64)
+    assert "mask = ((q < 432) & (v1 < 22))[:, None]" in source
+    runner.run_ok(task, source)
+
+
+@pytest.mark.parametrize("conv, shape", [
+    ("nn.Conv1d(5, 12, 4)", "(2, 5, 300)"),  # 297 outputs, no row to waste
+    ("nn.Conv3d(2, 12, 2, dilation=(1, 2, 1))", "(2, 2, 3, 24, 24)"),  # 2 x 22 x 23 outputs, taps 2 rows apart
+    ("nn.Conv2d(3, 12, 3, bias=False)", "(3, 3, 19, 21)"),  # no bias, an odd batch of odd rows
+], ids=["1d", "3d_dilated", "2d_no_bias"])
+def test_streamed_windows_in_one_to_three_dims(conv, shape, runner, tmp_path):
+    task = tmp_path / "windowed_nd.py"
+    task.write_text(WINDOWED.replace("nn.Conv2d(3, 12, 3)", conv).replace("(2, 3, 20, 24)", shape))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    d = t.default(a)
+    assert d["tiles"] == "stream"
+    runner.run_ok(task, t.render(a, d))
+
+
+@pytest.mark.parametrize("conv, shape, why", [
+    ("nn.Conv2d(3, 12, 3, padding=1)", "(2, 3, 20, 24)", "padding: a tap's offset would reach the next row"),
+    ("nn.Conv2d(3, 12, 3, stride=2)", "(2, 3, 40, 48)", "a stride"),
+    ("nn.Conv2d(20, 12, 3)", "(2, 20, 20, 24)", "180 (channel, tap) columns, past WINDOW_K"),
+    ("nn.Conv2d(3, 12, (1, 9))", "(2, 3, 20, 24)", "walks 480 positions for 320 outputs, past WINDOW_SPREAD"),
+], ids=["padding", "stride", "columns", "spread"])
+def test_what_windows_do_not_stream(conv, shape, why, tmp_path):
+    task = tmp_path / "windowed_not.py"
+    task.write_text(WINDOWED.replace("nn.Conv2d(3, 12, 3)", conv).replace("(2, 3, 20, 24)", shape))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    assert t.default(a).get("tiles") != "stream", why
+    with pytest.raises(ValueError, match="stream tiles are for a convolution of one group"):
+        t.render(a, {**t.default(a), **{"tiles": "stream", "BLOCK_K": 16, "per_sm": 2}})
+
+
+def test_a_streamed_window_compiles_for_sm_90_within_its_shared_memory_bound(sm90, tmp_path):
+    """Level 2's 57_Conv2d_ReLU_HardSwish's own convolution (8 -> 64 channels in 3x3 windows), at a small
+    batch: its default compiles for sm_90 to TF32 wgmma fed by asynchronous copies, its shared memory within
+    the bound stream_smem counts; 2 programs an SM at 4 stages would ask more than a block has."""
+    from agent.templates.implicit_gemm import stream_smem
+
+    task = tmp_path / "windowed57.py"
+    task.write_text(WINDOWED.replace("nn.Conv2d(3, 12, 3)", "nn.Conv2d(8, 64, 3)").replace("(2, 3, 20, 24)",
+                                                                                         "(2, 8, 128, 128)"))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    d = t.default(a)
+    (tmp_path / "cand.py").write_text(t.render(a, d))
+    kernel = sm90(tmp_path / "cand.py", "_gemm_kernel0", {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 16,
+                                                          "PROGRAMS": 264})
+    ptx = kernel.asm["ptx"]
+    assert re.search(r"wgmma\.mma_async\S*\.tf32", ptx) and "cp.async" in ptx
+    bound = stream_smem(d, base.plan(a, d).kernels[0].nodes[0])
+    assert 0.7 * bound < kernel.metadata.shared <= bound, (kernel.metadata.shared, bound)
 
 
 def test_a_convolution_over_17_to_64_output_channels_takes_them_in_one_tile(runner, tmp_path):

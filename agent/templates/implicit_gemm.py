@@ -31,8 +31,8 @@ import re
 
 import torch
 
-from agent.templates.codegen import (DESCRIPTOR_IMPORT, SMS, Gen, KernelCode, Launch, descriptor_name, dot_cast,
-                                     kernel_header, next_pow2, split_dot, store_lines, tf32_parts)
+from agent.templates.codegen import (DESCRIPTOR_IMPORT, SMEM_BYTES, SMS, Gen, KernelCode, Launch, descriptor_name,
+                                     dot_cast, kernel_header, next_pow2, split_dot, store_lines, tf32_parts)
 from agent.templates.ir import Leaf, contiguous_strides
 from agent.templates.schedule import Kernel
 
@@ -325,7 +325,9 @@ def pointwise(node) -> bool:
 
 
 STREAM_POSITIONS = 256  # the fewest positions an image a streamed convolution takes (4 tiles of 64)
-WINDOW_K = 160  # the most (input channel, tap) columns a streamed convolution with a window holds
+# the most (input channel, tap) columns a streamed convolution with a window holds: at 216 (level 2's 3-D
+# convolutions over 8 channels, 14 steps) it ran 1.4-2.3x slower than the tiles before (H200, session 45)
+WINDOW_K = 160
 WINDOW_BLOCK_K = 16  # its dot steps' columns: tf32 dots take no fewer
 WINDOW_SPREAD = 1.25  # the most positions its tiles walk for each output (walked_positions)
 
@@ -335,8 +337,9 @@ def streams(node) -> bool:
     most 128 output channels (the weight a program holds), at least STREAM_POSITIONS outputs an image, and its
     input a contiguous tensor from its start. A 1x1 one takes at most 64 input channels, its positions an image a
     multiple of 4 (a TMA descriptor's 16-byte strides) and under 2^31 in all (a position's index in 32 bits);
-    one with a window at most WINDOW_K (channel, tap) columns, its walk at most WINDOW_SPREAD times its outputs
-    (walked_positions) and its input under 2^31 elements."""
+    one with a window at most WINDOW_K (channel, tap) columns, held within a block's shared memory at its
+    default 3 stages (stream_smem), its walk at most WINDOW_SPREAD times its outputs (walked_positions) and its
+    input under 2^31 elements."""
     a = node.attrs
     if node.fn != "conv" or a["transposed"] or a["groups"] != 1 or set(a["stride"]) != {1} or any(a["padding"]):
         return False
@@ -347,7 +350,7 @@ def streams(node) -> bool:
     if pointwise(node):
         return x.shape[1] <= 64 and positions % 4 == 0 and node.shape[0] * positions < 2**31
     return gemm_dims(node)[3] <= WINDOW_K and walked_positions(node) <= WINDOW_SPREAD * positions and \
-        math.prod(x.shape) < 2**31
+        math.prod(x.shape) < 2**31 and stream_smem({"num_stages": 3}, node) <= SMEM_BYTES
 
 
 def walked_positions(node) -> int:

@@ -48,10 +48,9 @@ from agent.templates.implicit_gemm import (conv_tiles, gemm_dims, interleave_slo
 from agent.templates.ir import Leaf, Node
 from agent.templates.fold import fold_sums, foldable
 from agent.templates.kernels import col_splittable, looped_passes, reduction_stages, online_pairs, welford_pairs
-from agent.templates.codegen import SMS
+from agent.templates.codegen import SMEM_BYTES, SMS
 from agent.templates.schedule import Kernel
 
-SMEM_BYTES = 227 * 1024
 L2_BYTES = 50 * 2**20
 ONE_PASS_MAX = 32768  # widest row a program holds in registers
 POW2 = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]

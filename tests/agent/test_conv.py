@@ -673,8 +673,9 @@ def test_streamed_windows_in_one_to_three_dims(conv, shape, runner, tmp_path):
     ("nn.Conv2d(3, 12, 3, padding=1)", "(2, 3, 20, 24)", "padding: a tap's offset would reach the next row"),
     ("nn.Conv2d(3, 12, 3, stride=2)", "(2, 3, 40, 48)", "a stride"),
     ("nn.Conv2d(20, 12, 3)", "(2, 20, 20, 24)", "180 (channel, tap) columns, past WINDOW_K"),
+    ("nn.Conv2d(17, 128, 3)", "(2, 17, 20, 24)", "153 columns into 128 channels: 255 KB at 3 stages"),
     ("nn.Conv2d(3, 12, (1, 9))", "(2, 3, 20, 24)", "walks 480 positions for 320 outputs, past WINDOW_SPREAD"),
-], ids=["padding", "stride", "columns", "spread"])
+], ids=["padding", "stride", "columns", "smem", "spread"])
 def test_what_windows_do_not_stream(conv, shape, why, tmp_path):
     task = tmp_path / "windowed_not.py"
     task.write_text(WINDOWED.replace("nn.Conv2d(3, 12, 3)", conv).replace("(2, 3, 20, 24)", shape))

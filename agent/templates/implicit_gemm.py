@@ -326,7 +326,7 @@ def pointwise(node) -> bool:
 
 STREAM_POSITIONS = 256  # the fewest positions an image a streamed convolution takes (4 tiles of 64)
 # the most (input channel, tap) columns a streamed convolution with a window holds: at 216 (level 2's 3-D
-# convolutions over 8 channels, 14 steps) it ran 1.4-2.3x slower than the tiles before (H200, session 45)
+# convolutions over 8 channels, 14 steps) it ran 1.3-2.3x slower than the tiles before (H200, session 45)
 WINDOW_K = 160
 WINDOW_BLOCK_K = 16  # its dot steps' columns: tf32 dots take no fewer
 WINDOW_SPREAD = 1.25  # the most positions its tiles walk for each output (walked_positions)

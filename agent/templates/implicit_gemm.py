@@ -364,7 +364,7 @@ def stream_blocks(node) -> tuple[int, int]:
     """A streamed convolution's BLOCK_K and BLOCK_N: every output channel (at least 16), and every input
     channel (the whole K in one step) or, with a window, dot steps of WINDOW_BLOCK_K (_render_stream)."""
     _, _, n, k = gemm_dims(node)
-    return WINDOW_BLOCK_K if not pointwise(node) else max(16, next_pow2(k)), max(16, next_pow2(n))
+    return (max(16, next_pow2(k)) if pointwise(node) else WINDOW_BLOCK_K), max(16, next_pow2(n))
 
 
 def stream_smem(p: dict, node) -> int:
@@ -384,7 +384,7 @@ def stream_smem(p: dict, node) -> int:
     return steps * (max(1, stages - 1) * bm * bk + 2 * bk * bn) * 4 + 2304 * p.get("num_warps", 4)
 
 
-def _window_steps(g, p: dict, xp: str, wp: str, k: int, n: int, bk: int) -> tuple[list[str], list[str]]:
+def _window_steps(g, p: dict, wp: str, k: int, n: int, bk: int) -> tuple[list[str], list[str]]:
     """A streamed convolution's lines with a window (_render_stream): before its loop, each dot step s's columns
     kk{s} as (tap, input channel) pairs, their input offsets koff{s} from a position's own (past K: past the
     image, so masked) and their weights tb{s}, split into TF32 parts once; in the loop, each step's input tile
@@ -441,7 +441,7 @@ def _render_stream(kernel: Kernel, name: str, p: dict) -> KernelCode:
     xd = gen.ptr(x.base)
     lines = ["rk = tl.arange(0, BLOCK_K)", f"rn1 = tl.arange(0, BLOCK_N){big}", "rn = rn1[None, :]"]
     if window:
-        before, steps = _window_steps(g, p, xd, gen.ptr(w.base), k, n, bk)
+        before, steps = _window_steps(g, p, gen.ptr(w.base), k, n, bk)
         lines += before
     else:
         sw = w.strides

@@ -44,7 +44,7 @@ from agent.templates.attention_kernel import attention_dims
 from agent.templates.codegen import lane_window, next_pow2, pair_rows, pair_window, walks
 from agent.templates.implicit_gemm import (conv_tiles, gemm_dims, interleave_slots, outer_steps, phase_ks, phased,
                                            pointwise, row_offsets, rows_fit, rows_k, rows_layout, stacks,
-                                           stream_blocks, stream_smem, streams)
+                                           STREAM_POSITIONS, stream_blocks, stream_smem, streams, WINDOW_K)
 from agent.templates.ir import Leaf, Node
 from agent.templates.fold import fold_sums, foldable
 from agent.templates.kernels import col_splittable, looped_passes, reduction_stages, online_pairs, welford_pairs
@@ -603,9 +603,9 @@ def _stream_invalid(kernel: Kernel, p: dict) -> str | None:
     node = kernel.nodes[0]
     if not streams(node) or p.get("shapes", "static") != "static":
         return "stream tiles are for a convolution of one group at stride 1 without padding in fp32, its input " \
-               "contiguous, at most 128 output channels and at least 256 outputs an image, static shapes; a 1x1 " \
-               "one at most 64 input channels (its positions a multiple of 4), one with a window at most 160 " \
-               "(channel, tap) columns"
+               f"contiguous, at most 128 output channels and at least {STREAM_POSITIONS} outputs an image, static " \
+               "shapes; a 1x1 one at most 64 input channels (its positions a multiple of 4), one with a window at " \
+               f"most {WINDOW_K} (channel, tap) columns whose weight fits a block's shared memory at 3 stages"
     if p.get("BLOCK_M", 64) not in (16, 32, 64, 128, 256) or p.get("BLOCK_K", 16) == 1 or p.get("SAMPLES", 1) > 1:
         return "stream tiles take BLOCK_M a power of two from 16 to 256, dot steps and one sample"
     if p.get("per_sm", 1) not in (1, 2, 3, 4):

@@ -164,12 +164,13 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
 
 def vendor_loses(pl, node) -> bool:
     """Whether GEMM node `node` of plan pl is a convolution whose cuDNN form loses to a Triton one, so that
-    default() does not take it, nor do the roofline's moves: a strided transposed one (phased) in fp32, or a
-    1x1 one that can stream (implicit_gemm.streams). On an H200 cuDNN's ran level 2's 34_ConvTranspose3d_
+    default() does not take it, nor do the roofline's moves: a strided transposed one (phased) in fp32, or one
+    that can stream (implicit_gemm.streams). On an H200 cuDNN's ran level 2's 34_ConvTranspose3d_
     LayerNorm_GELU_Scaling in 21.85 ms and 44_ConvTranspose2d_Multiply_GlobalAvgPool_GlobalAvgPool_Mean in 3.54,
     the Triton ones (their weights packed) in 4.07 and 1.19 (session 21); 26, 74 and 15 in 9.73, 2.36 and 2.85
     against 1.62, 0.31 and 0.49 (session 43, budget 3); level 1's 87_conv_pointwise_2D in 9.60 against 3.58
-    streamed (session 44)."""
+    streamed (session 44); level 2's 57's convolution alone in 1.06 against 0.35 for the whole task streamed
+    with a window (session 45)."""
     return phased(node) and not pl.half_products() or streams(node)
 
 

@@ -26,8 +26,8 @@ how many programs run.
         gemm.registers_split) and persistent (1: in precision tf32x3, a program per SM walking the tiles, its
         split operands read by TMA descriptors: gemm.persistent_pays); a convolution's
         tiles, channels, positions, interleaved, rows or stream (the axis its tiles walk, a transposed
-        convolution's last dim's phases in one program, channels by one row of outputs, or a 1x1 convolution's
-        positions streamed by TMA through a program per SM holding the weight: implicit_gemm.render_conv; by
+        convolution's last dim's phases in one program, channels by one row of outputs, or a convolution's
+        positions streamed through programs holding the weight, by TMA for a 1x1 one: implicit_gemm.render_conv; by
         default its rule, stream where it applies: stream_tiles), stats (1: in rows tiles, the next group,
         instance or batch norm's statistics computed in the epilogue: stats_epilogue), recompute (1: with
         stats, the convolution launched again for the norm's output, its own never written) and parts (tf32x3's
@@ -162,10 +162,8 @@ def stream_tiles(node: Node) -> dict:
     128 positions at 4 or 8 warps 3.78-3.81 and 0.92, 64 at 8 warps 5.90, 32 at 4 5.64. With a window, see
     implicit_gemm._render_stream."""
     bk, bn = stream_blocks(node)
-    if pointwise(node):
-        return {"tiles": "stream", "BLOCK_M": 64, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4, "num_stages": 4}
-    return {"tiles": "stream", "BLOCK_M": 64, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4, "num_stages": 3,
-            "per_sm": 2}
+    p = {"tiles": "stream", "BLOCK_M": 64, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4}
+    return {**p, "num_stages": 4} if pointwise(node) else {**p, "num_stages": 3, "per_sm": 2}
 
 
 def pointwise_tiles(node: Node) -> dict:

@@ -317,11 +317,11 @@ def rows_k(node, p: dict) -> int:
 
 
 def pointwise(node) -> bool:
-    """Whether a convolution is a 1x1 one (every window dim 1, stride 1, no padding): a batched matrix product
-    whose input tile is a plain strided load, no taps to gather."""
+    """Whether a convolution is a 1x1 one (every window dim 1, stride 1, no padding, not transposed): a batched
+    matrix product whose input tile is a plain strided load, no taps to gather."""
     a = node.attrs
     return node.fn == "conv" and set(node.args[1].shape[2:]) == {1} and set(a["stride"]) == {1} and \
-        not any(a["padding"])
+        not any(a["padding"]) and not a["transposed"]
 
 
 STREAM_POSITIONS = 256  # the fewest positions an image a streamed convolution takes (4 tiles of 64)
@@ -333,15 +333,15 @@ WINDOW_SPREAD = 1.25  # the most positions its tiles walk for each output (walke
 
 
 def streams(node) -> bool:
-    """Whether a convolution can take tiles "stream" (_render_stream): one group, stride 1, no padding, fp32, at
-    most 128 output channels (the weight a program holds), at least STREAM_POSITIONS outputs an image, and its
-    input a contiguous tensor from its start. A 1x1 one takes at most 64 input channels, its positions an image a
-    multiple of 4 (a TMA descriptor's 16-byte strides) and under 2^31 in all (a position's index in 32 bits);
-    one with a window at most WINDOW_K (channel, tap) columns, held within a block's shared memory at its
-    default 3 stages (stream_smem), its walk at most WINDOW_SPREAD times its outputs (walked_positions) and its
-    input under 2^31 elements."""
+    """Whether a convolution can take tiles "stream" (_render_stream): one group, stride 1, fp32, at most 128
+    output channels (the weight a program holds), at least STREAM_POSITIONS outputs an image, and its input a
+    contiguous tensor from its start. A 1x1 one (unpadded) takes at most 64 input channels, its positions an
+    image a multiple of 4 (a TMA descriptor's 16-byte strides) and under 2^31 in all (a position's index in 32
+    bits). One with a window (padded or not, transposed or not: window_taps) at most WINDOW_K (channel, tap)
+    columns, held within a block's shared memory at its default 3 stages (stream_smem), its walk at most
+    WINDOW_SPREAD times its outputs (walked_positions) and its input, padded, under 2^31 elements."""
     a = node.attrs
-    if node.fn != "conv" or a["transposed"] or a["groups"] != 1 or set(a["stride"]) != {1} or any(a["padding"]):
+    if node.fn != "conv" or a["groups"] != 1 or set(a["stride"]) != {1}:
         return False
     x, positions = node.args[0], math.prod(node.shape[2:])
     plain = x.kind == "tensor" and not x.bounds and x.offset == 0 and tuple(x.strides) == contiguous_strides(x.shape)
@@ -350,14 +350,37 @@ def streams(node) -> bool:
     if pointwise(node):
         return x.shape[1] <= 64 and positions % 4 == 0 and node.shape[0] * positions < 2**31
     return gemm_dims(node)[3] <= WINDOW_K and walked_positions(node) <= WINDOW_SPREAD * positions and \
-        math.prod(x.shape) < 2**31 and stream_smem({"num_stages": 3}, node) <= SMEM_BYTES
+        math.prod(x.shape[:2]) * math.prod(padded_sizes(node)) < 2**31 and \
+        stream_smem({"num_stages": 3}, node) <= SMEM_BYTES
+
+
+def window_taps(node) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """A stride-1 convolution's window as taps over its input padded with zeros: the zeros before and after
+    each spatial dim, and per dim the padded input offset of its first tap and the step to the next. Output j
+    reads input j + t * d - padding through tap t, or in a transposed one j + padding - t * d (its taps read
+    backwards)."""
+    x, w = node.args
+    a = node.attrs
+    pads, taps = [], []
+    for size, out, k, pad, d in zip(x.shape[2:], node.shape[2:], w.shape[2:], a["padding"], a["dilation"]):
+        first, step = (pad, -d) if a["transposed"] else (-pad, d)
+        low, high = min(first, first + (k - 1) * step), max(first, first + (k - 1) * step)
+        pads.append((max(0, -low), max(0, out - 1 + high - (size - 1))))
+        taps.append((first + pads[-1][0], step))
+    return pads, taps
+
+
+def padded_sizes(node) -> tuple[int, ...]:
+    """The spatial sizes of a streamed convolution's input padded with zeros (window_taps)."""
+    return tuple(size + lo + hi for size, (lo, hi) in zip(node.args[0].shape[2:], window_taps(node)[0]))
 
 
 def walked_positions(node) -> int:
-    """The positions an image a streamed convolution's tiles walk: its outputs, or with a window every input
-    position of the output's first dim's rows (the output's first dim by the input's others), so that each
-    tap reads a tile at one offset from the tile's positions, and the outputs past a row's end go unstored."""
-    return math.prod(node.shape[2:]) if pointwise(node) else node.shape[2] * math.prod(node.args[0].shape[3:])
+    """The positions an image a streamed convolution's tiles walk: its outputs, or with a window every position
+    of its padded input's rows that the output's rows along the first dim read first (those rows by the padded
+    input's other dims), so that each tap reads a tile at one offset from the tile's positions, and the outputs
+    past a row's end go unstored."""
+    return math.prod(node.shape[2:]) if pointwise(node) else node.shape[2] * math.prod(padded_sizes(node)[1:])
 
 
 def stream_blocks(node) -> tuple[int, int]:
@@ -386,29 +409,54 @@ def stream_smem(p: dict, node) -> int:
 
 def _window_steps(g, p: dict, wp: str, k: int, n: int, bk: int) -> tuple[list[str], list[str]]:
     """A streamed convolution's lines with a window (_render_stream): before its loop, each dot step s's columns
-    kk{s} as (tap, input channel) pairs, their input offsets koff{s} from a position's own (past K: past the
-    image, so masked) and their weights tb{s}, split into TF32 parts once; in the loop, each step's input tile
-    at the tile's positions q plus those offsets, and its product."""
+    kk{s} as (tap, input channel) pairs, their offsets koff{s} in the padded input from a position's own (past
+    K: past the image, so masked) and their weights tb{s}, split into TF32 parts once; in the loop, each step's
+    input tile at the tile's positions q plus those offsets, and its product."""
     x, w = g.args
-    cin, inner, window = x.shape[1], math.prod(x.shape[2:]), w.shape[2:]
-    koff, woff = [f"ch{{s}} * {inner}"], []  # each with {s} for the step
-    for j, (size, d, inner_taps) in enumerate(zip(window, g.attrs["dilation"], contiguous_strides(window))):
+    cin, sizes = x.shape[1], padded_sizes(g)
+    inner, window = math.prod(sizes), w.shape[2:]
+    w_in, w_out = (w.strides[0], w.strides[1]) if g.attrs["transposed"] else (w.strides[1], w.strides[0])
+    _, taps = window_taps(g)
+    start = sum(first * st for (first, _), st in zip(taps, contiguous_strides(sizes)))
+    koff, woff = [f"ch{{s}} * {inner}"] + ([str(start)] if start else []), []  # each with {s} for the step
+    for j, (size, (_, step), st, inner_taps) in enumerate(zip(window, taps, contiguous_strides(sizes),
+                                                              contiguous_strides(window))):
         tap = "tap{s}" if inner_taps == 1 else f"tap{{s}} // {inner_taps}"
         tap = f"({tap} % {size})" if j else f"({tap})"  # this dim's tap
-        koff.append(f"{tap} * {d * x.strides[2 + j]}")
+        koff.append(f"{tap} * {step * st}")
         woff.append(f"{tap}[:, None] * {w.strides[2 + j]}")
     koff, woff = " + ".join(koff), " + ".join(woff)
     before, body = [], []
     for s in range(math.ceil(k / bk)):
         before += [f"kk{s} = rk + {s * bk}", f"ch{s} = kk{s} % {cin}", f"tap{s} = kk{s} // {cin}",
                    f"koff{s} = tl.where(kk{s} < {k}, {koff.format(s=s)}, {cin * inner})",
-                   f"tb{s} = tl.load({wp} + {w.offset} + rn1[None, :] * {w.strides[0]} + ch{s}[:, None] * "
-                   f"{w.strides[1]} + {woff.format(s=s)}, mask=(kk{s}[:, None] < {k}) & (rn1[None, :] < {n}), "
-                   "other=0.0)"]
+                   f"tb{s} = tl.load({wp} + {w.offset} + rn1[None, :] * {w_out} + ch{s}[:, None] * {w_in} + "
+                   f"{woff.format(s=s)}, mask=(kk{s}[:, None] < {k}) & (rn1[None, :] < {n}), other=0.0)"]
         before += tf32_parts(f"tb{s}") if hand_split(p) else []
         body += [f"ix = q[:, None] + koff{s}[None, :]",
                  f"ta = tl.load(x_img + ix, mask=ix < {cin * inner}, other=0.0)"] + _product(p, "acc", "ta", f"tb{s}")
     return before, body
+
+
+def _pad_kernel(kname: str, x, pads: list) -> str:
+    """A kernel that copies input x into a buffer of its spatial dims padded with zeros (window_taps)."""
+    sizes = tuple(x.shape[2:])
+    padded = tuple(size + lo + hi for size, (lo, hi) in zip(sizes, pads))
+    total = math.prod(x.shape[:2]) * math.prod(padded)  # under 2^31 (streams)
+    lines = _split_index("i", (math.prod(x.shape[:2]),) + padded, "u")
+    src, ok = [f"u0 * {math.prod(sizes)}"], [f"(i < {total})"]
+    for j, ((lo, hi), size, st) in enumerate(zip(pads, sizes, contiguous_strides(sizes)), 1):
+        at = f"(u{j} - {lo})" if lo else f"u{j}"
+        src.append(f"{at} * {st}" if st > 1 else at)
+        ok += ([f"(u{j} >= {lo})"] if lo else []) + ([f"(u{j} < {lo + size})"] if hi else [])
+    return "\n".join(["@triton.jit", f"def {kname}(p0, p1, BLOCK: tl.constexpr):",
+                      "    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)"] +
+                     ["    " + line for line in lines] +
+                     [f"    v = tl.load(p0 + {' + '.join(src)}, mask={' & '.join(ok)}, other=0.0)",
+                      f"    tl.store(p1 + i, v, mask=i < {total})"])
+
+
+PAD_BLOCK = 1024  # the elements a program of the padding copy takes
 
 
 def _render_stream(kernel: Kernel, name: str, p: dict) -> KernelCode:
@@ -429,7 +477,25 @@ def _render_stream(kernel: Kernel, name: str, p: dict) -> KernelCode:
     On an H200 (session 45, by hand, 3x3 windows over 8 input channels, ms): level 2's 57_Conv2d_ReLU_HardSwish
     (64 channels over 128 x 126 x 126) 0.616 in rows tiles of outer products (FMA) -> 0.352 at 64 positions, 4
     warps, 3 stages, 2 programs an SM (0.334 at 3 an SM and 2 stages, 0.375-0.405 at 128 positions or 2 stages);
-    64 channels over 128 x 254 x 254 1.372 (cuDNN 4.22), 32 channels 0.924 (cuDNN 2.52)."""
+    64 channels over 128 x 254 x 254 1.372 (cuDNN 4.22), 32 channels 0.924 (cuDNN 2.52).
+    A padded window, or a transposed one, walks a copy of its input padded with zeros (window_taps), which a
+    kernel of its own makes first (_pad_kernel)."""
+    g = kernel.nodes[0]
+    x = g.args[0]
+    pads = [] if pointwise(g) else window_taps(g)[0]
+    if not any(lo or hi for lo, hi in pads):
+        return _stream_kernel(kernel, name, p, x.base)
+    base, sizes = f"{name}_xpad", padded_sizes(g)
+    total = math.prod(x.shape[:2]) * math.prod(sizes)
+    code = _stream_kernel(kernel, name, p, base)
+    pad = Launch(f"{name}_pad", (math.ceil(total / PAD_BLOCK),), [x.base, base], {"BLOCK": PAD_BLOCK}, 4, 1)
+    temps = {base: (tuple(x.shape[:2]) + sizes, torch.float32)}
+    return dataclasses.replace(code, source=_pad_kernel(f"{name}_pad", x, pads) + "\n\n\n" + code.source,
+                               launches=[pad] + code.launches, temps=temps)
+
+
+def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode:
+    """The streamed kernel of _render_stream, its input at `xbase` (the input, or its padded copy)."""
     gen = Gen(kernel, name, p)
     g = kernel.nodes[0]
     x, w = g.args
@@ -438,7 +504,7 @@ def _render_stream(kernel: Kernel, name: str, p: dict) -> KernelCode:
     (bk, bn), bm = stream_blocks(g), p.get("BLOCK_M", 64)
     window, walk = not pointwise(g), walked_positions(g)
     per, big = math.ceil(walk / bm), ".to(tl.int64)" if gen.big else ""
-    xd = gen.ptr(x.base)
+    xd = gen.ptr(xbase)
     lines = ["rk = tl.arange(0, BLOCK_K)", f"rn1 = tl.arange(0, BLOCK_N){big}", "rn = rn1[None, :]"]
     if window:
         before, steps = _window_steps(g, p, gen.ptr(w.base), k, n, bk)
@@ -452,10 +518,10 @@ def _render_stream(kernel: Kernel, name: str, p: dict) -> KernelCode:
     lines += [f"for t in tl.range(tl.program_id(0), {batch * per}, PROGRAMS, num_stages={p.get('num_stages', 4)}):",
               f"b = t // {per}", f"hw0 = (t % {per}) * BLOCK_M"]
     if window:
-        lines += [f"x_img = {xd} + b.to(tl.int64) * {math.prod(x.shape[1:])}", "q = hw0 + tl.arange(0, BLOCK_M)",
-                  "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)"] + steps
-        sizes = (g.shape[2],) + tuple(x.shape[3:])
-        lines += _split_index("q", sizes, "v")
+        sizes = padded_sizes(g)
+        lines += [f"x_img = {xd} + b.to(tl.int64) * {x.shape[1] * math.prod(sizes)}",
+                  "q = hw0 + tl.arange(0, BLOCK_M)", "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)"] + steps
+        lines += _split_index("q", (g.shape[2],) + sizes[1:], "v")
         real = "v0"
         for i, size in enumerate(g.shape[3:], 1):
             real = f"({real}) * {size} + v{i}"

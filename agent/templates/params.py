@@ -600,10 +600,10 @@ def _stream_invalid(kernel: Kernel, p: dict) -> str | None:
     """Why a convolution cannot take streamed tiles (implicit_gemm._render_stream) under p, or None."""
     node = kernel.nodes[0]
     if not streams(node) or p.get("shapes", "static") != "static":
-        return "stream tiles are for a convolution of one group at stride 1 without padding in fp32, its input " \
-               f"contiguous, at most 128 output channels and at least {STREAM_POSITIONS} outputs an image, static " \
-               "shapes; a 1x1 one at most 64 input channels (its positions a multiple of 4), one with a window at " \
-               f"most {WINDOW_K} (channel, tap) columns whose weight fits a block's shared memory at 3 stages"
+        return "stream tiles are for a convolution of one group at stride 1 in fp32, its input contiguous, at " \
+               f"most 128 output channels and at least {STREAM_POSITIONS} outputs an image, static shapes; a 1x1 " \
+               "one at most 64 input channels (its positions a multiple of 4), one with a window at most " \
+               f"{WINDOW_K} (channel, tap) columns whose weight fits a block's shared memory at 3 stages"
     if p.get("BLOCK_M", 64) not in (16, 32, 64, 128, 256) or p.get("BLOCK_K", 16) == 1 or p.get("SAMPLES", 1) > 1:
         return "stream tiles take BLOCK_M a power of two from 16 to 256, dot steps and one sample"
     if p.get("per_sm", 1) not in (1, 2, 3, 4):

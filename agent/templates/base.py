@@ -50,7 +50,10 @@ class Plan:
 def plan(analysis: TaskAnalysis, params: dict | None = None) -> Plan:
     params = params or {}
     program = lower(analysis)
-    kernels, buffers = schedule(program, split_k=params.get("SPLIT_K", 1), torch_gemm=params.get("impl") == "torch")
+    # streamed convolution tiles hold every output channel: a reduction over them joins the convolution's kernel
+    channels = params.get("BLOCK_N", 0) if params.get("tiles") == "stream" else 0
+    kernels, buffers = schedule(program, split_k=params.get("SPLIT_K", 1), torch_gemm=params.get("impl") == "torch",
+                                channels=channels)
     primary = max(range(len(kernels)), key=lambda i: (work(kernels[i]), -i))
     if kernels[primary].kind == "torch_gemm":  # the tunable kernel is then the largest Triton one
         rest = [i for i, k in enumerate(kernels) if k.kind != "torch_gemm"]

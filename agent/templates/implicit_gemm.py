@@ -526,13 +526,14 @@ def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode
         for i, size in enumerate(g.shape[3:], 1):
             real = f"({real}) * {size} + v{i}"
         valid = " & ".join([f"(q < {walk})"] + [f"(v{i} < {size})" for i, size in enumerate(g.shape[3:], 1)])
-        lines += [f"rm = ({real}{big} + b * {positions})[:, None]", f"mask = ({valid})[:, None] & (rn < {n})"]
+        lines += [f"rm = ({real}{big} + b * {positions})[:, None]", f"rmask = ({valid})[:, None]",
+                  f"mask = rmask & (rn < {n})"]
     else:
         lines += [f"ta = tl.trans(tl.reshape({xd}.load([b, 0, hw0]), (BLOCK_K, BLOCK_M)))",
                   "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)"]
         lines += _product(p, "acc", "ta", "tb")
         lines += [f"hw = hw0 + tl.arange(0, BLOCK_M){big}", f"rm = (hw + b * {positions})[:, None]",
-                  f"mask = (hw[:, None] < {positions}) & (rn < {n})"]
+                  f"rmask = hw[:, None] < {positions}", f"mask = rmask & (rn < {n})"]
     rank = len(kernel.domain)
     gen.groups = [([0] + list(range(2, rank)), "rm"), ([1], "rn")]
     # a per-channel value (a bias) loads as [1, BLOCK_N] by a mask of the tile's channels alone, the same in
@@ -549,6 +550,9 @@ def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode
         value = f"tl.broadcast_to({gen.value(m)}, (BLOCK_M, BLOCK_N))"
         gen.body.lines.append(f"{gen.ptr(buf)}.store([b, 0, hw0], tl.reshape(tl.trans({value}), "
                               f"(1, BLOCK_N, BLOCK_M)))")
+    gen.axis = 1  # a reduction over the channels (schedule.channel_reduction): each tile holds them all
+    for r in [m for m in kernel.nodes if m.op == "reduce"]:
+        gen.reduce_now(r)
     store_lines(gen, [(m, b) for m, b in kernel.stores.items() if (m, b) not in whole])
     gen.top.lines[first:] = ["    " + line for line in gen.top.lines[first:]]
     src = kernel_header(name, gen, ["BLOCK_M", "BLOCK_N", "BLOCK_K", "PROGRAMS"]) + \

@@ -100,10 +100,11 @@ def view_strides(node: Node) -> tuple[tuple, int]:
 
 
 class _Scheduler:
-    def __init__(self, program: Program, split_k: int, torch_gemm: bool):
+    def __init__(self, program: Program, split_k: int, torch_gemm: bool, channels: int = 0):
         self.p = program
         self.split_k = split_k
         self.torch_gemm = torch_gemm
+        self.channels = channels  # the most output channels a convolution's tile holds whole (channel_reduction)
         self.kernels: list[Kernel] = []
         self.home: dict = {}  # program node -> (kernel, member copy)
         self.leaves: dict = {}  # program node -> Leaf over its buffer
@@ -374,6 +375,9 @@ class _Scheduler:
     def place_reduction(self, n: Node, k: Kernel | None) -> None:
         x, dims = n.args[0], tuple(n.attrs["dims"])
         level = "red" if n.op == "reduce" else "full"
+        if self.channel_reduction(n, k):
+            k.rdims = dims
+            return self.join_reduction(k, n, level)
         if k is not None and k.kind == "tile":
             full_input = (not self.inside(x, k) and x.numel == math.prod(k.domain)) or \
                          (self.inside(x, k) and k.level[self.home[x][1]] == "full")
@@ -401,6 +405,17 @@ class _Scheduler:
         self.kernels.append(k)
         self.join_reduction(k, n, level)
 
+    def channel_reduction(self, n: Node, k: Kernel | None) -> bool:
+        """Whether reduction n over a convolution's channels joins its kernel: the convolution's output (or a
+        value of its epilogue) reduced over dim 1 alone, one group, its output channels within what a tile holds
+        whole (`channels`), so that each tile reduces its own positions' channels in registers."""
+        if k is None or k.kind != "gemm" or not self.channels or n.op != "reduce" or n.fn not in ("sum", "max", "min"):
+            return False
+        g, x = k.nodes[0], n.args[0]
+        return g.fn == "conv" and g.attrs["groups"] == 1 and tuple(n.attrs["dims"]) == (1,) and \
+            k.rdims in ((), (1,)) and self.inside(x, k) and k.level[self.home[x][1]] == "full" and \
+            tuple(x.shape) == k.domain and k.domain[1] <= self.channels and not g.attrs.get("split_k")
+
     def join_reduction(self, k: Kernel, n: Node, level: str) -> None:
         if n.op == "scan":
             k.scan_reverse = n.attrs["reverse"]
@@ -410,10 +425,17 @@ class _Scheduler:
         members = [self.home[a][1] for a in n.inputs if self.inside(a, k)]
         if k.kind in ("torch_gemm", "rnn", "attention"):
             return None
+        if k.kind == "gemm" and k.rdims:  # a reduction over its channels joined (channel_reduction)
+            return self.reduced_level(k, n, members)
         if k.kind == "gemm":
             ok = n.shape == k.domain and all(k.level[m] == "full" for m in members)
             return "full" if ok and (members or n.numel == math.prod(k.domain)) and not k.nodes[0].attrs.get(
                 "split_k") else None
+        return self.reduced_level(k, n, members)
+
+    def reduced_level(self, k: Kernel, n: Node, members: list) -> str | None:
+        """A pointwise node's level in a kernel with reductions: full (a reduced value broadcast back over the
+        reduced dims), red (over reduced values alone), or None (another kernel)."""
         full = math.prod(k.domain)
         if n.numel == full:
             for m in members:
@@ -442,12 +464,13 @@ class _Scheduler:
         return None
 
 
-def schedule(program: Program, split_k: int = 1, torch_gemm: bool = False) -> tuple[list[Kernel], dict]:
+def schedule(program: Program, split_k: int = 1, torch_gemm: bool = False, channels: int = 0
+             ) -> tuple[list[Kernel], dict]:
     """Kernels in launch order, and the buffer name of every stored program node. split_k > 1 splits each
     GEMM's K loop over that many programs; torch_gemm leaves GEMMs to torch.mm/bmm (epilogues stay Triton)."""
     if not program.nodes:
         raise Unsupported("The forward computes nothing.")
-    return _Scheduler(program, split_k, torch_gemm).run()
+    return _Scheduler(program, split_k, torch_gemm, channels).run()
 
 
 

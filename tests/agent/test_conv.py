@@ -690,6 +690,28 @@ def test_padded_and_transposed_windows_stream_over_a_padded_copy(conv, shape, ru
     runner.run_ok(task, source)
 
 
+@pytest.mark.parametrize("forward, kernels", [
+    ("torch.tanh(torch.min(self.conv(x), dim=1, keepdim=True)[0])", 1),  # a min and a tanh per position
+    ("torch.logsumexp(self.conv(x), dim=1, keepdim=True) * 0.5", 1),  # max, exp of the difference, sum, log
+    ("torch.softmax(self.conv(x), dim=1) + 1.0", 1),  # the reductions broadcast back over the channels
+    ("torch.amax(self.conv(x), dim=(2, 3))", 2),  # over positions: a kernel of its own
+], ids=["min", "logsumexp", "softmax", "positions"])
+def test_a_streamed_convolution_reduces_over_its_channels_in_its_epilogue(forward, kernels, runner, tmp_path):
+    """Streamed tiles hold every output channel, so a reduction over the channels (and what follows it, per
+    position or broadcast back) joins the convolution's kernel (schedule.channel_reduction): its output is never
+    written. A reduction over positions does not. Each matches the reference."""
+    task = tmp_path / "windowed_reduced.py"
+    task.write_text(WINDOWED.replace("return torch.relu(self.conv(x)) * 0.5", f"return {forward}"))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    d = t.default(a)
+    assert d["tiles"] == "stream"
+    assert len(base.plan(a, d).kernels) == kernels
+    runner.run_ok(task, t.render(a, d))
+    rows = {key: value for key, value in d.items() if key not in ("tiles", "per_sm")}
+    assert len(base.plan(a, {**rows, "tiles": "rows"}).kernels) == 2
+
+
 @pytest.mark.parametrize("conv, shape, why", [
     ("nn.Conv2d(3, 12, 3, stride=2)", "(2, 3, 40, 48)", "a stride"),
     ("nn.ConvTranspose2d(3, 12, 3, stride=2)", "(2, 3, 20, 24)", "a transposed one's stride: its phases are "

@@ -50,8 +50,10 @@ class Plan:
 def plan(analysis: TaskAnalysis, params: dict | None = None) -> Plan:
     params = params or {}
     program = lower(analysis)
-    # streamed convolution tiles hold every output channel: a reduction over them joins the convolution's kernel
-    channels = params.get("BLOCK_N", 0) if params.get("tiles") == "stream" else 0
+    # streamed convolution tiles hold every output channel, rows tiles BLOCK_N of them: a reduction over them
+    # joins the convolution's kernel where one tile holds them all (not beside a norm's statistics in rows tiles)
+    holds = params.get("tiles") == "stream" or params.get("tiles") == "rows" and not params.get("stats")
+    channels = params.get("BLOCK_N", 0) if holds else 0
     kernels, buffers = schedule(program, split_k=params.get("SPLIT_K", 1), torch_gemm=params.get("impl") == "torch",
                                 channels=channels)
     primary = max(range(len(kernels)), key=lambda i: (work(kernels[i]), -i))

@@ -390,7 +390,7 @@ def stream_blocks(node) -> tuple[int, int]:
     return (max(16, next_pow2(k)) if pointwise(node) else WINDOW_BLOCK_K), max(16, next_pow2(n))
 
 
-def stream_smem(p: dict, node) -> int:
+def stream_smem(p: dict, node, scratch: bool = True) -> int:
     """Shared memory bytes a streamed convolution's program needs at most (_render_stream): its stages of input
     tiles, the weight's two TF32 parts and the output tile the TMA store reads. Triton's own figures (its sm_90
     compile), 64 input and 128 output channels: 147,480 at 64 positions and 4 stages (this counts 163,840),
@@ -399,12 +399,14 @@ def stream_smem(p: dict, node) -> int:
     conversions and barriers (Triton 3.9's sm_90 compiles over 3-16 input channels in 3x3 windows into 16-64,
     64 or 128 positions, 2-4 stages: 4.2-9.0 KB past the tiles at 4 warps, 16.6-16.9 KB at 8). On an H200
     (Triton 3.6) 16 channels into 64 at 128 positions and 3 stages ran in 4 warps and asked 237,568 bytes in
-    8 (this counts 230,400 and 248,832)."""
+    8 (this counts 230,400 and 248,832). Without `scratch`, the tiles alone (the layout conversions' scratch
+    shares their space where the epilogue stores no full tile: level 2's 25, reduced over its channels, asked
+    512 bytes past its tiles at 2 stages)."""
     (bk, bn), bm, stages = stream_blocks(node), p.get("BLOCK_M", 64), max(1, p.get("num_stages", 4))
     if pointwise(node):
         return (stages * bm * bk + 2 * bk * bn + bm * bn) * 4
     steps = math.ceil(gemm_dims(node)[3] / bk)
-    return steps * (max(1, stages - 1) * bm * bk + 2 * bk * bn) * 4 + 2304 * p.get("num_warps", 4)
+    return steps * (max(1, stages - 1) * bm * bk + 2 * bk * bn) * 4 + 2304 * p.get("num_warps", 4) * scratch
 
 
 def _window_steps(g, p: dict, wp: str, k: int, n: int, bk: int) -> tuple[list[str], list[str]]:
@@ -842,7 +844,7 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     lines += [f"rw = wt * {bq * s} + {k}" if s2 == s else f"rw = (wt * {bq} + {k} // {s2}) * {s} + {k} % {s2}",
               f"rm = {rm}", f"rn = pid_g * {n} + rn1[:, None]",
               f"cols = (rw < {out_w})" + (f" & ({k} % {s2} < {s})" if s2 > s else ""),
-              f"mask = (rn1[:, None] < {n}) & cols"]
+              f"mask = (rn1[:, None] < {n}) & cols", "rmask = cols"]
     rank = len(kernel.domain)
     gen.groups = [([0] + list(range(2, rank - 1)), "rm"), ([1], "rn"), ([rank - 1], "rw")]
     gen.channel_mask = f"rn1[:, None] < {n}"
@@ -851,6 +853,9 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen.kinds[g] = "f"
     # under recompute the statistics are all the first launch keeps of the output (stats_epilogue.recomputed)
     dropped = p.get("recompute") and p["stats"].buffer
+    gen.axis = 0  # a reduction over the channels (schedule.channel_reduction): the tile's rows
+    for r in [m for m in kernel.nodes if m.op == "reduce"]:
+        gen.reduce_now(r)
     store_lines(gen, [(m, b) for m, b in kernel.stores.items() if b != dropped])
     if p.get("stats"):  # the next row kernel's partial statistics (stats_epilogue), a batch element at a time
         stored = next(m for m, b in kernel.stores.items() if b == p["stats"].buffer)

@@ -48,7 +48,7 @@ from agent.templates.implicit_gemm import (conv_tiles, gemm_dims, interleave_slo
 from agent.templates.ir import Leaf, Node
 from agent.templates.fold import fold_sums, foldable
 from agent.templates.kernels import col_splittable, looped_passes, reduction_stages, online_pairs, welford_pairs
-from agent.templates.codegen import SMEM_BYTES, SMS
+from agent.templates.codegen import SM_SMEM_BYTES, SMEM_BYTES, SMS
 from agent.templates.schedule import Kernel
 
 L2_BYTES = 50 * 2**20
@@ -160,10 +160,19 @@ def stream_tiles(node: Node) -> dict:
     before (pointwise_tiles) 5.34 -> 3.58, and 86_conv_depthwise_separable_2D's pointwise half (64 -> 128
     channels over 16 x 512 x 512) 1.26 -> 0.88; at 3 stages 4.19 and 1.04, 5 or 6 stages 1-2% slower than 4,
     128 positions at 4 or 8 warps 3.78-3.81 and 0.92, 64 at 8 warps 5.90, 32 at 4 5.64. With a window, see
-    implicit_gemm._render_stream."""
+    implicit_gemm._render_stream; 2 stages where two programs at 3 would not fit an SM's shared memory together
+    (one would run an SM) and at 2 their tiles do. On an H200 (session 46): level 2's 25_Conv2d_Min_Tanh_Tanh
+    (144 columns into 64 channels, 148 KB a program at 3 stages, 111 KB at 2 in Triton's sm_90 compile) 2.96 ->
+    2.02 ms; level 1's 74_conv_transposed_1D_dilated (160 columns, 123 KB of tiles at 2 stages: still one an SM)
+    2.22 at 3, 2.33 at 2."""
     bk, bn = stream_blocks(node)
     p = {"tiles": "stream", "BLOCK_M": 64, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4}
-    return {**p, "num_stages": 4} if pointwise(node) else {**p, "num_stages": 3, "per_sm": 2}
+    if pointwise(node):
+        return {**p, "num_stages": 4}
+    window, two = {**p, "num_stages": 3, "per_sm": 2}, {**p, "num_stages": 2, "per_sm": 2}
+    if 2 * stream_smem(window, node) > SM_SMEM_BYTES and 2 * stream_smem(two, node, scratch=False) <= SM_SMEM_BYTES:
+        return two
+    return window
 
 
 def pointwise_tiles(node: Node) -> dict:

@@ -6,7 +6,8 @@ the reduced dims removed). Nodes join the current kernel while they fit these le
 a new kernel, and values crossing kernels are stored to a buffer and read back as leaves over it (so any
 view or broadcast of them is just strides). Pointwise nodes of leaves alone are never scheduled: every
 kernel that reads one recomputes it at its own positions (broadcasting included), so a chain of broadcast
-operands costs no buffer. A GEMM kernel takes a pointwise epilogue over its output; a "torch_gemm" kernel
+operands costs no buffer. A GEMM kernel takes a pointwise epilogue over its output, and a convolution's
+kernel whose tiles hold every output channel (`channels`) a reduction over them too; a "torch_gemm" kernel
 is a vendor GEMM run on the host, its epilogue a Triton kernel reading its buffer. A piece of a cat that a
 kernel of its own computes, read by nothing else, is stored straight into its place in the cat's buffer
 (cat_in_place): the cat's kernel then stores only its other positions.
@@ -467,7 +468,8 @@ class _Scheduler:
 def schedule(program: Program, split_k: int = 1, torch_gemm: bool = False, channels: int = 0
              ) -> tuple[list[Kernel], dict]:
     """Kernels in launch order, and the buffer name of every stored program node. split_k > 1 splits each
-    GEMM's K loop over that many programs; torch_gemm leaves GEMMs to torch.mm/bmm (epilogues stay Triton)."""
+    GEMM's K loop over that many programs; torch_gemm leaves GEMMs to torch.mm/bmm (epilogues stay Triton);
+    a convolution of at most `channels` output channels takes a reduction over them (channel_reduction)."""
     if not program.nodes:
         raise Unsupported("The forward computes nothing.")
     return _Scheduler(program, split_k, torch_gemm, channels).run()

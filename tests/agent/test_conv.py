@@ -690,6 +690,18 @@ def test_padded_and_transposed_windows_stream_over_a_padded_copy(conv, shape, ru
     runner.run_ok(task, source)
 
 
+@pytest.mark.parametrize("conv, shape, stages", [
+    ("nn.Conv2d(3, 12, 3)", "(2, 3, 20, 24)", 3),  # 27 columns: two programs fit an SM at 3 stages
+    ("nn.Conv2d(16, 64, 3)", "(2, 16, 20, 24)", 2),  # 144 columns into 64: 157 KB a program at 3, 111 KB at 2
+    ("nn.Conv1d(32, 64, 5)", "(2, 32, 300)", 3),  # 160 columns: 123 KB of tiles at 2, one an SM either way
+], ids=["small", "two_stages", "one_an_sm"])
+def test_streamed_tiles_take_two_stages_where_two_programs_then_fit_an_sm(conv, shape, stages, tmp_path):
+    task = tmp_path / "windowed_stages.py"
+    task.write_text(WINDOWED.replace("nn.Conv2d(3, 12, 3)", conv).replace("(2, 3, 20, 24)", shape))
+    d = BY_NAME["gemm"].default(analyze(str(task), small=True))
+    assert (d["tiles"], d["per_sm"], d["num_stages"]) == ("stream", 2, stages)
+
+
 @pytest.mark.parametrize("forward, kernels", [
     ("torch.tanh(torch.min(self.conv(x), dim=1, keepdim=True)[0])", 1),  # a min and a tanh per position
     ("torch.logsumexp(self.conv(x), dim=1, keepdim=True) * 0.5", 1),  # max, exp of the difference, sum, log
@@ -699,7 +711,7 @@ def test_padded_and_transposed_windows_stream_over_a_padded_copy(conv, shape, ru
 def test_a_streamed_convolution_reduces_over_its_channels_in_its_epilogue(forward, kernels, runner, tmp_path):
     """Streamed tiles hold every output channel, so a reduction over the channels (and what follows it, per
     position or broadcast back) joins the convolution's kernel (schedule.channel_reduction): its output is never
-    written. A reduction over positions does not. Each matches the reference."""
+    written. A reduction over positions does not, nor one after channel tiles. Each matches the reference."""
     task = tmp_path / "windowed_reduced.py"
     task.write_text(WINDOWED.replace("return torch.relu(self.conv(x)) * 0.5", f"return {forward}"))
     a = analyze(str(task), small=True)
@@ -708,8 +720,29 @@ def test_a_streamed_convolution_reduces_over_its_channels_in_its_epilogue(forwar
     assert d["tiles"] == "stream"
     assert len(base.plan(a, d).kernels) == kernels
     runner.run_ok(task, t.render(a, d))
-    rows = {key: value for key, value in d.items() if key not in ("tiles", "per_sm")}
-    assert len(base.plan(a, {**rows, "tiles": "rows"}).kernels) == 2
+    channel_tiles = {key: value for key, value in d.items() if key not in ("tiles", "per_sm")}
+    assert len(base.plan(a, {**channel_tiles, "tiles": "channels"}).kernels) == 2
+
+
+@pytest.mark.parametrize("conv, forward, shape, samples", [
+    ("nn.ConvTranspose3d(3, 16, 3, stride=2, padding=1)", "torch.logsumexp(self.conv(x), dim=1, keepdim=True)",
+     "(2, 3, 3, 5, 6)", 1),  # phased rows: the last dim's two phases as slots of one tile
+    ("nn.ConvTranspose3d(3, 16, 3, stride=2, padding=1)", "torch.amax(self.conv(x), dim=1, keepdim=True)",
+     "(4, 3, 3, 5, 6)", 2),  # two batch elements a tile
+    ("nn.Conv2d(3, 12, 3)", "torch.softmax(self.conv(x), dim=1) * 2.0", "(2, 3, 20, 24)", 1),  # broadcast back
+], ids=["logsumexp", "max_samples", "softmax"])
+def test_rows_tiles_reduce_over_their_channels_in_their_epilogue(conv, forward, shape, samples, runner, tmp_path):
+    """Rows tiles hold BLOCK_N channels by a row's outputs; where BLOCK_N holds every channel, a reduction over
+    them joins the convolution's kernel too, along the tile's first axis. Each matches the reference."""
+    task = tmp_path / "rows_reduced.py"
+    task.write_text(WINDOWED.replace("nn.Conv2d(3, 12, 3)", conv).replace("(2, 3, 20, 24)", shape).replace(
+        "return torch.relu(self.conv(x)) * 0.5", f"return {forward}"))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    rows = next(v for v in t.variants(a) if v.get("tiles") == "rows" and v["impl"] == "triton")
+    rows = {**rows, "BLOCK_N": 16, "SAMPLES": samples}
+    assert len(base.plan(a, rows).kernels) == 1
+    runner.run_ok(task, t.render(a, rows))
 
 
 @pytest.mark.parametrize("conv, shape, why", [

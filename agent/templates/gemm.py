@@ -18,7 +18,7 @@ from agent.templates import base
 from agent.templates.codegen import next_pow2
 from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased, pointwise, rows_fit, streams
 from agent.templates.params import (CONV_BLOCK_K, SMS, gemm_tiles, interleaved_tiles, kernel_default, kernel_invalid,
-                                    kernel_space, pointwise_tiles, rows_form, rows_stacked, wide_tiles)
+                                    kernel_space, pointwise_tiles, rows_form, rows_stacked, stream_stages, wide_tiles)
 from agent.templates.program import work
 from agent.templates.split_operands import pays
 from agent.templates.stats_epilogue import recompute_pays, stats_pair, worth_it
@@ -155,6 +155,9 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
         d["persistent"] = 1
     if registers:
         d["parts"] = "registers"
+    if d.get("tiles") == "stream" and not pointwise(k.nodes[0]):  # by what the streamed kernel stores
+        d["num_stages"] = stream_stages(max((x for x in base.plan(analysis, d).kernels if x.kind == "gemm"),
+                                            key=work), d)
     precision = "tf32" if analysis.tf32 else "tf32x3" if in_registers or parts or registers else "ieee"
     if precision == "tf32x3" and k.nodes[0].fn == "conv":  # each gathered tile split once (implicit_gemm.hand_split)
         d["parts"] = "hand"

@@ -160,19 +160,26 @@ def stream_tiles(node: Node) -> dict:
     before (pointwise_tiles) 5.34 -> 3.58, and 86_conv_depthwise_separable_2D's pointwise half (64 -> 128
     channels over 16 x 512 x 512) 1.26 -> 0.88; at 3 stages 4.19 and 1.04, 5 or 6 stages 1-2% slower than 4,
     128 positions at 4 or 8 warps 3.78-3.81 and 0.92, 64 at 8 warps 5.90, 32 at 4 5.64. With a window, see
-    implicit_gemm._render_stream; 2 stages where two programs at 3 would not fit an SM's shared memory together
-    (one would run an SM) and at 2 their tiles do. On an H200 (session 46): level 2's 25_Conv2d_Min_Tanh_Tanh
-    (144 columns into 64 channels, 148 KB a program at 3 stages, 111 KB at 2 in Triton's sm_90 compile) 2.96 ->
-    2.02 ms; level 1's 74_conv_transposed_1D_dilated (160 columns, 123 KB of tiles at 2 stages: still one an SM)
-    2.22 at 3, 2.33 at 2."""
+    implicit_gemm._render_stream, and stream_stages."""
     bk, bn = stream_blocks(node)
     p = {"tiles": "stream", "BLOCK_M": 64, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4}
-    if pointwise(node):
-        return {**p, "num_stages": 4}
-    window, two = {**p, "num_stages": 3, "per_sm": 2}, {**p, "num_stages": 2, "per_sm": 2}
-    if 2 * stream_smem(window, node) > SM_SMEM_BYTES and 2 * stream_smem(two, node, scratch=False) <= SM_SMEM_BYTES:
-        return two
-    return window
+    return {**p, "num_stages": 4} if pointwise(node) else {**p, "num_stages": 3, "per_sm": 2}
+
+
+def stream_stages(kernel: Kernel, p: dict) -> int:
+    """A streamed window's stages under p (its plan's kernel, the convolution's): 2 where its programs at 3
+    would not fit an SM's shared memory together (one would run an SM at a time) and at 2 they do, else 3. A
+    kernel that stores no full tile (a reduction over the channels in its epilogue) asks its tiles alone
+    (implicit_gemm.stream_smem without scratch). On an H200 (session 46), 144 columns into 64 channels, 148 KB a
+    program at 3 stages: level 2's 25_Conv2d_Min_Tanh_Tanh (reduced, 111 KB at 2 in Triton's sm_90 compile)
+    2.96 -> 2.02 ms; the same convolution under a ReLU (SqueezeNet's 3x3 expand, 16 -> 64 over 64 x 126 x 126)
+    0.458 at 3, 0.538 at 2, its output tile's scratch past half an SM; level 1's 74_conv_transposed_1D_dilated
+    (160 columns, one an SM either way) 2.22 at 3, 2.33 at 2."""
+    node, per_sm = kernel.nodes[0], p.get("per_sm", 1)
+    if per_sm * stream_smem({**p, "num_stages": 3}, node) <= SM_SMEM_BYTES:
+        return 3
+    two = per_sm * stream_smem({**p, "num_stages": 2}, node, scratch=kernel.writes_elements)
+    return 2 if two <= SM_SMEM_BYTES else 3
 
 
 def pointwise_tiles(node: Node) -> dict:

@@ -690,14 +690,18 @@ def test_padded_and_transposed_windows_stream_over_a_padded_copy(conv, shape, ru
     runner.run_ok(task, source)
 
 
-@pytest.mark.parametrize("conv, shape, stages", [
-    ("nn.Conv2d(3, 12, 3)", "(2, 3, 20, 24)", 3),  # 27 columns: two programs fit an SM at 3 stages
-    ("nn.Conv2d(16, 64, 3)", "(2, 16, 20, 24)", 2),  # 144 columns into 64: 157 KB a program at 3, 111 KB at 2
-    ("nn.Conv1d(32, 64, 5)", "(2, 32, 300)", 3),  # 160 columns: 123 KB of tiles at 2, one an SM either way
-], ids=["small", "two_stages", "one_an_sm"])
-def test_streamed_tiles_take_two_stages_where_two_programs_then_fit_an_sm(conv, shape, stages, tmp_path):
+@pytest.mark.parametrize("conv, shape, forward, stages", [
+    ("nn.Conv2d(3, 12, 3)", "(2, 3, 20, 24)", "", 3),  # 27 columns: two programs fit an SM at 3 stages
+    # 144 columns into 64 channels, 157 KB a program at 3 stages: at 2, 111 KB of tiles where the epilogue
+    # reduces over the channels, and its output tile's scratch on top where it stores one
+    ("nn.Conv2d(16, 64, 3)", "(2, 16, 20, 24)", "torch.amin(self.conv(x), dim=1, keepdim=True)", 2),
+    ("nn.Conv2d(16, 64, 3)", "(2, 16, 20, 24)", "", 3),
+    ("nn.Conv1d(32, 64, 5)", "(2, 32, 300)", "", 3),  # 160 columns: 123 KB of tiles at 2, one an SM either way
+], ids=["small", "reduced", "stored", "one_an_sm"])
+def test_streamed_tiles_take_two_stages_where_two_programs_then_fit_an_sm(conv, shape, forward, stages, tmp_path):
     task = tmp_path / "windowed_stages.py"
-    task.write_text(WINDOWED.replace("nn.Conv2d(3, 12, 3)", conv).replace("(2, 3, 20, 24)", shape))
+    source = WINDOWED.replace("nn.Conv2d(3, 12, 3)", conv).replace("(2, 3, 20, 24)", shape)
+    task.write_text(source.replace("torch.relu(self.conv(x)) * 0.5", forward) if forward else source)
     d = BY_NAME["gemm"].default(analyze(str(task), small=True))
     assert (d["tiles"], d["per_sm"], d["num_stages"]) == ("stream", 2, stages)
 

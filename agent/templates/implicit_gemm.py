@@ -440,8 +440,12 @@ def _window_steps(g, p: dict, wp: str, k: int, n: int, bk: int) -> tuple[list[st
     return before, body
 
 
-def _pad_kernel(kname: str, x, pads: list) -> str:
-    """A kernel that copies input x into a buffer of its spatial dims padded with zeros (window_taps)."""
+PAD_BLOCK = 1024  # the elements a program of the padding copy takes
+
+
+def _padded_copy(name: str, x, pads: list) -> KernelCode:
+    """A kernel that copies input x into buffer `{name}_xpad`, its spatial dims padded with zeros (window_taps):
+    its source, its launch and the buffer."""
     sizes = tuple(x.shape[2:])
     padded = tuple(size + lo + hi for size, (lo, hi) in zip(sizes, pads))
     total = math.prod(x.shape[:2]) * math.prod(padded)  # under 2^31 (streams)
@@ -451,14 +455,14 @@ def _pad_kernel(kname: str, x, pads: list) -> str:
         at = f"(u{j} - {lo})" if lo else f"u{j}"
         src.append(f"{at} * {st}" if st > 1 else at)
         ok += ([f"(u{j} >= {lo})"] if lo else []) + ([f"(u{j} < {lo + size})"] if hi else [])
-    return "\n".join(["@triton.jit", f"def {kname}(p0, p1, BLOCK: tl.constexpr):",
-                      "    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)"] +
-                     ["    " + line for line in lines] +
-                     [f"    v = tl.load(p0 + {' + '.join(src)}, mask={' & '.join(ok)}, other=0.0)",
-                      f"    tl.store(p1 + i, v, mask=i < {total})"])
-
-
-PAD_BLOCK = 1024  # the elements a program of the padding copy takes
+    source = "\n".join(["@triton.jit", f"def {name}_pad(p0, p1, BLOCK: tl.constexpr):",
+                        "    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)"] +
+                       ["    " + line for line in lines] +
+                       [f"    v = tl.load(p0 + {' + '.join(src)}, mask={' & '.join(ok)}, other=0.0)",
+                        f"    tl.store(p1 + i, v, mask=i < {total})"])
+    launch = Launch(f"{name}_pad", (math.ceil(total / PAD_BLOCK),), [x.base, f"{name}_xpad"], {"BLOCK": PAD_BLOCK},
+                    4, 1)
+    return KernelCode(source, [launch], {f"{name}_xpad": (tuple(x.shape[:2]) + padded, torch.float32)})
 
 
 def _render_stream(kernel: Kernel, name: str, p: dict) -> KernelCode:
@@ -481,19 +485,23 @@ def _render_stream(kernel: Kernel, name: str, p: dict) -> KernelCode:
     warps, 3 stages, 2 programs an SM (0.334 at 3 an SM and 2 stages, 0.375-0.405 at 128 positions or 2 stages);
     64 channels over 128 x 254 x 254 1.372 (cuDNN 4.22), 32 channels 0.924 (cuDNN 2.52).
     A padded window, or a transposed one, walks a copy of its input padded with zeros (window_taps), which a
-    kernel of its own makes first (_pad_kernel)."""
+    kernel of its own makes first (_padded_copy)."""
     g = kernel.nodes[0]
     x = g.args[0]
     pads = [] if pointwise(g) else window_taps(g)[0]
     if not any(lo or hi for lo, hi in pads):
         return _stream_kernel(kernel, name, p, x.base)
-    base, sizes = f"{name}_xpad", padded_sizes(g)
-    total = math.prod(x.shape[:2]) * math.prod(sizes)
-    code = _stream_kernel(kernel, name, p, base)
-    pad = Launch(f"{name}_pad", (math.ceil(total / PAD_BLOCK),), [x.base, base], {"BLOCK": PAD_BLOCK}, 4, 1)
-    temps = {base: (tuple(x.shape[:2]) + sizes, torch.float32)}
-    return dataclasses.replace(code, source=_pad_kernel(f"{name}_pad", x, pads) + "\n\n\n" + code.source,
-                               launches=[pad] + code.launches, temps=temps)
+    pad, code = _padded_copy(name, x, pads), _stream_kernel(kernel, name, p, f"{name}_xpad")
+    return dataclasses.replace(code, source=pad.source + "\n\n\n" + code.source, launches=pad.launches + code.launches,
+                               temps=pad.temps)
+
+
+def channel_reductions(gen: Gen, axis: int) -> None:
+    """A convolution kernel's reductions over its output channels (schedule.channel_reduction), each over a
+    tile's `axis`, ahead of its stores."""
+    gen.axis = axis
+    for r in [m for m in gen.k.nodes if m.op == "reduce"]:
+        gen.reduce_now(r)
 
 
 def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode:
@@ -552,9 +560,7 @@ def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode
         value = f"tl.broadcast_to({gen.value(m)}, (BLOCK_M, BLOCK_N))"
         gen.body.lines.append(f"{gen.ptr(buf)}.store([b, 0, hw0], tl.reshape(tl.trans({value}), "
                               f"(1, BLOCK_N, BLOCK_M)))")
-    gen.axis = 1  # a reduction over the channels (schedule.channel_reduction): each tile holds them all
-    for r in [m for m in kernel.nodes if m.op == "reduce"]:
-        gen.reduce_now(r)
+    channel_reductions(gen, 1)  # each tile holds every channel
     store_lines(gen, [(m, b) for m, b in kernel.stores.items() if (m, b) not in whole])
     gen.top.lines[first:] = ["    " + line for line in gen.top.lines[first:]]
     src = kernel_header(name, gen, ["BLOCK_M", "BLOCK_N", "BLOCK_K", "PROGRAMS"]) + \
@@ -853,9 +859,7 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     gen.kinds[g] = "f"
     # under recompute the statistics are all the first launch keeps of the output (stats_epilogue.recomputed)
     dropped = p.get("recompute") and p["stats"].buffer
-    gen.axis = 0  # a reduction over the channels (schedule.channel_reduction): the tile's rows
-    for r in [m for m in kernel.nodes if m.op == "reduce"]:
-        gen.reduce_now(r)
+    channel_reductions(gen, 0)  # the tile's rows are its channels
     store_lines(gen, [(m, b) for m, b in kernel.stores.items() if b != dropped])
     if p.get("stats"):  # the next row kernel's partial statistics (stats_epilogue), a batch element at a time
         stored = next(m for m, b in kernel.stores.items() if b == p["stats"].buffer)

@@ -11,6 +11,10 @@ mean normalized fitness (fitness / the template's best, 0 for incorrect or crash
 everything observed, so values that were fast are chosen more often and untried values get a chance;
 ordered numeric parameters mostly move to a neighbouring value. Configurations already proposed or
 evaluated are never proposed again, nor are ones the template rejects (too many registers, shared memory).
+About half the proposals (NEIGHBOURS) are instead the fittest configuration's untried one-parameter moves, in a
+random order: a value's pooled fitness counts every configuration it ran in, so a stage count that was slow in
+other tiles is otherwise seldom tried in the fittest one (level 1's 79: 24 evaluations, none of its 128 x 32
+interleaved tiles at 3 stages).
 
 Where the rewrite pass kept a rewrite, each configuration is tuned on the program it was built from (its
 params' "rewrites": the rewritten one, or the original beside it), so a task whose original program is the
@@ -40,6 +44,7 @@ from agent.templates.params import kernel_default, kernel_space
 
 FOCUS = 0.5  # the share of proposals that retune the kernel with the most device time, where it is not the main one
 ROOFLINE = 0.5  # the share of proposals (at least one) taken from the roofline's structural moves while they last
+NEIGHBOURS = 0.5  # the chance that a proposal is the next untried one-parameter move of the fittest configuration
 
 
 PLAN_FORMS = ("kernels", "stats", "recompute")  # kept by refit: no template's space lists them
@@ -122,6 +127,7 @@ class ParamOperator:
                 f"kernel {move.kernel}, the most device time in candidate {self.measured.id}"
             self.add(self.measured.params["template"], move.params, out, f"roofline: {move.reason} (from {origin})")
         hot = self.hottest(templates)
+        near = self.neighbours(templates)
         for _ in range(40 * n):
             if len(out) >= n:
                 break
@@ -129,6 +135,9 @@ class ParamOperator:
                 name, start, i = hot
                 child, note = self.retune(start, i)
                 origin = f"kernel {i}, the most device time in candidate {self.measured.id}"
+            elif near and self.rng.random() < NEIGHBOURS:
+                name, child, note = near.pop()
+                origin = "best measured, one parameter"
             else:
                 name, start, origin = self.pick_base(templates, parents)
                 child, changes = self.mutate(self.program(start), templates[name], start)
@@ -157,6 +166,32 @@ class ParamOperator:
         except (Unsupported, ValueError) as e:  # a configuration this plan no longer takes: random moves only
             self.last_reason = f"no roofline moves ({type(e).__name__}: {e})"[:300]
             return []
+
+    def neighbours(self, templates: dict) -> list[tuple[str, dict, str]]:
+        """(template, params, move) of the fittest correct configuration's one-parameter moves not yet proposed,
+        shuffled: an ordered number one step either way, any other parameter to each of its other values."""
+        rows = [(p, f) for p, f in self.results.values() if p.get("template") in templates and f > 0]
+        if not rows:
+            return []
+        best = max(rows, key=lambda r: r[1])[0]
+        name, a = best["template"], self.program(best)
+        start = self.refit(a, templates[name], best)
+        out = []
+        for k, choices in templates[name].space(a).items():
+            current = start.get(k)
+            if current in choices and all(isinstance(c, (int, float)) for c in choices):
+                i = choices.index(current)
+                values = [choices[j] for j in (i - 1, i + 1) if 0 <= j < len(choices)]
+            else:
+                values = [c for c in choices if c != current]
+            out += [(name, {**start, k: v}, f"{k} {current}->{v}") for v in values
+                    if self.key(name, {**start, k: v}) not in self.proposed]
+        self.rng.shuffle(out)
+        return out
+
+    def key(self, name: str, params: dict) -> str:
+        """The configuration's key as add() records it: its template, its parameters and its program."""
+        return config_key({"template": name, **_bare(params), **rewrite_params(self.program(params))})
 
     def hottest(self, templates: dict) -> tuple[str, dict, int] | None:
         """(template, the measured candidate's params, index) of the Triton kernel that took the most device time
@@ -194,8 +229,8 @@ class ParamOperator:
 
     def add(self, name: str, params: dict, out: list[Proposal], note: str) -> None:
         analysis = self.program(params)
+        key = self.key(name, params)
         params = _bare(params)
-        key = config_key({"template": name, **params, **rewrite_params(analysis)})
         if key in self.proposed:
             return
         self.proposed.add(key)

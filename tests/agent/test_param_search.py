@@ -101,6 +101,23 @@ def test_learns_which_values_are_fast_and_never_repeats_a_config():
     assert max(i.fitness for i in archive) >= 8 * archive[0].fitness
 
 
+def test_the_fittest_configuration_tries_a_value_that_was_slow_elsewhere():
+    """Two warps ran slow beside one or two rows a program, so their pooled fitness is low; the fittest
+    configuration (eight rows, one warp) still tries them among its one-parameter moves, each a move from it."""
+    task = task_context(SOFTMAX)
+    op = ParamOperator(seed=3)
+    best = {**BAD, "BLOCK_O": 8}
+    archive = [Individual(0, "", "param", None, dict(best), result=result(1.0))]
+    archive += [Individual(i, "", "param", None, {**BAD, "BLOCK_O": o, "num_warps": 2}, result=result(50.0))
+                for i, o in enumerate((1, 2), 1)]
+    op.observe(archive)
+    wanted = config_key({**best, "num_warps": 2})
+    moves = [p for _ in range(12) for p in op.propose(task, archive[:1], 2) if "one parameter" in p.note]
+    assert wanted in {config_key(p.params) for p in moves}
+    assert all(len({k for k in {**best, **p.params} if p.params.get(k) != best.get(k)}) == 1 for p in moves)
+    assert len({config_key(p.params) for p in moves}) == len(moves)
+
+
 def test_param_search_improves_a_bad_start_under_cpu_timing(runner):
     task = task_context(ROWS)
     a = analyze(task.source, small=True)

@@ -354,6 +354,33 @@ def test_the_parameter_operator_proposes_the_moves_first_with_their_reasons():
     assert not any("roofline" in p.note for p in op.propose(task, [slow], 4))
 
 
+def test_a_roofline_move_that_lost_is_not_made_again_from_the_next_fittest_candidate():
+    """The online softmax ran at half its origin's speed; from the next fittest candidate (one warp count away)
+    the proposer moves on to its other structural moves, where a fresh one would make that move first."""
+    source = (FIXTURES / "var_softmax_rows.py").read_text()
+    a = analyze(source, small=True)
+    task = TaskContext("var_softmax_rows", source, a.to_json(), "cuda:NVIDIA H200 (sm_90)", "cpu")
+    params = {"template": "rowwise", **BY_NAME["rowwise"].default(a), "mode": "looped", "BLOCK_R": 128, "online": 0}
+
+    def at(i: int, p: dict, ms: float) -> Individual:
+        timing = Timing(ms, 2.0, 1.5, 0.66, 2.0, 1.5, 0.66 / ms, 1.0, False, 0.0, 0.0)
+        return Individual(i, "src", "param", None, p, result=EvalResult("correct", "ok", device="cuda",
+                                                                       timing=timing))
+
+    first = at(1, params, 1.0)
+    op = ParamOperator(seed=0)
+    op.observe([first])
+    move = op.propose(task, [first], 1)[0]
+    assert move.params["online"] == 1 and "roofline" in move.note
+    later = at(3, {**params, "num_warps": params["num_warps"] * 2}, 0.9)
+    fresh = ParamOperator(seed=0)
+    fresh.observe([later])
+    assert fresh.propose(task, [later], 1)[0].params["online"] == 1  # the move a new search makes first
+    op.observe([at(2, move.params, 2.0), later])
+    again = [p for _ in range(3) for p in op.propose(task, [later], 1) if "roofline" in p.note]
+    assert again and all(p.params.get("online") == 0 and "(from candidate 3)" in p.note for p in again)
+
+
 # --- the floor stop: a one-way task's own floor is faster than copy bandwidth's --------------------------
 def best_at(floor_fraction: float) -> State:
     return State(archive=[Individual(1, "src", "template", None, result=measured(1 / floor_fraction))])

@@ -29,7 +29,7 @@ Before either, a share of the proposals (ROOFLINE) are the structural moves that
 timing calls for (agent/operators/roofline.py: its gap to the floor, kind of bound, device time per kernel and
 compile metadata), each note saying why; none once that candidate is at its floor. A move is the parameters it
 changes; one that ran more than LOSS slower than the candidate it was made from is not made again from a later
-fittest candidate (level 1's 79, 24 evaluations on an H200: 14 were roofline moves, the same few made again from
+fittest candidate (level 1's 79, 23 evaluations on an H200: 14 were roofline moves, the same few made again from
 each new fittest candidate one parameter away from the last, each 1.06-4.6x slower than its origin).
 """
 from __future__ import annotations

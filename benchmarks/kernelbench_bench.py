@@ -21,7 +21,8 @@ OUT/LEVEL/ceilings.json the machine's ceilings (copy bandwidth, matmul rates) it
 the low-precision rule against an fp32 run, and eager and torch.compile are timed in that dtype in the same run.
 
 Call it again with the same arguments until every level is finished: each call resumes where the last one
-stopped (the next unfinished level first) and loses nothing."""
+stopped (the next unfinished level first) and loses nothing. A level is not started with under a minute of the
+call left (it says so); --max-seconds under that is refused (exit code 2)."""
 from __future__ import annotations
 
 import argparse
@@ -90,6 +91,8 @@ def main() -> int:
         p.error("--newer and --base go with --table: they merge the tables of several runs and run nothing")
     if args.ceilings and not args.base:
         p.error("--ceilings goes with --base: it floors the base table's rows")
+    if not args.table and args.max_seconds < MIN_SLICE_S:
+        p.error(f"--max-seconds {args.max_seconds:g} is under the {MIN_SLICE_S:g} s a level needs to be started")
     base, work, ceilings = {}, {}, None
     if args.base:
         try:
@@ -117,11 +120,16 @@ def main() -> int:
     deadline = time.monotonic() + args.max_seconds
     for level, files in chosen.items():
         left = deadline - time.monotonic()
-        if not args.table and not finished(out / level, files) and left >= MIN_SLICE_S:
-            run_batch(write_suite(out, level, files), out / level, args.budget, left, args.no_knowledge,
-                      args.time_limit, args.dtype)
-            if torch.cuda.is_available():  # the ceilings its floors took (measured once per machine, cached)
-                (out / level / "ceilings.json").write_text(json.dumps(device_ceilings(cache_dir()), indent=1))
+        if args.table or finished(out / level, files):
+            continue
+        if left < MIN_SLICE_S:
+            print(f"{level}: not started, {left:.0f} s left in this call (a level needs {MIN_SLICE_S:g}); call "
+                  "again with the same arguments to go on", file=sys.stderr)
+            continue
+        run_batch(write_suite(out, level, files), out / level, args.budget, left, args.no_knowledge,
+                  args.time_limit, args.dtype)
+        if torch.cuda.is_available():  # the ceilings its floors took (measured once per machine, cached)
+            (out / level / "ceilings.json").write_text(json.dumps(device_ceilings(cache_dir()), indent=1))
     text = markdown([summarize_level(out / level, len(files), args.dtype) for level, files in chosen.items()])
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.md").write_text(text)

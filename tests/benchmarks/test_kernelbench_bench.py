@@ -182,6 +182,24 @@ def test_dtype_reaches_batch_and_a_mismatch_is_refused(bf16_level, tmp_path, mon
     assert e.value.code == 2 and not calls[3:]
 
 
+def test_a_call_too_short_to_start_a_level_is_refused_and_a_level_left_unstarted_is_named(
+        bf16_level, tmp_path, monkeypatch, capsys):
+    b = bench()
+    monkeypatch.setattr(b, "run_batch", lambda *a, **k: pytest.fail("no batch runs here"))
+    monkeypatch.setattr(sys, "argv", ["kernelbench_bench.py", "--out", str(tmp_path / "out"), "--kernelbench",
+                                      str(tmp_path / "none"), "--levels", "1", "--max-seconds", "40"])
+    with pytest.raises(SystemExit) as e:
+        b.main()
+    assert e.value.code == 2 and "--max-seconds 40 is under the 60 s" in capsys.readouterr().err
+    monkeypatch.setattr(b, "MIN_SLICE_S", 3600.0)  # every level then starts with too little time left
+    monkeypatch.setattr(b, "finished", lambda folder, files: False)
+    monkeypatch.setattr(sys, "argv", ["kernelbench_bench.py", "--out", str(bf16_level.parent), "--kernelbench",
+                                      str(tmp_path / "none"), "--levels", "1", "--dtype", "bfloat16",
+                                      "--max-seconds", "3600"])
+    b.main()
+    assert "level1: not started, " in capsys.readouterr().err
+
+
 def test_a_task_without_a_compile_time_is_named_with_the_reason(tmp_path):
     """torch.compile failing on a reference leaves the task out of the geomean over it, and the table says why."""
     folder = tmp_path / "out" / "level3"

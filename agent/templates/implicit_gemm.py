@@ -32,7 +32,8 @@ import re
 import torch
 
 from agent.templates.codegen import (DESCRIPTOR_IMPORT, SMEM_BYTES, SMS, Gen, KernelCode, Launch, descriptor_name,
-                                     dot_cast, kernel_header, next_pow2, split_dot, store_lines, tf32_parts)
+                                     dot_cast, fused_dot, kernel_header, next_pow2, split_dot, stacked_parts,
+                                     store_lines, tf32_parts)
 from agent.templates.ir import Leaf, contiguous_strides
 from agent.templates.schedule import Kernel
 
@@ -401,12 +402,16 @@ def stream_smem(p: dict, node, scratch: bool = True) -> int:
     (Triton 3.6) 16 channels into 64 at 128 positions and 3 stages ran in 4 warps and asked 237,568 bytes in
     8 (this counts 230,400 and 248,832). Without `scratch`, the tiles alone (the layout conversions' scratch
     shares their space where the epilogue stores no full tile: level 2's 25, reduced over its channels, asked
-    512 bytes past its tiles at 2 stages)."""
+    512 bytes past its tiles at 2 stages). Fused steps (fused: the weight's parts stacked four deep) hold twice
+    the weight and a [BLOCK_M, 2 BLOCK_K] conversion of the input tile's parts: level 2's 21 so at 64 positions
+    and 3 stages asked 99,072 bytes of Triton 3.9 (this counts 99,328; 70,400 unfused)."""
     (bk, bn), bm, stages = stream_blocks(node), p.get("BLOCK_M", 64), max(1, p.get("num_stages", 4))
+    parts = 4 if fused(p) else 2
     if pointwise(node):
-        return (stages * bm * bk + 2 * bk * bn + bm * bn) * 4
+        return (stages * bm * bk + parts * bk * bn + bm * bn) * 4
     steps = math.ceil(gemm_dims(node)[3] / bk)
-    return steps * (max(1, stages - 1) * bm * bk + 2 * bk * bn) * 4 + 2304 * p.get("num_warps", 4) * scratch
+    return steps * (max(1, stages - 1) * bm * bk + parts * bk * bn) * 4 + 2304 * p.get("num_warps", 4) * scratch \
+        + 2 * bm * bk * 4 * fused(p)
 
 
 def _window_steps(g, p: dict, wp: str, k: int, n: int, bk: int) -> tuple[list[str], list[str]]:
@@ -434,7 +439,7 @@ def _window_steps(g, p: dict, wp: str, k: int, n: int, bk: int) -> tuple[list[st
                    f"koff{s} = tl.where(kk{s} < {k}, {koff.format(s=s)}, {cin * inner})",
                    f"tb{s} = tl.load({wp} + {w.offset} + rn1[None, :] * {w_out} + ch{s}[:, None] * {w_in} + "
                    f"{woff.format(s=s)}, mask=(kk{s}[:, None] < {k}) & (rn1[None, :] < {n}), other=0.0)"]
-        before += tf32_parts(f"tb{s}") if hand_split(p) else []
+        before += weight_parts(p, f"tb{s}")
         body += [f"ix = q[:, None] + koff{s}[None, :]",
                  f"ta = tl.load(x_img + ix, mask=ix < {cin * inner}, other=0.0)"] + _product(p, "acc", "ta", f"tb{s}")
     return before, body
@@ -523,7 +528,8 @@ def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode
         sw = w.strides
         lines += [f"tb = tl.load({gen.ptr(w.base)} + {w.offset} + rn1[None, :] * {sw[0]} + rk[:, None] * {sw[1]}, "
                   f"mask=(rk[:, None] < {k}) & (rn1[None, :] < {n}), other=0.0)"]
-        lines += tf32_parts("tb") if hand_split(p) else []
+        lines += weight_parts(p, "tb")
+    lines += ["fresh = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) * tl.program_id(0)"] * fused(p)
     start = len(lines)
     lines += [f"for t in tl.range(tl.program_id(0), {batch * per}, PROGRAMS, num_stages={p.get('num_stages', 4)}):",
               f"b = t // {per}", f"hw0 = (t % {per}) * BLOCK_M"]
@@ -682,8 +688,25 @@ def hand_split(p: dict) -> bool:
     return p.get("precision") == "tf32x3" and p.get("parts") == "hand"
 
 
+def fused(p: dict) -> bool:
+    """Whether a streamed convolution's tf32x3 steps take their four TF32 products in one tl.dot (parts
+    "fused": codegen.fused_dot), the tiles split as under hand_split. Not timed on a GPU yet: a search option."""
+    return p.get("precision") == "tf32x3" and p.get("parts") == "fused"
+
+
+def weight_parts(p: dict, b: str) -> list[str]:
+    """A streamed convolution's lines splitting its held weight tile `b` into TF32 parts once, before its loop
+    (hand_split), and stacking them where its steps are fused."""
+    if fused(p):
+        return tf32_parts(b) + stacked_parts(b)
+    return tf32_parts(b) if hand_split(p) else []
+
+
 def _product(p: dict, acc: str, a: str, b: str) -> list[str]:
-    """Lines adding tl.dot(a, b) to acc: from the tiles' TF32 parts under hand_split, else in one tl.dot."""
+    """Lines adding tl.dot(a, b) to acc: from the tiles' TF32 parts under hand_split or fused (its zeros `fresh`
+    made before the loop), else in one tl.dot."""
+    if fused(p):
+        return tf32_parts(a) + fused_dot(acc, a, b, "fresh")
     if hand_split(p):
         return tf32_parts(a) + split_dot(acc, a, b)  # b's parts are split where it is loaded: it feeds several
     return [f'{acc} += tl.dot({a}, {b}, input_precision="{p.get("precision", "ieee")}")']

@@ -654,6 +654,35 @@ def test_a_convolution_with_a_window_streams_its_input_rows(runner, tmp_path):
     runner.run_ok(task, source)
 
 
+@pytest.mark.parametrize("task_text", [WINDOWED, STREAMED], ids=["window", "pointwise"])
+def test_a_streamed_step_takes_its_four_tf32_products_in_one_dot(task_text, runner, sm90, tmp_path):
+    """With parts "fused", a streamed convolution's dot step stacks its input tile's TF32 parts and its weight's
+    four deep along K: one tl.dot a step, (hi + lo)(hi + lo), matching the reference. Compiled for sm_90, the
+    3x3 one's two steps wait for the tensor cores twice, where the tiles split by hand wait six times. Other
+    tiles, and other precisions, refuse it."""
+    task = tmp_path / "fused.py"
+    task.write_text(task_text)
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    d = t.default(a)
+    assert d["tiles"] == "stream" and "fused" in t.space(a)["parts"]
+    source = t.render(a, {**d, "parts": "fused"})
+    kernel = source.split("def _gemm_kernel0(", 1)[1].split("class ModelNew", 1)[0]
+    steps = kernel.count("ix = q[:, None] + koff") or 1
+    assert kernel.count("tl.dot(") == steps and "fresh" in kernel
+    runner.run_ok(task, source)
+    with pytest.raises(ValueError, match="parts fused"):
+        t.render(a, {**d, "parts": "fused", "tiles": "rows"})
+    with pytest.raises(ValueError, match="parts fused"):
+        t.render(a, {**d, "parts": "fused", "precision": "ieee"})
+    if task_text is WINDOWED:
+        for parts, waits in (("fused", 2), ("hand", 6)):
+            (tmp_path / f"{parts}.py").write_text(t.render(a, {**d, "parts": parts}))
+            ptx = sm90(tmp_path / f"{parts}.py", "_gemm_kernel0", {"BLOCK_M": 64, "BLOCK_N": 16, "BLOCK_K": 16,
+                                                                     "PROGRAMS": 14}).asm["ptx"]
+            assert ptx.count("wgmma.wait_group.sync.aligned 0;") == waits, parts
+
+
 @pytest.mark.parametrize("conv, shape", [
     ("nn.Conv1d(5, 12, 4)", "(2, 5, 300)"),  # 297 outputs, no row to waste
     ("nn.Conv3d(2, 12, 2, dilation=(1, 2, 1))", "(2, 2, 3, 24, 24)"),  # 2 x 22 x 23 outputs, taps 2 rows apart

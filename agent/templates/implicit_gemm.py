@@ -529,7 +529,7 @@ def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode
         lines += [f"tb = tl.load({gen.ptr(w.base)} + {w.offset} + rn1[None, :] * {sw[0]} + rk[:, None] * {sw[1]}, "
                   f"mask=(rk[:, None] < {k}) & (rn1[None, :] < {n}), other=0.0)"]
         lines += weight_parts(p, "tb")
-    lines += ["fresh = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) * tl.program_id(0)"] * fused(p)
+    lines += [FRESH] * fused(p)
     start = len(lines)
     lines += [f"for t in tl.range(tl.program_id(0), {batch * per}, PROGRAMS, num_stages={p.get('num_stages', 4)}):",
               f"b = t // {per}", f"hw0 = (t % {per}) * BLOCK_M"]
@@ -688,18 +688,20 @@ def hand_split(p: dict) -> bool:
     return p.get("precision") == "tf32x3" and p.get("parts") == "hand"
 
 
+FRESH = "fresh = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) * tl.program_id(0)"  # fused_dot's zeros
+
+
 def fused(p: dict) -> bool:
-    """Whether a streamed convolution's tf32x3 steps take their four TF32 products in one tl.dot (parts
-    "fused": codegen.fused_dot), the tiles split as under hand_split. Not timed on a GPU yet: a search option."""
+    """Whether a convolution's tf32x3 dot steps take their four TF32 products in one tl.dot (parts "fused":
+    codegen.fused_dot), the tiles split as under hand_split; streamed tiles, or tiles with a K loop. Not timed
+    on a GPU yet: a search option."""
     return p.get("precision") == "tf32x3" and p.get("parts") == "fused"
 
 
 def weight_parts(p: dict, b: str) -> list[str]:
     """A streamed convolution's lines splitting its held weight tile `b` into TF32 parts once, before its loop
     (hand_split), and stacking them where its steps are fused."""
-    if fused(p):
-        return tf32_parts(b) + stacked_parts(b)
-    return tf32_parts(b) if hand_split(p) else []
+    return tf32_parts(b) + stacked_parts(b) * fused(p) if hand_split(p) or fused(p) else []
 
 
 def _product(p: dict, acc: str, a: str, b: str) -> list[str]:
@@ -974,13 +976,15 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
                  f"tb = tl.load(w_col[None, :] + {b_off}, mask=(kk[:, None] < {k_extent}) & (rn1[None, :] < {N}), "
                  f"other=0.0){cast}"]
         product, step, depth = f'tl.dot(ta, tb, input_precision="{p.get("precision", "ieee")}")', "BLOCK_K", "    "
-        if hand_split(p):
-            body += tf32_parts("ta") + tf32_parts("tb")
+        if hand_split(p) or fused(p):
+            body += tf32_parts("ta") + tf32_parts("tb") + stacked_parts("tb") * fused(p)
 
     def k_loop(acc: str) -> list[str]:
-        adds = split_dot(acc, "ta", "tb") if bk > 1 and hand_split(p) else [f"{acc} += {product}"]
-        return [f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-                f"for k0 in range(0, {k_extent}, {step}):"] + ["    " + line for line in body] + \
+        adds = [f"{acc} += {product}"]
+        if bk > 1 and (hand_split(p) or fused(p)):
+            adds = fused_dot(acc, "ta", "tb", "fresh") if fused(p) else split_dot(acc, "ta", "tb")
+        return [f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)"] + [FRESH] * fused(p) + \
+               [f"for k0 in range(0, {k_extent}, {step}):"] + ["    " + line for line in body] + \
                [depth + line for line in adds]
 
     rank = len(kernel.domain)

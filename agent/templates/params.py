@@ -520,8 +520,8 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
                 + ["rows"] + ["stream"] * streams(kernel.nodes[0])  # in dot steps any convolution takes rows tiles
             space["packed"] = [0, 1]  # 1: the weight copied with its output channels innermost (implicit_gemm)
             space["SAMPLES"] = [1, 2, 4]  # rows tiles: batch elements a program takes (implicit_gemm._render_rows)
-            # tf32x3: Triton's split in every tl.dot, or each tile's once; streamed, also a step's products in one
-            space["parts"] = ["registers", "hand"] + ["fused"] * streams(kernel.nodes[0])
+            # tf32x3: Triton's split in every tl.dot, each tile's once, or that and a step's products in one
+            space["parts"] = ["registers", "hand", "fused"]
         else:
             space["persistent"] = [0, 1]  # 1: split operands (tf32x3) read by TMA, a program per SM (kernels._gemm)
             space["parts"] = ["memory", "registers"]  # tf32x3's operands split once, or each tile at every K step
@@ -709,8 +709,10 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             return "tiles must be channels, positions, interleaved, rows or stream"
         if p.get("tiles") == "stream":
             return _stream_invalid(kernel, p)
-        if p.get("parts") == "fused":
-            return "parts fused (a step's four TF32 products in one tl.dot) is for stream tiles"
+        if p.get("parts") == "fused" and (kernel.nodes[0].fn != "conv" or p.get("precision") != "tf32x3" or
+                                          p.get("BLOCK_K", 16) == 1 or conv_tiles(kernel.nodes[0], p) == "rows"):
+            return "parts fused (a dot step's four TF32 products in one tl.dot) is for a convolution's dot steps " \
+                   "in tf32x3, in any tiles but rows"
         if inter and not interleave_slots(kernel.nodes[0]):
             return "interleaved tiles need a transposed convolution whose last dim is strided"
         if rows and rows_k(kernel.nodes[0], p) == 1 and not rows_fit(kernel.nodes[0]):
@@ -735,7 +737,11 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
         if p.get("persistent") and parts == 1:
             return "persistent tiles read a matrix product's operands split in memory: precision tf32x3, parts " \
                    "memory, static shapes"
-        if not rows and max(1, p.get("num_stages", 3)) * (bm * bk + bk * bn) * 4 * parts > SMEM_BYTES:
+        # fused steps (implicit_gemm.fused) stack the weight's parts [4 BLOCK_K, BLOCK_N] and convert the input
+        # tile's [BLOCK_M, 4 BLOCK_K] through shared memory too (level 1's 79 at 128 x 32 x 16, one stage: 40,960
+        # bytes in Triton 3.9's sm_90 compile; 8,192 with the tiles split by hand)
+        stacked = 4 * (bm + bn) * bk * 4 if p.get("parts") == "fused" else 0
+        if not rows and max(1, p.get("num_stages", 3)) * (bm * bk + bk * bn) * 4 * parts + stacked > SMEM_BYTES:
             return "the pipelined tiles need more shared memory than a block has"
         slots = interleave_slots(kernel.nodes[0]) if inter else 1  # an accumulator a slot (in a rows tile's BLOCK_M)
         if bm * bn * slots * p.get("SAMPLES", 1) * parts > 128 * 32 * p.get("num_warps", 4):

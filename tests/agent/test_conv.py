@@ -40,6 +40,24 @@ def test_every_convolution_kind_is_an_implicit_gemm(kind, runner, tmp_path):
         runner.run_ok(task, source)
 
 
+@pytest.mark.parametrize("kind", ["conv2d_grouped", "transposed1d", "transposed3d_mixed"])
+def test_fused_tf32_products_in_every_tile_form_with_a_k_loop(kind, runner, tmp_path):
+    """Parts "fused" in channel, position and interleaved tiles: each K step's four TF32 products in one tl.dot
+    (one a loop), grouped, strided and transposed convolutions matching the reference; outer-product steps
+    (BLOCK_K 1) refuse it."""
+    task = task_of(kind, tmp_path)
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    first = {**t.default(a, rows=False), "precision": "tf32x3", "parts": "fused", "BLOCK_K": 16}
+    for tiles in [tiles for tiles in t.space(a)["tiles"] if tiles != "rows"]:
+        source = t.render(a, {**first, "tiles": tiles, **({"BLOCK_M": 64} if tiles == "interleaved" else {})})
+        loops = source.count("for k0 in range(")
+        assert loops and source.count("tl.dot(") == loops and source.count("fresh = ") == loops
+        runner.run_ok(task, source)
+    with pytest.raises(ValueError, match="parts fused"):
+        t.render(a, {**first, "tiles": "channels", "BLOCK_K": 1})
+
+
 @pytest.mark.parametrize("kind", ["conv1d", "conv2d_grouped", "transposed2d_grouped", "transposed3d_mixed"])
 def test_packed_weights_in_every_tile_form(kind, runner, tmp_path):
     """With `packed` the forward copies the weight with its window outermost and its output channels innermost,
@@ -844,7 +862,7 @@ def test_a_convolution_over_17_to_64_output_channels_takes_them_in_one_tile(runn
 def test_fp32_dot_steps_of_a_convolution_split_each_operand_into_two_tf32_parts(runner, tmp_path):
     """A convolution's fp32 dot steps default to precision "tf32x3" at one pipeline stage, each gathered tile
     split into its TF32 parts once by the kernel's own lines (parts "hand"; Triton's own split, parts
-    "registers", in the space), with the FMA ("ieee") form next; outer-product steps, a matrix product and a
+    "registers", and a step's products in one tl.dot, "fused", in the space), with the FMA ("ieee") form next; outer-product steps, a matrix product and a
     task that allows TF32 keep theirs."""
     t = BY_NAME["gemm"]
     task = task_of("conv3d", tmp_path)
@@ -854,7 +872,7 @@ def test_fp32_dot_steps_of_a_convolution_split_each_operand_into_two_tf32_parts(
     assert triton_split == {**first, "parts": "registers"}
     assert (second["precision"], second["num_stages"]) == ("ieee", 3)
     assert {**first, "precision": "ieee", "num_stages": 3} == second
-    assert t.space(a)["precision"] == ["ieee", "tf32x3"] and t.space(a)["parts"] == ["registers", "hand"]
+    assert t.space(a)["precision"] == ["ieee", "tf32x3"] and t.space(a)["parts"] == ["registers", "hand", "fused"]
     source = t.render(a, first)
     assert source.count("tah = ((ta.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000)") == 1
     assert 'pr = tl.dot(tah, tbh, pr, input_precision="tf32")' in source and 'input_precision="tf32x3"' not in source

@@ -448,11 +448,11 @@ def _window_steps(g, p: dict, wp: str, k: int, n: int, bk: int) -> tuple[list[st
 PAD_BLOCK = 1024  # the elements a program of the padding copy takes
 
 
-def _padded_copy(name: str, x, pads: list) -> KernelCode:
-    """A kernel that copies input x into buffer `{name}_xpad`, its spatial dims padded with zeros (window_taps):
-    its source, its launch and the buffer."""
+def _padded_copy(name: str, g) -> KernelCode:
+    """A kernel that copies convolution g's input into buffer `{name}_xpad`, its spatial dims padded with zeros
+    (window_taps): its source, its launch and the buffer."""
+    x, pads, padded = g.args[0], window_taps(g)[0], padded_sizes(g)
     sizes = tuple(x.shape[2:])
-    padded = tuple(size + lo + hi for size, (lo, hi) in zip(sizes, pads))
     total = math.prod(x.shape[:2]) * math.prod(padded)  # under 2^31 (streams)
     lines = _split_index("i", (math.prod(x.shape[:2]),) + padded, "u")
     src, ok = [f"u0 * {math.prod(sizes)}"], [f"(i < {total})"]
@@ -496,7 +496,7 @@ def _render_stream(kernel: Kernel, name: str, p: dict) -> KernelCode:
     pads = [] if pointwise(g) else window_taps(g)[0]
     if not any(lo or hi for lo, hi in pads):
         return _stream_kernel(kernel, name, p, x.base)
-    pad, code = _padded_copy(name, x, pads), _stream_kernel(kernel, name, p, f"{name}_xpad")
+    pad, code = _padded_copy(name, g), _stream_kernel(kernel, name, p, f"{name}_xpad")
     return dataclasses.replace(code, source=pad.source + "\n\n\n" + code.source, launches=pad.launches + code.launches,
                                temps=pad.temps)
 
@@ -684,8 +684,8 @@ def hand_split(p: dict) -> bool:
     4.228 -> 3.707, 73_conv_transposed_3D 1.944 -> 1.788, 75_conv_transposed_2D (interleaved) 0.486 -> 0.462;
     81_conv_transposed_2D's rows tiles 0.327 -> 0.328; level 2's 5, 15, 20, 26, 74, 78 and 100 2-8% faster, but
     2_ConvTranspose2d_BiasAdd_Clamp_Scaling_Clamp_Divide 4.30 -> 4.95 (not understood), so gemm.variants offers
-    Triton's split right after."""
-    return p.get("precision") == "tf32x3" and p.get("parts") == "hand"
+    Triton's split right after. Parts "fused" split the tiles so too (fused)."""
+    return p.get("precision") == "tf32x3" and p.get("parts") in ("hand", "fused")
 
 
 FRESH = "fresh = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) * tl.program_id(0)"  # fused_dot's zeros
@@ -693,24 +693,27 @@ FRESH = "fresh = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) * tl.program_id(
 
 def fused(p: dict) -> bool:
     """Whether a convolution's tf32x3 dot steps take their four TF32 products in one tl.dot (parts "fused":
-    codegen.fused_dot), the tiles split as under hand_split; streamed tiles, or tiles with a K loop. Not timed
+    codegen.fused_dot), the tiles split by hand (hand_split); streamed tiles, or tiles with a K loop. Not timed
     on a GPU yet: a search option."""
     return p.get("precision") == "tf32x3" and p.get("parts") == "fused"
 
 
 def weight_parts(p: dict, b: str) -> list[str]:
-    """A streamed convolution's lines splitting its held weight tile `b` into TF32 parts once, before its loop
-    (hand_split), and stacking them where its steps are fused."""
-    return tf32_parts(b) + stacked_parts(b) * fused(p) if hand_split(p) or fused(p) else []
+    """Lines splitting a weight tile `b` into TF32 parts where the tiles are split by hand (hand_split), and
+    stacking them where the steps are fused: once before a streamed kernel's loop, or at each K step."""
+    return tf32_parts(b) + stacked_parts(b) * fused(p) if hand_split(p) else []
+
+
+def _split_products(p: dict, acc: str, a: str, b: str) -> list[str]:
+    """Lines adding a @ b to acc from the tiles' TF32 parts (hand_split): in one tl.dot where fused (its zeros
+    `fresh` made before the loop), else three."""
+    return fused_dot(acc, a, b, "fresh") if fused(p) else split_dot(acc, a, b)
 
 
 def _product(p: dict, acc: str, a: str, b: str) -> list[str]:
-    """Lines adding tl.dot(a, b) to acc: from the tiles' TF32 parts under hand_split or fused (its zeros `fresh`
-    made before the loop), else in one tl.dot."""
-    if fused(p):
-        return tf32_parts(a) + fused_dot(acc, a, b, "fresh")
+    """Lines adding tl.dot(a, b) to acc: from the tiles' TF32 parts under hand_split, else in one tl.dot."""
     if hand_split(p):
-        return tf32_parts(a) + split_dot(acc, a, b)  # b's parts are split where it is loaded: it feeds several
+        return tf32_parts(a) + _split_products(p, acc, a, b)  # b's parts are split where it is loaded: it feeds several
     return [f'{acc} += tl.dot({a}, {b}, input_precision="{p.get("precision", "ieee")}")']
 
 
@@ -976,13 +979,11 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
                  f"tb = tl.load(w_col[None, :] + {b_off}, mask=(kk[:, None] < {k_extent}) & (rn1[None, :] < {N}), "
                  f"other=0.0){cast}"]
         product, step, depth = f'tl.dot(ta, tb, input_precision="{p.get("precision", "ieee")}")', "BLOCK_K", "    "
-        if hand_split(p) or fused(p):
-            body += tf32_parts("ta") + tf32_parts("tb") + stacked_parts("tb") * fused(p)
+        if hand_split(p):
+            body += tf32_parts("ta") + weight_parts(p, "tb")
 
     def k_loop(acc: str) -> list[str]:
-        adds = [f"{acc} += {product}"]
-        if bk > 1 and (hand_split(p) or fused(p)):
-            adds = fused_dot(acc, "ta", "tb", "fresh") if fused(p) else split_dot(acc, "ta", "tb")
+        adds = _split_products(p, acc, "ta", "tb") if bk > 1 and hand_split(p) else [f"{acc} += {product}"]
         return [f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)"] + [FRESH] * fused(p) + \
                [f"for k0 in range(0, {k_extent}, {step}):"] + ["    " + line for line in body] + \
                [depth + line for line in adds]

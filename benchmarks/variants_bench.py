@@ -6,11 +6,13 @@ and with TRITON_INTERPRET=1 set it times nothing on a GPU either.
 
     python benchmarks/variants_bench.py TASK.py [TASK.py ...] --template gemm [--variants 0,1,2]
         [--set wide=BLOCK_M:128,BLOCK_N:64] [--set narrow@1=num_stages:3] [--compile] [--reps 2] [--small]
+        [--kernels]
 
 --variants picks the template's variants by index (default 0,1,2; one past the last is left out); each --set
 NAME[@I]=KEY:VALUE,... is variant I (default 0) with those parameters replaced (a number, or a word; KEY
 kernels.J.KEY for the program's kernel J, e.g. kernels.1.SPLIT:8). --small
-runs the task at its SMALL_SHAPES. A render the template refuses shows its reason in the table, a candidate
+runs the task at its SMALL_SHAPES; --kernels splits each row's GPU time over its kernels (torch.profiler,
+their mean ms a call, the three longest). A render the template refuses shows its reason in the table, a candidate
 that fails shows its error's first line, and one that fell back to the task's PyTorch code (its shape guard)
 is marked so: its time is PyTorch's. Each round (--reps) times every row once more, in the same order.
 Exit codes: 0; 2 for bad arguments (a missing task file, an unknown template, one that does not match a task,
@@ -47,6 +49,7 @@ class Row:
     label: str
     params: dict = field(default_factory=dict)
     times: list = field(default_factory=list)  # ms, one a round (GPU only)
+    kernels: list = field(default_factory=list)  # (kernel name, mean ms a call), longest first (--kernels)
     error: float | None = None  # relative to the float64 run, in norm
     note: str = ""  # why it has no figures, or that it ran PyTorch's code
 
@@ -133,12 +136,31 @@ def _first_line(e: Exception) -> str:
     return (text.splitlines()[0] if text else "no message")[:200]
 
 
+def kernel_split(call, calls: int = 20) -> list[tuple[str, float]]:
+    """The CUDA kernels `call` launches, each with its mean GPU ms a call over `calls` calls, longest first."""
+    from torch.profiler import ProfilerActivity, profile
+    with torch.no_grad():
+        call()  # compiled and warm before the profiler starts
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                call()
+            torch.cuda.synchronize()
+    totals: dict[str, float] = {}
+    for e in prof.key_averages():
+        if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time_total > 0:
+            totals[e.key] = totals.get(e.key, 0.0) + e.device_time_total / 1e3 / calls
+    return sorted(totals.items(), key=lambda kv: -kv[1])
+
+
 def table(rows: list[Row], gpu: bool) -> str:
     head = "| task | candidate | " + ("ms | " if gpu else "") + "error vs float64 | parameters, or why no figures |"
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows:
         ms = ", ".join(f"{t:.4f}" for t in r.times) or "–"
         what = r.note or ", ".join(f"{k}={v}" for k, v in r.params.items())
+        if r.kernels:
+            what += "; kernels: " + ", ".join(f"{name[:40]} {ms:.4f}" for name, ms in r.kernels[:3])
         if r.note and r.params:
             what += " (" + ", ".join(f"{k}={v}" for k, v in r.params.items()) + ")"
         error = "–" if r.error is None else f"{r.error:.2e}"
@@ -156,6 +178,7 @@ def main() -> int:
     p.add_argument("--compile", action="store_true", help="time torch.compile too (GPU)")
     p.add_argument("--reps", type=int, default=1, help="rounds of timing, every row once a round (default 1)")
     p.add_argument("--small", action="store_true", help="the tasks at their SMALL_SHAPES")
+    p.add_argument("--kernels", action="store_true", help="each row's GPU time split over its kernels (GPU)")
     args = p.parse_args()
     template = BY_NAME.get(args.template)
     if template is None:
@@ -185,9 +208,12 @@ def main() -> int:
                 if call is not None:
                     with torch.no_grad():
                         row.times.append(time_call(call, device).median_ms)
+        for row, call in found if gpu and args.kernels else []:
+            if call is not None:
+                row.kernels = kernel_split(call)
     rows = [row for row, _ in found]
     print(table(rows, gpu) + ("" if gpu else "\nNo GPU (or TRITON_INTERPRET=1): errors from the Triton interpreter, "
-                                            "no times.\n"))
+                                            "no times" + (" and no kernels" if args.kernels else "") + ".\n"))
     return 0
 
 

@@ -520,8 +520,7 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
                 + ["rows"] + ["stream"] * streams(kernel.nodes[0])  # in dot steps any convolution takes rows tiles
             space["packed"] = [0, 1]  # 1: the weight copied with its output channels innermost (implicit_gemm)
             space["SAMPLES"] = [1, 2, 4]  # rows tiles: batch elements a program takes (implicit_gemm._render_rows)
-            # tf32x3: Triton's split in every tl.dot, each tile's once, or that and a step's products in one
-            space["parts"] = ["registers", "hand", "fused"]
+            space["parts"] = ["registers", "hand"]  # tf32x3: Triton's split in every tl.dot, or each tile's once
         else:
             space["persistent"] = [0, 1]  # 1: split operands (tf32x3) read by TMA, a program per SM (kernels._gemm)
             space["parts"] = ["memory", "registers"]  # tf32x3's operands split once, or each tile at every K step
@@ -625,8 +624,6 @@ def _stream_invalid(kernel: Kernel, p: dict) -> str | None:
         return "stream tiles take BLOCK_M a power of two from 16 to 256, dot steps and one sample"
     if p.get("per_sm", 1) not in (1, 2, 3, 4):
         return "stream tiles take 1 to 4 programs an SM (per_sm)"
-    if p.get("parts") == "fused" and p.get("precision") != "tf32x3":
-        return "parts fused takes a step's TF32 products in one tl.dot: precision tf32x3"
     if p.get("BLOCK_N", 128) < node.shape[1]:
         return "stream tiles hold every output channel: BLOCK_N at least the channels"
     if stream_smem(p, node) > SMEM_BYTES:
@@ -709,10 +706,6 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             return "tiles must be channels, positions, interleaved, rows or stream"
         if p.get("tiles") == "stream":
             return _stream_invalid(kernel, p)
-        if p.get("parts") == "fused" and (kernel.nodes[0].fn != "conv" or p.get("precision") != "tf32x3" or
-                                          p.get("BLOCK_K", 16) == 1 or conv_tiles(kernel.nodes[0], p) == "rows"):
-            return "parts fused (a dot step's four TF32 products in one tl.dot) is for a convolution's dot steps " \
-                   "in tf32x3, in any tiles but rows"
         if inter and not interleave_slots(kernel.nodes[0]):
             return "interleaved tiles need a transposed convolution whose last dim is strided"
         if rows and rows_k(kernel.nodes[0], p) == 1 and not rows_fit(kernel.nodes[0]):
@@ -730,18 +723,14 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
         # K step's products summed in a second accumulator
         parts = 2 if p.get("precision") == "tf32x3" and kernel.nodes[0].fn != "conv" and \
             p.get("shapes", "static") == "static" and p.get("parts", "memory") == "memory" else 1
-        if p.get("parts", "memory") not in ("memory", "registers", "hand", "fused"):
-            return "parts must be memory, registers, hand or fused"
+        if p.get("parts", "memory") not in ("memory", "registers", "hand"):
+            return "parts must be memory, registers or hand"
         if p.get("parts") == "hand" and kernel.nodes[0].fn != "conv":
             return "parts hand (tiles split by the kernel's own lines) is for convolutions"
         if p.get("persistent") and parts == 1:
             return "persistent tiles read a matrix product's operands split in memory: precision tf32x3, parts " \
                    "memory, static shapes"
-        # fused steps (implicit_gemm.fused) stack the weight's parts [4 BLOCK_K, BLOCK_N] and convert the input
-        # tile's [BLOCK_M, 4 BLOCK_K] through shared memory too (level 1's 79 at 128 x 32 x 16, one stage: 40,960
-        # bytes in Triton 3.9's sm_90 compile; 8,192 with the tiles split by hand)
-        stacked = 4 * (bm + bn) * bk * 4 if p.get("parts") == "fused" else 0
-        if not rows and max(1, p.get("num_stages", 3)) * (bm * bk + bk * bn) * 4 * parts + stacked > SMEM_BYTES:
+        if not rows and max(1, p.get("num_stages", 3)) * (bm * bk + bk * bn) * 4 * parts > SMEM_BYTES:
             return "the pipelined tiles need more shared memory than a block has"
         slots = interleave_slots(kernel.nodes[0]) if inter else 1  # an accumulator a slot (in a rows tile's BLOCK_M)
         if bm * bn * slots * p.get("SAMPLES", 1) * parts > 128 * 32 * p.get("num_warps", 4):

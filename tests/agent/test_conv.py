@@ -40,24 +40,6 @@ def test_every_convolution_kind_is_an_implicit_gemm(kind, runner, tmp_path):
         runner.run_ok(task, source)
 
 
-@pytest.mark.parametrize("kind", ["conv2d_grouped", "transposed1d", "transposed3d_mixed"])
-def test_fused_tf32_products_in_every_tile_form_with_a_k_loop(kind, runner, tmp_path):
-    """Parts "fused" in channel, position and interleaved tiles: each K step's four TF32 products in one tl.dot
-    (one a loop), grouped, strided and transposed convolutions matching the reference; outer-product steps
-    (BLOCK_K 1) refuse it."""
-    task = task_of(kind, tmp_path)
-    a = analyze(str(task), small=True)
-    t = BY_NAME["gemm"]
-    first = {**t.default(a, rows=False), "precision": "tf32x3", "parts": "fused", "BLOCK_K": 16}
-    for tiles in [tiles for tiles in t.space(a)["tiles"] if tiles != "rows"]:
-        source = t.render(a, {**first, "tiles": tiles, **({"BLOCK_M": 64} if tiles == "interleaved" else {})})
-        loops = source.count("for k0 in range(")
-        assert loops and source.count("tl.dot(") == loops and source.count("fresh = ") == loops
-        runner.run_ok(task, source)
-    with pytest.raises(ValueError, match="parts fused"):
-        t.render(a, {**first, "tiles": "channels", "BLOCK_K": 1})
-
-
 @pytest.mark.parametrize("kind", ["conv1d", "conv2d_grouped", "transposed2d_grouped", "transposed3d_mixed"])
 def test_packed_weights_in_every_tile_form(kind, runner, tmp_path):
     """With `packed` the forward copies the weight with its window outermost and its output channels innermost,
@@ -672,35 +654,6 @@ def test_a_convolution_with_a_window_streams_its_input_rows(runner, tmp_path):
     runner.run_ok(task, source)
 
 
-@pytest.mark.parametrize("task_text", [WINDOWED, STREAMED], ids=["window", "pointwise"])
-def test_a_streamed_step_takes_its_four_tf32_products_in_one_dot(task_text, runner, sm90, tmp_path):
-    """With parts "fused", a streamed convolution's dot step stacks its input tile's TF32 parts and its weight's
-    four deep along K: one tl.dot a step, (hi + lo)(hi + lo), matching the reference. Compiled for sm_90, the
-    3x3 one's two steps wait for the tensor cores twice, where the tiles split by hand wait six times. Other
-    tiles, and other precisions, refuse it."""
-    task = tmp_path / "fused.py"
-    task.write_text(task_text)
-    a = analyze(str(task), small=True)
-    t = BY_NAME["gemm"]
-    d = t.default(a)
-    assert d["tiles"] == "stream" and "fused" in t.space(a)["parts"]
-    source = t.render(a, {**d, "parts": "fused"})
-    kernel = source.split("def _gemm_kernel0(", 1)[1].split("class ModelNew", 1)[0]
-    steps = kernel.count("ix = q[:, None] + koff") or 1
-    assert kernel.count("tl.dot(") == steps and "fresh" in kernel
-    runner.run_ok(task, source)
-    with pytest.raises(ValueError, match="parts fused"):
-        t.render(a, {**d, "parts": "fused", "tiles": "rows"})
-    with pytest.raises(ValueError, match="parts fused"):
-        t.render(a, {**d, "parts": "fused", "precision": "ieee"})
-    if task_text is WINDOWED:
-        for parts, waits in (("fused", 2), ("hand", 6)):
-            (tmp_path / f"{parts}.py").write_text(t.render(a, {**d, "parts": parts}))
-            ptx = sm90(tmp_path / f"{parts}.py", "_gemm_kernel0", {"BLOCK_M": 64, "BLOCK_N": 16, "BLOCK_K": 16,
-                                                                     "PROGRAMS": 14}).asm["ptx"]
-            assert ptx.count("wgmma.wait_group.sync.aligned 0;") == waits, parts
-
-
 @pytest.mark.parametrize("conv, shape", [
     ("nn.Conv1d(5, 12, 4)", "(2, 5, 300)"),  # 297 outputs, no row to waste
     ("nn.Conv3d(2, 12, 2, dilation=(1, 2, 1))", "(2, 2, 3, 24, 24)"),  # 2 x 22 x 23 outputs, taps 2 rows apart
@@ -862,7 +815,7 @@ def test_a_convolution_over_17_to_64_output_channels_takes_them_in_one_tile(runn
 def test_fp32_dot_steps_of_a_convolution_split_each_operand_into_two_tf32_parts(runner, tmp_path):
     """A convolution's fp32 dot steps default to precision "tf32x3" at one pipeline stage, each gathered tile
     split into its TF32 parts once by the kernel's own lines (parts "hand"; Triton's own split, parts
-    "registers", and a step's products in one tl.dot, "fused", in the space), with the FMA ("ieee") form next; outer-product steps, a matrix product and a
+    "registers", in the space), with the FMA ("ieee") form next; outer-product steps, a matrix product and a
     task that allows TF32 keep theirs."""
     t = BY_NAME["gemm"]
     task = task_of("conv3d", tmp_path)
@@ -872,7 +825,7 @@ def test_fp32_dot_steps_of_a_convolution_split_each_operand_into_two_tf32_parts(
     assert triton_split == {**first, "parts": "registers"}
     assert (second["precision"], second["num_stages"]) == ("ieee", 3)
     assert {**first, "precision": "ieee", "num_stages": 3} == second
-    assert t.space(a)["precision"] == ["ieee", "tf32x3"] and t.space(a)["parts"] == ["registers", "hand", "fused"]
+    assert t.space(a)["precision"] == ["ieee", "tf32x3"] and t.space(a)["parts"] == ["registers", "hand"]
     source = t.render(a, first)
     assert source.count("tah = ((ta.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000)") == 1
     assert 'pr = tl.dot(tah, tbh, pr, input_precision="tf32")' in source and 'input_precision="tf32x3"' not in source

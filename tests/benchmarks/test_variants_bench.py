@@ -87,3 +87,25 @@ def test_on_a_gpu_every_row_that_ran_has_a_time_each_round():
     rows = [line.split(" | ") for line in done.stdout.splitlines() if line.startswith("| conv_kinds_small")]
     assert [r[1] for r in rows] == ["eager", "torch.compile", "variant 0"]
     assert all(len(r[2].split(", ")) == 2 and all(float(t) > 0 for t in r[2].split(", ")) for r in rows)
+
+
+def test_a_rows_kernels_follow_its_parameters_longest_first():
+    """--kernels: a row's kernels (torch.profiler's mean ms a call, longest first) follow its parameters in the
+    table, the three longest; on a CPU the script says it split none."""
+    b = bench()
+    row = b.Row("t", "variant 0", {"BLOCK_M": 64}, [1.5], error=1e-7,
+                kernels=[("_gemm_kernel0", 0.9513), ("_row_kernel1", 0.5), ("_final", 0.01), ("_tail", 0.001)])
+    line = b.table([row], gpu=True).splitlines()[2]
+    assert line.endswith("BLOCK_M=64; kernels: _gemm_kernel0 0.9513, _row_kernel1 0.5000, _final 0.0100 |"), line
+    done = run(str(CONV), "--template", "gemm", "--variants", "0", "--kernels")
+    assert done.returncode == 0 and "no times and no kernels." in done.stdout, done.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_kernels_split_each_rows_time():
+    done = run(str(CONV), "--template", "gemm", "--variants", "0", "--kernels", interpret=False)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| conv_kinds_small")]
+    assert all("; kernels: " in r and float(r.split("; kernels: ")[1].split(",")[0].split()[-1]) > 0 for r in rows)
+

@@ -101,25 +101,6 @@ def split_dot(acc: str, a: str, b: str) -> list[str]:
             f'pr = tl.dot({a}h, {b}h, pr, input_precision="tf32")', f"{acc} += pr"]
 
 
-def stacked_parts(b: str) -> list[str]:
-    """Lines stacking a [K, N] tile's TF32 parts (tf32_parts) into {b}4, [4K, N]: each row's high part twice,
-    then its low part twice, as fused_dot's B."""
-    return [f"{b}2 = tl.permute(tl.join({b}h, {b}l), (0, 2, 1))",
-            f"{b}4 = tl.reshape(tl.permute(tl.join({b}2, {b}2), (0, 1, 3, 2)), (4 * {b}.shape[0], {b}.shape[1]))"]
-
-
-def fused_dot(acc: str, a: str, b: str, fresh: str) -> list[str]:
-    """Lines adding a @ b to `acc` in one tl.dot of the tiles' TF32 parts (parts "fused"): a [M, K] tile's parts
-    stacked [M, 4K], each column's high part then its low part, twice, against stacked_parts' {b}4, which sums
-    (a_hi + a_lo)(b_hi + b_lo), lo*lo too, in an accumulator started from `fresh`, then adds it to acc in fp32.
-    `fresh` is zeros that Triton cannot prove zero: from a literal zero it folds the sum into acc, chained across
-    steps (less accurate: split_operands). Compiled for sm_90 (Triton 3.9), split_dot's three products wait for
-    the tensor cores after each; this waits once a step."""
-    return [f"{a}2 = tl.join({a}h, {a}l)",
-            f"{a}4 = tl.reshape(tl.permute(tl.join({a}2, {a}2), (0, 1, 3, 2)), ({a}.shape[0], 4 * {a}.shape[1]))",
-            f'{acc} += tl.dot({a}4, {b}4, {fresh}, input_precision="tf32")']
-
-
 def dot_cast(a: Leaf, b: Leaf, operands: str) -> str:
     """The cast each tl.dot operand takes as it is loaded; the accumulator is fp32 either way. 16-bit operands
     (bf16, fp16) stay 16-bit with `operands` "input" (tensor cores; an fp32 buffer between kernels is rounded

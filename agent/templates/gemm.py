@@ -21,7 +21,7 @@ from agent.templates.params import (CONV_BLOCK_K, SMS, gemm_tiles, interleaved_t
                                     kernel_space, pointwise_tiles, rows_form, rows_stacked, stream_stages, wide_tiles)
 from agent.templates.program import work
 from agent.templates.split_operands import pays
-from agent.templates.stats_epilogue import recompute_pays, stats_pair, worth_it
+from agent.templates.stats_epilogue import Stats, recompute_pays, stats_pair, worth_it
 
 NAME = "gemm"
 FAMILIES = ("matmul", "gemm_epilogue", "matvec", "conv")
@@ -249,6 +249,11 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         st = stats_pair(rp.kernels, rp.primary, out[rows])
         if recompute_pays(rp.kernels, rp.primary, st):  # and before those, its output never written
             out.insert(rows, {**out[rows], "recompute": 1})
+    sp = base.plan(analysis, out[0]) if out[0].get("tiles") == "stream" else None
+    if sp and isinstance(stats_pair(sp.kernels, sp.primary, out[0]), Stats):  # streamed tiles take them last,
+        stats = {**out[0], "stats": 1}  # at their tiles and at 128 positions: won and lost by task and tiles
+        wide = {**stats, "BLOCK_M": 128}  # (Stats.stream_lines)
+        out += [stats] + ([wide] if wide != stats and kernel_invalid(k, base._kernel_params(wide)) is None else [])
     return out
 
 

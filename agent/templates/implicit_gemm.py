@@ -32,8 +32,7 @@ import re
 import torch
 
 from agent.templates.codegen import (DESCRIPTOR_IMPORT, SMEM_BYTES, SMS, Gen, KernelCode, Launch, descriptor_name,
-                                     dot_cast, fused_dot, kernel_header, next_pow2, split_dot, stacked_parts,
-                                     store_lines, tf32_parts)
+                                     dot_cast, kernel_header, next_pow2, split_dot, store_lines, tf32_parts)
 from agent.templates.ir import Leaf, contiguous_strides
 from agent.templates.schedule import Kernel
 
@@ -402,16 +401,12 @@ def stream_smem(p: dict, node, scratch: bool = True) -> int:
     (Triton 3.6) 16 channels into 64 at 128 positions and 3 stages ran in 4 warps and asked 237,568 bytes in
     8 (this counts 230,400 and 248,832). Without `scratch`, the tiles alone (the layout conversions' scratch
     shares their space where the epilogue stores no full tile: level 2's 25, reduced over its channels, asked
-    512 bytes past its tiles at 2 stages). Fused steps (fused: the weight's parts stacked four deep) hold twice
-    the weight and a [BLOCK_M, 2 BLOCK_K] conversion of the input tile's parts: level 2's 21 so at 64 positions
-    and 3 stages asked 99,072 bytes of Triton 3.9 (this counts 99,328; 70,400 unfused)."""
+    512 bytes past its tiles at 2 stages)."""
     (bk, bn), bm, stages = stream_blocks(node), p.get("BLOCK_M", 64), max(1, p.get("num_stages", 4))
-    parts = 4 if fused(p) else 2
     if pointwise(node):
-        return (stages * bm * bk + parts * bk * bn + bm * bn) * 4
+        return (stages * bm * bk + 2 * bk * bn + bm * bn) * 4
     steps = math.ceil(gemm_dims(node)[3] / bk)
-    return steps * (max(1, stages - 1) * bm * bk + parts * bk * bn) * 4 + 2304 * p.get("num_warps", 4) * scratch \
-        + 2 * bm * bk * 4 * fused(p)
+    return steps * (max(1, stages - 1) * bm * bk + 2 * bk * bn) * 4 + 2304 * p.get("num_warps", 4) * scratch
 
 
 def _window_steps(g, p: dict, wp: str, k: int, n: int, bk: int) -> tuple[list[str], list[str]]:
@@ -529,7 +524,7 @@ def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode
         lines += [f"tb = tl.load({gen.ptr(w.base)} + {w.offset} + rn1[None, :] * {sw[0]} + rk[:, None] * {sw[1]}, "
                   f"mask=(rk[:, None] < {k}) & (rn1[None, :] < {n}), other=0.0)"]
         lines += weight_parts(p, "tb")
-    lines += [FRESH] * fused(p)
+    lines += p["stats"].stream_start() if p.get("stats") else []
     start = len(lines)
     lines += [f"for t in tl.range(tl.program_id(0), {batch * per}, PROGRAMS, num_stages={p.get('num_stages', 4)}):",
               f"b = t // {per}", f"hw0 = (t % {per}) * BLOCK_M"]
@@ -568,6 +563,9 @@ def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode
                               f"(1, BLOCK_N, BLOCK_M)))")
     channel_reductions(gen, 1)  # each tile holds every channel
     store_lines(gen, [(m, b) for m, b in kernel.stores.items() if (m, b) not in whole])
+    if p.get("stats"):  # the next row kernel's partial statistics (stats_epilogue), one a tile and row
+        stored = next(m for m, b in kernel.stores.items() if b == p["stats"].buffer)
+        gen.top.lines += p["stats"].stream_lines(gen.value(stored), [gen.ptr(b) for b in p["stats"].parts], per)
     gen.top.lines[first:] = ["    " + line for line in gen.top.lines[first:]]
     src = kernel_header(name, gen, ["BLOCK_M", "BLOCK_N", "BLOCK_K", "PROGRAMS"]) + \
         ["    " + line for line in gen.top.lines]
@@ -684,36 +682,20 @@ def hand_split(p: dict) -> bool:
     4.228 -> 3.707, 73_conv_transposed_3D 1.944 -> 1.788, 75_conv_transposed_2D (interleaved) 0.486 -> 0.462;
     81_conv_transposed_2D's rows tiles 0.327 -> 0.328; level 2's 5, 15, 20, 26, 74, 78 and 100 2-8% faster, but
     2_ConvTranspose2d_BiasAdd_Clamp_Scaling_Clamp_Divide 4.30 -> 4.95 (not understood), so gemm.variants offers
-    Triton's split right after. Parts "fused" split the tiles so too (fused)."""
-    return p.get("precision") == "tf32x3" and p.get("parts") in ("hand", "fused")
-
-
-FRESH = "fresh = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) * tl.program_id(0)"  # fused_dot's zeros
-
-
-def fused(p: dict) -> bool:
-    """Whether a convolution's tf32x3 dot steps take their four TF32 products in one tl.dot (parts "fused":
-    codegen.fused_dot), the tiles split by hand (hand_split); streamed tiles, or tiles with a K loop. Not timed
-    on a GPU yet: a search option."""
-    return p.get("precision") == "tf32x3" and p.get("parts") == "fused"
+    Triton's split right after."""
+    return p.get("precision") == "tf32x3" and p.get("parts") == "hand"
 
 
 def weight_parts(p: dict, b: str) -> list[str]:
-    """Lines splitting a weight tile `b` into TF32 parts where the tiles are split by hand (hand_split), and
-    stacking them where the steps are fused: once before a streamed kernel's loop, or at each K step."""
-    return tf32_parts(b) + stacked_parts(b) * fused(p) if hand_split(p) else []
-
-
-def _split_products(p: dict, acc: str, a: str, b: str) -> list[str]:
-    """Lines adding a @ b to acc from the tiles' TF32 parts (hand_split): in one tl.dot where fused (its zeros
-    `fresh` made before the loop), else three."""
-    return fused_dot(acc, a, b, "fresh") if fused(p) else split_dot(acc, a, b)
+    """Lines splitting a weight tile `b` into TF32 parts where the tiles are split by hand (hand_split): once
+    before a streamed kernel's loop, or at each K step."""
+    return tf32_parts(b) if hand_split(p) else []
 
 
 def _product(p: dict, acc: str, a: str, b: str) -> list[str]:
     """Lines adding tl.dot(a, b) to acc: from the tiles' TF32 parts under hand_split, else in one tl.dot."""
     if hand_split(p):
-        return tf32_parts(a) + _split_products(p, acc, a, b)  # b's parts are split where it is loaded: it feeds several
+        return tf32_parts(a) + split_dot(acc, a, b)  # b's parts are split where it is loaded: it feeds several
     return [f'{acc} += tl.dot({a}, {b}, input_precision="{p.get("precision", "ieee")}")']
 
 
@@ -983,9 +965,9 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
             body += tf32_parts("ta") + weight_parts(p, "tb")
 
     def k_loop(acc: str) -> list[str]:
-        adds = _split_products(p, acc, "ta", "tb") if bk > 1 and hand_split(p) else [f"{acc} += {product}"]
-        return [f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)"] + [FRESH] * fused(p) + \
-               [f"for k0 in range(0, {k_extent}, {step}):"] + ["    " + line for line in body] + \
+        adds = split_dot(acc, "ta", "tb") if bk > 1 and hand_split(p) else [f"{acc} += {product}"]
+        return [f"{acc} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+                f"for k0 in range(0, {k_extent}, {step}):"] + ["    " + line for line in body] + \
                [depth + line for line in adds]
 
     rank = len(kernel.domain)

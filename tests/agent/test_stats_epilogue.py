@@ -1,5 +1,5 @@
 """A norm's statistics in its convolution's epilogue (agent/templates/stats_epilogue.py), in the interpreter:
-each rows tile stores a Welford state of every row it meets (a group norm's, a batch norm's), the norm runs only
+each rows or streamed tile stores a Welford state of every row it meets (a group norm's, a batch norm's), the norm runs only
 its combining kernel (after a merging one where a row has many partials), and the output matches the reference
 wherever the rows fall on the tiles."""
 import re
@@ -28,6 +28,7 @@ CASES = {"transposed3d": (9, False, 18),  # output 3 x 3 x 9: 9 rows of position
          "conv2d_ragged": (2, True, 2),  # 8 channels a row, 24 channels: the second tile's second row is none
          "transposed2d_ragged": (3, True, 6),  # the same, two slots: output 3 x 9, one tile a row or two
          "conv2d_bn": (4, True, 8),  # a row a channel over 2 batch elements x 2 rows x 1 or 2 tiles; 24 channels
+         "conv2d_in": (2, True, 4),  # an instance norm: a row a channel of one batch element, 2 rows x 1 or 2 tiles
          "transposed3d_bn": (18, False, 36)}  # 2 x 9 rows of positions
 
 
@@ -45,6 +46,40 @@ def test_the_norm_reads_its_convolution_once_and_matches(kind, runner, tmp_path)
         assert re.search(rf"_row_kernel1_part0 = torch.empty\(\(\d+, {count}\)", source)
         assert ("st_g < 3" in source or "mask=st_g < 24" in source) == guard
         runner.run_ok(task, source)
+
+
+# kind: (the norm's rows, partials a row: its channels in each of an image's streamed tiles; a batch norm's, the
+# batch's tiles)
+STREAMED = {"stream_window": (6, 24),  # 16 output rows walked 22 wide (352): 6 tiles of 64, 4 channels a row
+            "stream_pointwise": (12, 20),  # 320 positions (5 tiles); 6 rows of 4 in a 32-channel tile
+            "stream_instance": (32, 5),  # 16 rows walked 18 wide (padded): 5 tiles; a row a channel and image
+            "stream_bn": (12, 12),  # a row a channel, over both images' 6 tiles; 12 of the tile's 16 channels
+            "stream_thirds": (8, 18)}  # 3 channels a row, 4 rows in 12 of the tile's 16 channels
+
+
+@pytest.mark.parametrize("kind", STREAMED)
+def test_streamed_tiles_take_the_statistics_too(kind, runner, tmp_path):
+    """Streamed tiles (BLOCK_M positions of one image, every channel) store a Welford state of each channel, one
+    a tile, as a partial of its row: group norms of 4 and 3 channels a row whose rows leave the tile's last
+    channels empty, an instance norm (traced as a batch norm of every image's channels) after a padded window, a
+    batch norm's rows across the batch. The norm runs only its combining kernel, and the output matches the
+    reference."""
+    task = task_of(kind, tmp_path)
+    a = analyze(str(task), small=True)
+    first = T.variants(a)[0]
+    assert first["tiles"] == "stream" and "stats" not in first  # rows this short are read again from L2
+    source = T.render(a, {**first, "stats": 1})
+    rows, parts = STREAMED[kind]
+    assert re.search(rf"_row_kernel1_part0 = torch.empty\(\({rows}, {parts}\)", source)
+    assert "_row_kernel1[" not in source and "tl.reduce((tl.where(mask, 1.0, 0.0), st_d, st_d * st_d), 0, _sum3)" in source
+    runner.run_ok(task, source)
+
+
+def test_streamed_tiles_refuse_a_second_launch(tmp_path):
+    """The convolution's second launch (recompute) is built for rows tiles alone: streamed ones say so."""
+    a = analyze(str(task_of("stream_window", tmp_path)), small=True)
+    assert base.invalid(a, {**T.variants(a)[0], "stats": 1, "recompute": 1}) == \
+        "recompute: the convolution's second launch is built for rows tiles"
 
 
 @pytest.mark.parametrize("kind", CASES)
@@ -103,6 +138,11 @@ def test_it_comes_first_where_a_row_an_sm_outgrows_l2(tmp_path):
         if offered:
             assert variants[firsts[0]] == {**variants[firsts[1]], "recompute": 1}
             assert variants[firsts[1]] == {**variants[firsts[2]], "stats": 1}
+    # level 2's 21 streams its convolution (rows of 258,064): the statistics come last there, at its 64
+    # positions a tile and then at 128 (where they won)
+    variants = T.variants(analyze(str(kb / "21_Conv2d_Add_Scale_Sigmoid_GroupNorm.py"), small=False))
+    assert variants[0]["tiles"] == "stream" and variants[0]["BLOCK_M"] == 64
+    assert variants[-2:] == [{**variants[0], "stats": 1}, {**variants[0], "stats": 1, "BLOCK_M": 128}]
 
 
 def test_where_the_rows_do_not_fall_on_the_tiles_it_says_why(tmp_path):
@@ -111,9 +151,9 @@ def test_where_the_rows_do_not_fall_on_the_tiles_it_says_why(tmp_path):
     rows = next(v for v in T.variants(a) if v.get("tiles") == "rows" and v["impl"] == "triton")
     assert base.invalid(a, {**rows, "stats": 1, "BLOCK_N": 32}) is None  # 4 channels a row divide 32 too
     dot_tiles = {**T.default(a, rows=False), "stats": 1}
-    why = "stats: statistics in the epilogue need a convolution in rows tiles, of one group"
+    why = "stats: statistics in the epilogue need a convolution in rows or streamed tiles, of one group"
     assert base.invalid(a, dot_tiles) == why
-    with pytest.raises(ValueError, match="statistics in the epilogue need a convolution in rows tiles"):
+    with pytest.raises(ValueError, match="statistics in the epilogue need a convolution in rows or streamed"):
         T.render(a, dot_tiles)
 
 

@@ -563,7 +563,7 @@ def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode
                               f"(1, BLOCK_N, BLOCK_M)))")
     channel_reductions(gen, 1)  # each tile holds every channel
     store_lines(gen, [(m, b) for m, b in kernel.stores.items() if (m, b) not in whole])
-    if p.get("stats"):  # the next row kernel's partial statistics (stats_epilogue), one a tile and row
+    if p.get("stats"):  # the next row kernel's partial statistics (stats_epilogue), one a channel and tile
         stored = next(m for m, b in kernel.stores.items() if b == p["stats"].buffer)
         gen.top.lines += p["stats"].stream_lines(gen.value(stored), [gen.ptr(b) for b in p["stats"].parts], per)
     gen.top.lines[first:] = ["    " + line for line in gen.top.lines[first:]]

@@ -24,9 +24,9 @@ together, is a group norm of one channel a row.
 
 With `recompute` the convolution runs twice and its output is never written: the first launch stores only the
 partials, the row kernel's combining kernel stores the row statistics, and the second launch (rows tiles only)
-computes the convolution again with the row kernel's per-element output in its epilogue (recomputed). Where the convolution
-is cheap beside its output's bytes (few input channels), this moves 2 x its output's bytes less than writing it
-and reading it back.
+computes the convolution again with the row kernel's per-element output in its epilogue (recomputed). Where the
+convolution is cheap beside its output's bytes (few input channels), this moves 2 x its output's bytes less than
+writing it and reading it back.
 
     st = requested(kernels, i, params, outputs)   # params["recompute"]: ValueError where it cannot be
     again = recomputed(kernels, i, st)   # the second launch's kernel: the convolution, then the output pass

@@ -33,10 +33,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from agent.analysis import analyze, load_task  # noqa: E402
 from agent.templates import BY_NAME  # noqa: E402
 from llm_ops_bench import rel_err  # noqa: E402
+from tools.gpu_checks import activity, kernel_times  # noqa: E402
 from tools.profile import time_call  # noqa: E402
 from tools.task import import_file  # noqa: E402
 
@@ -137,20 +139,18 @@ def _first_line(e: Exception) -> str:
 
 
 def kernel_split(call, calls: int = 20) -> list[tuple[str, float]]:
-    """The CUDA kernels `call` launches, each with its mean GPU ms a call over `calls` calls, longest first."""
-    from torch.profiler import ProfilerActivity, profile
+    """The GPU kernels `call` launches, each under its own name (tools/gpu_checks.kernel_times; copies and fills
+    as "other") with its mean ms a call over `calls` calls, longest first."""
     with torch.no_grad():
         call()  # compiled and warm before the profiler starts
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(calls):
                 call()
             torch.cuda.synchronize()
-    totals: dict[str, float] = {}
-    for e in prof.key_averages():
-        if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time_total > 0:
-            totals[e.key] = totals.get(e.key, 0.0) + e.device_time_total / 1e3 / calls
-    return sorted(totals.items(), key=lambda kv: -kv[1])
+    work = activity(prof.events())
+    times = kernel_times(work, {w.name for w in work if w.kind == "kernel"})
+    return [(name, ms / calls) for name, ms in times.items()]
 
 
 def table(rows: list[Row], gpu: bool) -> str:
@@ -160,7 +160,7 @@ def table(rows: list[Row], gpu: bool) -> str:
         ms = ", ".join(f"{t:.4f}" for t in r.times) or "–"
         what = r.note or ", ".join(f"{k}={v}" for k, v in r.params.items())
         if r.kernels:
-            what += "; kernels: " + ", ".join(f"{name[:40]} {ms:.4f}" for name, ms in r.kernels[:3])
+            what += "; kernels: " + ", ".join(f"{name[:40]} {kernel_ms:.4f}" for name, kernel_ms in r.kernels[:3])
         if r.note and r.params:
             what += " (" + ", ".join(f"{k}={v}" for k, v in r.params.items()) + ")"
         error = "–" if r.error is None else f"{r.error:.2e}"

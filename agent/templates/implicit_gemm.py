@@ -383,6 +383,14 @@ def walked_positions(node) -> int:
     return math.prod(node.shape[2:]) if pointwise(node) else node.shape[2] * math.prod(padded_sizes(node)[1:])
 
 
+def stream_runs(node, p: dict) -> tuple[int, int, int]:
+    """Streamed tiles that take the next norm's statistics walk runs of consecutive tiles, one a program
+    (stats_epilogue.Stats.stream_lines): the tiles an image, the tiles a run, and the most runs one image meets."""
+    total = node.shape[0] * (per := math.ceil(walked_positions(node) / p.get("BLOCK_M", 64)))
+    run = math.ceil(total / min(total, SMS * p.get("per_sm", 1)))
+    return per, run, min(per, (per - 1) // run + 2)
+
+
 def stream_blocks(node) -> tuple[int, int]:
     """A streamed convolution's BLOCK_K and BLOCK_N: every output channel (at least 16), and every input
     channel (the whole K in one step) or, with a window, dot steps of WINDOW_BLOCK_K (_render_stream)."""
@@ -524,10 +532,20 @@ def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode
         lines += [f"tb = tl.load({gen.ptr(w.base)} + {w.offset} + rn1[None, :] * {sw[0]} + rk[:, None] * {sw[1]}, "
                   f"mask=(rk[:, None] < {k}) & (rn1[None, :] < {n}), other=0.0)"]
         lines += weight_parts(p, "tb")
-    lines += p["stats"].stream_start() if p.get("stats") else []
+    stats, stages = p.get("stats"), p.get("num_stages", 4)
+    if stats:  # runs of consecutive tiles, an image's part of each in a loop of its own (stream_runs)
+        _, run, _ = stream_runs(g, p)
+        programs = math.ceil(batch * per / run)
+        lines += stats.stream_start() + [
+            f"t_lo = tl.program_id(0) * {run}", f"t_hi = tl.minimum(t_lo + {run}, {batch * per})",
+            f"for bi in tl.range(0, (t_hi - 1) // {per} - t_lo // {per} + 1):", f"    b = t_lo // {per} + bi"]
+        lines += ["    " + line for line in stats.run_start()] + [f"    t_end = tl.minimum(t_hi, b * {per} + {per})",
+                  f"    for t in tl.range(tl.maximum(t_lo, b * {per}), t_end, num_stages={stages}):"]
+    else:
+        programs = min(batch * per, SMS * p.get("per_sm", 1))
+        lines += [f"for t in tl.range(tl.program_id(0), {batch * per}, PROGRAMS, num_stages={stages}):"]
     start = len(lines)
-    lines += [f"for t in tl.range(tl.program_id(0), {batch * per}, PROGRAMS, num_stages={p.get('num_stages', 4)}):",
-              f"b = t // {per}", f"hw0 = (t % {per}) * BLOCK_M"]
+    lines += ([] if stats else [f"b = t // {per}"]) + [f"hw0 = (t % {per}) * BLOCK_M"]
     if window:
         sizes = padded_sizes(g)
         lines += [f"x_img = {xd} + b.to(tl.int64) * {x.shape[1] * math.prod(sizes)}",
@@ -551,7 +569,7 @@ def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode
     # every tile: loaded with the positions' mask, the loop pipelined its [BLOCK_M, BLOCK_N] tile over the
     # stages (96 KB more shared memory at 64 x 128 and 4 stages, over a block's)
     gen.channel_mask = f"rn < {n}"
-    first = len(gen.top.lines) + start + 1  # the loop's body: every line after its header
+    first = len(gen.top.lines) + start  # the loop's body: every line after its header
     gen.top.lines += lines
     gen.top.cache[g] = "acc"
     gen.kinds[g] = "f"
@@ -563,10 +581,14 @@ def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode
                               f"(1, BLOCK_N, BLOCK_M)))")
     channel_reductions(gen, 1)  # each tile holds every channel
     store_lines(gen, [(m, b) for m, b in kernel.stores.items() if (m, b) not in whole])
-    if p.get("stats"):  # the next row kernel's partial statistics (stats_epilogue), one a channel and tile
-        stored = next(m for m, b in kernel.stores.items() if b == p["stats"].buffer)
-        gen.top.lines += p["stats"].stream_lines(gen.value(stored), [gen.ptr(b) for b in p["stats"].parts], per)
-    gen.top.lines[first:] = ["    " + line for line in gen.top.lines[first:]]
+    body = "        " if stats else "    "
+    if stats:  # the next row kernel's partial statistics (stats_epilogue), one a channel and run in an image
+        stored = next(m for m, b in kernel.stores.items() if b == stats.buffer)
+        gen.top.lines += stats.stream_lines(gen.value(stored))
+    gen.top.lines[first:] = [body + line for line in gen.top.lines[first:]]
+    if stats:
+        gen.top.lines += ["    " + line for line in stats.stream_flush([gen.ptr(b) for b in stats.parts],
+                                                                       *stream_runs(g, p))]
     src = kernel_header(name, gen, ["BLOCK_M", "BLOCK_N", "BLOCK_K", "PROGRAMS"]) + \
         ["    " + line for line in gen.top.lines]
     described = {} if window else {x.base: [batch, x.shape[1], positions]} | {b: [batch, n, positions]
@@ -580,7 +602,6 @@ def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode
             f"{{t{i}}}"
         host.append(f"{descriptor_name(base)} = TensorDescriptor({tensor}, {shape}, "
                     f"{list(contiguous_strides(shape))}, [1, {bk if base == x.base else bn}, {bm}])")
-    programs = min(batch * per, SMS * p.get("per_sm", 1))
     launch = Launch(name, (programs,), [descriptor_name(b) if b in described else b for b in gen.ptrs],
                     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS": programs}, p.get("num_warps", 4),
                     p.get("num_stages", 4))

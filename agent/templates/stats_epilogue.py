@@ -12,15 +12,16 @@ A row is `cpg` channels of one batch element (a group or instance norm), or one 
 (a batch norm). A tile takes BLOCK_N channels of one row of positions (the batch, every spatial dim but the
 last, and a tile of the last, wt): it meets BLOCK_N / cpg rows where cpg <= BLOCK_N, or a block of one row's
 channels. A row's partials are indexed by the batch element (a batch norm's), the channel block, the row of
-positions and wt, so each is written by one tile. A streamed tile (implicit_gemm._stream_kernel: BLOCK_M
-positions of one batch element, every channel) stores a partial for each channel, indexed by the tile and the
-channel's place in its row. An instance norm, traced as a batch norm of every batch element's channels
-together, is a group norm of one channel a row.
+positions and wt, so each is written by one tile. Streamed tiles (implicit_gemm._stream_kernel: BLOCK_M
+positions of one batch element, every channel) come in runs of consecutive tiles, one a program: a run sums its
+tiles in one image elementwise and stores a partial for each channel, indexed by the run's place among those
+meeting the image and the channel's place in its row. An instance norm, traced as a batch norm of every batch
+element's channels together, is a group norm of one channel a row.
 
     st = stats_pair(kernels, i, params)   # a Stats, or a sentence saying why not (requested: a ValueError)
     row_params = combine_params(row_kernel, st, tuned)   # its parameters: a split output pass, `tuned` over it
     lines = st.tile_lines(value, pointers, rows_of_positions, num_w, BLOCK_N, num_n, joined)   # in the rows tile
-    lines = st.stream_lines(value, pointers, tiles_an_image)   # in the streamed tile
+    lines = st.stream_lines(value)   # in the streamed tile; st.stream_flush(pointers, ...) after a run's tiles
 
 With `recompute` the convolution runs twice and its output is never written: the first launch stores only the
 partials, the row kernel's combining kernel stores the row statistics, and the second launch (rows tiles only)
@@ -38,7 +39,8 @@ import math
 from dataclasses import dataclass
 
 from agent.analysis import PEAKS
-from agent.templates.implicit_gemm import gemm_dims, rows_layout, walked_positions
+from agent.templates.codegen import next_pow2
+from agent.templates.implicit_gemm import gemm_dims, rows_layout, stream_runs
 from agent.templates.ir import Leaf, Node, contiguous_strides
 from agent.templates.kernels import flat_output, online_pairs, row_values, welford_pairs
 from agent.templates.params import L2_BYTES, SMS, sizes, split_rows
@@ -95,30 +97,49 @@ class Stats:
                   f"st_g = pid_n // {blocks} * {k} + tl.arange(0, {k})"]
         return lines + self._stores(ptrs, f"st_n + tl.zeros(({k},), dtype=tl.float32)", "", guard)
 
-    def stream_lines(self, value: str, ptrs: list[str], per: int) -> list[str]:
+    def stream_lines(self, value: str) -> list[str]:
         """A streamed tile's lines (implicit_gemm._stream_kernel: tile t, BLOCK_M positions of batch element b,
-        `per` tiles an element, every channel) storing the Welford state of its `value`s under `mask`, a channel
-        at a time: each channel's partial of its row, the row's (t % per) * cpg + its place among the row's cpg
-        channels (a batch norm's rows span the batch: t). One reduction along the positions, as the tile lies:
-        the count and the sums of the deviations and their squares from a pivot, the channel's mean in the
-        program's previous tile (stream_start: zero before the first), so that the squares need not wait for
-        the tile's mean and suffer no cancellation where the mean is far from zero. On an H200 (session 48),
-        level 2's 21's convolution at 128 positions a tile ran 0.95 ms without statistics; 1.34 with each row's
-        state reduced over a [BLOCK_M, rows, cpg] view of the tile, 1.28 with three reductions a channel, 1.18
-        so. The whole task: 21 1.811 -> 1.691 ms at 128 positions, 1.859 -> 1.956 at 64; 92 1.145 -> 1.010 and
-        85 0.942 -> 0.940 at 64; 73 (a batch norm) 0.729 -> 0.818."""
-        row_t = f"(t % {per}) * {self.cpg} + rn1 % {self.cpg}" if self.batched else "t"
-        lines = [f"st_d = tl.where(mask, tl.broadcast_to({value}, (BLOCK_M, BLOCK_N)) - st_p[None, :], 0.0)",
-                 "st_n, st_s, st_q = tl.reduce((tl.where(mask, 1.0, 0.0), st_d, st_d * st_d), 0, _sum3)",
-                 "st_m = st_p + st_s / tl.maximum(st_n, 1.0)",
-                 "st_q = tl.maximum(st_q - st_s * st_s / tl.maximum(st_n, 1.0), 0.0)", "st_p = st_m",
-                 f"st_g = rn1 // {self.cpg}", "st_b = b", f"st_t = {row_t}"]
-        return lines + self._stores(ptrs, "st_n", "", f", mask=rn1 < {self.cpg * self.groups}")
+        every channel) adding its `value`s under `mask`, less a pivot a channel, into sums the shape of the
+        tile (run_start), with no reduction: the tile's part of its run's Welford states, which stream_flush
+        reduces and stores once the run leaves the image. The pivot is the channel's mean in the program's
+        previous run (stream_start: zero before the first), so that the sum of squares suffers no cancellation
+        where the mean is far from zero. On an H200 (session 49), level 2's 21's convolution at 128 positions a
+        tile ran 0.962 ms without statistics and 0.947 with them so; session 48's form, the same sums reduced
+        a tile, ran it at 1.18 (25 barriers a tile in its sm_90 loop against 9; this form adds none). The whole
+        task (ms):
+        21 1.864 -> 1.458 at 128 positions (1.566 at 64), 92 1.149 -> 0.826, 85 0.944 -> 0.751, 73 (a batch
+        norm) 0.728 -> 0.622, but 23 (16 channels) 0.618 -> 0.641."""
+        return [f"st_d = tl.where(mask, tl.broadcast_to({value}, (BLOCK_M, BLOCK_N)) - st_p[None, :], 0.0)",
+                "st_s += st_d", "st_q += st_d * st_d", "st_c += tl.sum(tl.where(rmask, 1.0, 0.0), axis=1)"]
 
     @staticmethod
     def stream_start() -> list[str]:
-        """A streamed kernel's lines before its loop: stream_lines' first pivot."""
+        """A streamed kernel's lines before its loops: stream_lines' first pivot."""
         return ["st_p = tl.zeros((BLOCK_N,), dtype=tl.float32)"]
+
+    @staticmethod
+    def run_start() -> list[str]:
+        """The lines before a run's tiles in one image: stream_lines' sums, and the count of its positions."""
+        return ["st_s = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)", "st_q = tl.zeros_like(st_s)",
+                "st_c = tl.zeros((BLOCK_M,), dtype=tl.float32)"]
+
+    def stream_flush(self, ptrs: list[str], per: int, run: int, slots: int) -> list[str]:
+        """The lines after a run's tiles in image b (tiles t_lo to t_end; `per` tiles an image, `run` a program,
+        `slots` runs an image meets at most: implicit_gemm.stream_runs) storing each channel's Welford state as
+        the partial of its row in the run's slot, the program's place among those meeting the image. The run
+        that ends the image also stores empty states in the slots after its own, which no run fills."""
+        index = f"st_j * {self.cpg} + rn1[None, :] % {self.cpg}" if self.batched else f"b * {slots} + st_j"
+        row = f"b * {self.groups} + rn1[None, :] // {self.cpg}" if self.batched else "rn1[None, :]"
+        lines = ["st_n = tl.sum(st_c)", "st_a = tl.sum(st_s, axis=0)", "st_m = st_p + st_a / tl.maximum(st_n, 1.0)",
+                 "st_v = tl.maximum(tl.sum(st_q, axis=0) - st_a * st_a / tl.maximum(st_n, 1.0), 0.0)", "st_p = st_m",
+                 f"st_j = tl.arange(0, {next_pow2(slots)})[:, None]",
+                 f"st_slot = tl.program_id(0) - b * {per} // {run}",  # the first program meeting image b: 0
+                 f"st_last = tl.where(t_end == b * {per} + {per}, {slots}, 0)",  # past the slots that are filled
+                 "st_keep = (st_j == st_slot) | ((st_j > st_slot) & (st_j < st_last))",
+                 f"st_off = ({row}) * {self.count} + {index}"]
+        return lines + [f"tl.store({ptr} + st_off, tl.where(st_j == st_slot, {v}[None, :], 0.0), "
+                        f"mask=st_keep & (rn1[None, :] < {self.cpg * self.groups}))"
+                        for ptr, v in zip(ptrs, ("(st_n + tl.zeros_like(st_m))", "st_m", "st_v"))]
 
     def _stores(self, ptrs: list[str], count: str, when: str, guard: str = "") -> list[str]:
         row = f"st_b * {self.groups} + st_g" if self.batched else "st_g"
@@ -146,8 +167,8 @@ def stats_pair(kernels: list, i: int, p: dict) -> Stats | str:
             continue
         batch, channels, positions = g.shape[0], g.shape[1], math.prod(g.shape[2:])
         stream = p["tiles"] == "stream"
-        if stream:  # a tile: BLOCK_M of the positions its batch element walks, every channel
-            tiles = math.ceil(walked_positions(g) / p.get("BLOCK_M", 64))
+        if stream:  # a partial a channel from each run of tiles that meets an image (Stats.stream_flush)
+            tiles = stream_runs(g, p)[2]
         else:
             _, _, bn, num_w = rows_layout(g, p)
             tiles = math.prod(g.shape[2:-1]) * num_w  # a channel block's tiles in one batch element

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent.analysis import analyze
-from agent.templates import BY_NAME, base, kernels
+from agent.templates import BY_NAME, base, implicit_gemm, kernels
 from agent.templates.implicit_gemm import stacks
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -57,22 +57,50 @@ STREAMED = {"stream_window": (6, 24),  # 16 output rows walked 22 wide (352): 6 
             "stream_thirds": (8, 18)}  # 3 channels a row, 4 rows in 12 of the tile's 16 channels
 
 
+def streamed_loop(source: str) -> str:
+    """The streamed kernel's loop over a run's tiles in one image: from its header to the first line after it."""
+    body = source.split("for t in tl.range(tl.maximum(t_lo, ")[1].split("\n")
+    return "\n".join(line for line in body[1:] if line.startswith(" " * 12))
+
+
 @pytest.mark.parametrize("kind", STREAMED)
 def test_streamed_tiles_take_the_statistics_too(kind, runner, tmp_path):
     """Streamed tiles (BLOCK_M positions of one image, every channel) store a Welford state of each channel, one
-    a tile, as a partial of its row: group norms of 4 and 3 channels a row whose rows leave the tile's last
-    channels empty, an instance norm (traced as a batch norm of every image's channels) after a padded window, a
-    batch norm's rows across the batch. The norm runs only its combining kernel, and the output matches the
-    reference."""
+    a tile here (a program a tile at these sizes), as a partial of its row: group norms of 4 and 3 channels a
+    row whose rows leave the tile's last channels empty, an instance norm (traced as a batch norm of every
+    image's channels) after a padded window, a batch norm's rows across the batch. The norm runs only its
+    combining kernel, and the output matches the reference."""
     task = task_of(kind, tmp_path)
     a = analyze(str(task), small=True)
     first = T.variants(a)[0]
-    assert first["tiles"] == "stream" and "stats" not in first  # rows this short are read again from L2
-    source = T.render(a, {**first, "stats": 1})
+    assert first["tiles"] == "stream" and first["stats"] == 1  # first, even where rows this short fit L2
+    source = T.render(a, first)
     rows, parts = STREAMED[kind]
     assert re.search(rf"_row_kernel1_part0 = torch.empty\(\({rows}, {parts}\)", source)
     assert "_row_kernel1[" not in source
-    assert "tl.reduce((tl.where(mask, 1.0, 0.0), st_d, st_d * st_d), 0, _sum3)" in source  # one reduction a tile
+    loop = streamed_loop(source)
+    assert "st_s += st_d" in loop and "tl.sum(st_s" not in loop and "tl.reduce" not in loop  # reduced after it
+    runner.run_ok(task, source)
+
+
+# kind: partials a row with 3 programs, each a run of 4 tiles (of 12, or of the 1x1 convolution's 10; 3 runs meet
+# an image at most, the second ending the first image and starting the second): 3 slots a row's channel, a
+# batch norm's 3 an image
+RUNS = {"stream_window": 12, "stream_bn": 6, "stream_pointwise": 12}
+
+
+@pytest.mark.parametrize("kind", RUNS)
+def test_runs_of_tiles_across_images_take_the_statistics(kind, runner, tmp_path, monkeypatch):
+    """With fewer programs than tiles, each walks a run of consecutive tiles and stores a partial for each image
+    its run meets; the run that ends an image stores empty partials in the slots no run fills. A group norm, a
+    batch norm, and a 1x1 convolution's tiles (5 an image, so the runs of 4 fall across images unevenly)."""
+    monkeypatch.setattr(implicit_gemm, "SMS", 3)
+    task = task_of(kind, tmp_path)
+    a = analyze(str(task), small=True)
+    params = {**T.variants(a)[0], "stats": 1, "per_sm": 1}
+    source = T.render(a, params)
+    assert re.search(rf"_row_kernel1_part0 = torch.empty\(\(\d+, {RUNS[kind]}\)", source)
+    assert "t_lo = tl.program_id(0) * 4" in source and "_gemm_kernel0[(3,)]" in source
     runner.run_ok(task, source)
 
 
@@ -124,9 +152,10 @@ def test_a_batch_norms_many_partials_are_merged_first(runner, tmp_path, monkeypa
 
 
 def test_it_comes_first_where_a_row_an_sm_outgrows_l2(tmp_path):
-    """Offered just before the same rows tiles where the norm would read its rows twice from HBM (level 2's 60:
+    """In rows tiles, offered just before them where the norm would read its rows twice from HBM (level 2's 60:
     a row of 492,156 elements), and before that with the convolution computed twice (recompute: 3 input
-    channels); level 2's 85, rows of 63,504, reads its second pass from L2 and is offered neither."""
+    channels); level 2's 85, rows of 63,504, reads its second pass from L2 and is offered neither there. Streamed
+    tiles, which sum their runs of tiles with no reduction a tile, take them first wherever they can."""
     kb = Path(__file__).resolve().parents[3] / "shared" / "kernelbench" / "level2"
     if not kb.is_dir():
         pytest.skip(f"KernelBench's tasks are not at {kb}")
@@ -139,11 +168,13 @@ def test_it_comes_first_where_a_row_an_sm_outgrows_l2(tmp_path):
         if offered:
             assert variants[firsts[0]] == {**variants[firsts[1]], "recompute": 1}
             assert variants[firsts[1]] == {**variants[firsts[2]], "stats": 1}
-    # level 2's 21 streams its convolution (rows of 258,064): the statistics come last there, at its 64
-    # positions a tile and then at 128 (where they won)
-    variants = T.variants(analyze(str(kb / "21_Conv2d_Add_Scale_Sigmoid_GroupNorm.py"), small=False))
-    assert variants[0]["tiles"] == "stream" and variants[0]["BLOCK_M"] == 64
-    assert variants[-2:] == [{**variants[0], "stats": 1}, {**variants[0], "stats": 1, "BLOCK_M": 128}]
+    # streamed tiles take them first, at the form's own tiles, and last at 128 positions a tile: level 2's 21
+    # (rows of 258,064) and 85 alike, whatever the rows' size
+    for name in ("21_Conv2d_Add_Scale_Sigmoid_GroupNorm", "85_Conv2d_GroupNorm_Scale_MaxPool_Clamp"):
+        variants = T.variants(analyze(str(kb / f"{name}.py"), small=False))
+        assert variants[1]["tiles"] == "stream" and variants[1]["BLOCK_M"] == 64 and "stats" not in variants[1]
+        assert variants[0] == {**variants[1], "stats": 1}
+        assert variants[-1] == {**variants[1], "stats": 1, "BLOCK_M": 128}
 
 
 def test_where_the_rows_do_not_fall_on_the_tiles_it_says_why(tmp_path):

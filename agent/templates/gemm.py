@@ -243,8 +243,9 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         out.append({**d, **rows_form(k.nodes[0]), "impl": "triton", "BLOCK_M": 128})  # last (_rows_second)
     sp = base.plan(analysis, out[0]) if out[0].get("tiles") == "stream" else None
     if sp and isinstance(stats_pair(sp.kernels, sp.primary, out[0]), Stats):  # streamed tiles take them first
-        stats = {**out[0], "stats": 1}  # at their tiles, and last at 128 positions (Stats.stream_lines)
-        out = [stats] + out + [{**stats, "BLOCK_M": 128}] * (stats["BLOCK_M"] != 128)
+        stats = {**out[0], "stats": 1}  # at their tiles, and last at 128 positions where the sums fit registers
+        wide = stats["BLOCK_M"] != 128 and stats["BLOCK_N"] <= 32  # (Stats.stream_lines: 92, 64 channels, spilled)
+        out = [stats] + out + [{**stats, "BLOCK_M": 128}] * wide
     out = [p for p in out if kernel_invalid(k, base._kernel_params(p)) is None]
     rows = next((i for i, p in enumerate(out) if p.get("tiles") == "rows" and p["impl"] == "triton"), None)
     rp = base.plan(analysis, out[rows]) if rows is not None else None

@@ -10,7 +10,7 @@ from agent.analysis import analyze
 from agent.context import Run, RunConfig
 from agent.graph import FloorReached, check_limits, floor_bar, one_way
 from agent.interfaces import Individual, TaskContext
-from agent.operators.param import ParamOperator
+from agent.operators.param import ParamOperator, _changes, _repeats
 from agent.operators.roofline import moves, row_reads
 from agent.policies import GreedyPolicy
 from agent.runstore import RunStore
@@ -380,6 +380,18 @@ def test_a_roofline_move_that_lost_is_not_made_again_from_the_next_fittest_candi
     again = [p for _ in range(3) for p in op.propose(task, [later], 1) if "roofline" in p.note]
     assert again and all(p.params.get("online") == 0 and "(from candidate 3)" in p.note for p in again)
 
+
+
+def test_a_move_that_lost_is_known_again_when_it_also_sets_back_what_its_origin_changed():
+    """Level 1's 79 on an H200: channel tiles (a roofline move from interleaved ones) lost; the next fittest
+    candidate was one GROUP_M away, and the same move from it set GROUP_M back to 8 as well. That is still the
+    move that lost; positions tiles are not."""
+    origin = {"tiles": "interleaved", "BLOCK_M": 128, "BLOCK_N": 32, "num_stages": 1, "GROUP_M": 8}
+    channels = {"tiles": "channels", "BLOCK_M": 256, "BLOCK_N": 16, "num_stages": 3, "GROUP_M": 8}
+    lost = {_changes(origin, channels)}
+    later = {**origin, "GROUP_M": 16}
+    assert _changes(later, channels) not in lost  # as the changes alone, a move not made before
+    assert _repeats(channels, lost) and not _repeats({**channels, "tiles": "positions"}, lost)
 
 # --- the floor stop: a one-way task's own floor is faster than copy bandwidth's --------------------------
 def best_at(floor_fraction: float) -> State:

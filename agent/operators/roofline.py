@@ -51,7 +51,7 @@ from agent.templates.params import (SMS, gemm_tiles, held_split, interleaved_til
                                     sizes)
 from agent.templates.schedule import Kernel
 from agent.templates.split_operands import pays
-from agent.templates.stats_epilogue import Stats, recompute_pays, stats_pair
+from agent.templates.stats_epilogue import Pool, Stats, recompute_pays, stats_pair
 from tools.results import EvalResult
 
 MARGIN = RunConfig.floor_margin  # "at the floor" for the proposer is the stop's, at the default margin
@@ -102,9 +102,10 @@ def moves(analysis, template, params: dict, result: EvalResult, task: dict, marg
                            f"(VEC)"))
     out, seen = [], set()
     stats = None if params.get("stats") else stats_pair(pl.kernels, pl.primary, base.fitted(pl.main, own))
-    if bound == "memory" and isinstance(stats, Stats):  # the whole plan's move, first
+    if bound == "memory" and isinstance(stats, (Stats, Pool)):  # the whole plan's move, first
+        what = "statistics" if isinstance(stats, Stats) else "sums over its positions"
         found.insert(0, ({"stats": 1}, f"kernel {stats.row_kernel} reads the convolution's output for its "
-                                       f"statistics: try them in the convolution's epilogue (stats)"))
+                                       f"{what}: try them in the convolution's epilogue (stats)"))
     if params.get("impl") == "torch" and "triton" in template.space(analysis).get("impl", []):
         found.insert(0, ({"impl": "triton"}, "a vendor GEMM, its time in no Triton kernel's profile: try the Triton "
                                              "one at these tiles, the epilogue in it (impl torch->triton)"))

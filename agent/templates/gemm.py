@@ -242,7 +242,7 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     if conv and rows_fit(k.nodes[0]) and not second and out[0].get("tiles") != "rows":
         out.append({**d, **rows_form(k.nodes[0]), "impl": "triton", "BLOCK_M": 128})  # last (_rows_second)
     sp = base.plan(analysis, out[0]) if out[0].get("tiles") == "stream" else None
-    if sp and isinstance(stats_pair(sp.kernels, sp.primary, out[0]), Stats):  # streamed tiles take them first
+    if sp and not isinstance(stats_pair(sp.kernels, sp.primary, out[0]), str):  # streamed tiles take them first
         stats = {**out[0], "stats": 1}  # at their tiles, and last at 128 positions where the sums fit registers
         wide = stats["BLOCK_M"] != 128 and stats["BLOCK_N"] <= 32  # (Stats.stream_lines: 92, 64 channels, spilled)
         out = [stats] + out + [{**stats, "BLOCK_M": 128}] * wide

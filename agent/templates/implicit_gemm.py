@@ -501,7 +501,7 @@ def _render_stream(kernel: Kernel, name: str, p: dict) -> KernelCode:
         return _stream_kernel(kernel, name, p, x.base)
     pad, code = _padded_copy(name, g), _stream_kernel(kernel, name, p, f"{name}_xpad")
     return dataclasses.replace(code, source=pad.source + "\n\n\n" + code.source, launches=pad.launches + code.launches,
-                               temps=pad.temps)
+                               temps={**pad.temps, **code.temps})
 
 
 def channel_reductions(gen: Gen, axis: int) -> None:
@@ -573,14 +573,16 @@ def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode
     gen.top.lines += lines
     gen.top.cache[g] = "acc"
     gen.kinds[g] = "f"
-    whole = [] if window else [(m, b) for m, b in kernel.stores.items() if isinstance(b, str) and
+    pooled = stats.buffer if stats and not stats.kept else None  # summed over its positions, never written
+    stores = [(m, b) for m, b in kernel.stores.items() if b != pooled]
+    whole = [] if window else [(m, b) for m, b in stores if isinstance(b, str) and
                                gen.k.level[m] == "full" and m not in gen.k.store_when and m.dtype == torch.float32]
     for m, buf in whole:  # the tile transposed to [1, channels, positions]
         value = f"tl.broadcast_to({gen.value(m)}, (BLOCK_M, BLOCK_N))"
         gen.body.lines.append(f"{gen.ptr(buf)}.store([b, 0, hw0], tl.reshape(tl.trans({value}), "
                               f"(1, BLOCK_N, BLOCK_M)))")
     channel_reductions(gen, 1)  # each tile holds every channel
-    store_lines(gen, [(m, b) for m, b in kernel.stores.items() if (m, b) not in whole])
+    store_lines(gen, [(m, b) for m, b in stores if (m, b) not in whole])
     body = "        " if stats else "    "
     if stats:  # the next row kernel's partial statistics (stats_epilogue), one a channel and run in an image
         stored = next(m for m, b in kernel.stores.items() if b == stats.buffer)
@@ -605,7 +607,8 @@ def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode
     launch = Launch(name, (programs,), [descriptor_name(b) if b in described else b for b in gen.ptrs],
                     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS": programs}, p.get("num_warps", 4),
                     p.get("num_stages", 4))
-    return KernelCode("\n".join(src), [launch], host=host, host_args=fields,
+    temps = {stats.part: (stats.shape, torch.float32)} if pooled else {}
+    return KernelCode("\n".join(src), [launch], temps, host=host, host_args=fields,
                       imports=[DESCRIPTOR_IMPORT] if described else [])
 
 

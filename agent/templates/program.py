@@ -34,7 +34,7 @@ from agent.templates.params import SMS, kernel_default, sizes, splittable
 from agent.templates.pointwise_ops import helpers_for
 from agent.templates.reductions import INT32_MAX
 from agent.templates.schedule import Kernel
-from agent.templates.stats_epilogue import combine_params, recomputed, requested
+from agent.templates.stats_epilogue import Pool, combine_params, recomputed, requested
 
 SHAPES = ("static", "dynamic")  # params["shapes"]: sizes baked in, or the batch a run-time argument
 BATCH = "kw_batch"  # the forward's name for the batch under shapes="dynamic"
@@ -92,6 +92,9 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
         p = {key: v for key, v in p.items() if key != "shapes"}
         if stats and i == primary:  # the row kernel's statistics in this convolution's epilogue
             p["stats"] = stats
+        elif isinstance(stats, Pool) and i == stats.row_kernel:  # its sums of the convolution's partial sums
+            k = stats.row(k)
+            p = {**kernel_default(k), **(products or {})}
         elif stats and i == stats.row_kernel:
             p = combine_params(k, stats, {**(overrides or {}).get(i, {}), **(products or {})})
             if params.get("recompute"):  # row statistics stored, the output the convolution's second launch's
@@ -146,8 +149,9 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
                     if isinstance(leaf, Leaf)}
     float_dt = f"{program.float_base}.dtype" if program.float_base else None
     vendor_outs = {buffers_of(k) for k in kernels if k.kind == "torch_gemm"}  # the vendor op returns its own
+    unwritten = stats.buffer if stats and (params.get("recompute") or not stats.kept) else None
     for node, buf in buffers.items():
-        if buf in vendor_outs or stats and params.get("recompute") and buf == stats.buffer:  # never written
+        if buf in vendor_outs or buf == unwritten:  # never written
             continue
         if node.dtype.is_floating_point:
             dt = float_dt if node in outputs and float_dt and node.dtype == program.bases[program.float_base].dtype \

@@ -16,9 +16,11 @@ positions and wt, so each is written by one tile. Streamed tiles (implicit_gemm.
 positions of one batch element, every channel) come in runs of consecutive tiles, one a program: a run sums its
 tiles in one image elementwise and stores a partial for each channel, indexed by the run's place among those
 meeting the image and the channel's place in its row. An instance norm, traced as a batch norm of every batch
-element's channels together, is a group norm of one channel a row.
+element's channels together, is a group norm of one channel a row. A row kernel that only sums a streamed
+convolution's output over its positions (a global average pool: Pool) takes a partial sum a channel from each
+run the same way, and then the convolution's output is never written.
 
-    st = stats_pair(kernels, i, params)   # a Stats, or a sentence saying why not (requested: a ValueError)
+    st = stats_pair(kernels, i, params)   # a Stats or a Pool, or a sentence saying why not (requested: a ValueError)
     row_params = combine_params(row_kernel, st, tuned)   # its parameters: a split output pass, `tuned` over it
     lines = st.tile_lines(value, pointers, rows_of_positions, num_w, BLOCK_N, num_n, joined)   # in the rows tile
     lines = st.stream_lines(value)   # in the streamed tile; st.stream_flush(pointers, ...) after a run's tiles
@@ -38,6 +40,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+import torch
+
 from agent.analysis import PEAKS
 from agent.templates.codegen import next_pow2
 from agent.templates.implicit_gemm import gemm_dims, rows_layout, stream_runs
@@ -56,6 +60,7 @@ class Stats:
     batched: bool  # whether each batch element has rows of its own, or each row spans the batch
     parts: tuple  # the partial buffers (count, mean, sum of squared deviations), the row kernel's own names
     count: int  # partials a row
+    kept = True  # the convolution still writes `buffer` (Pool's does not)
 
     def tile_lines(self, value: str, ptrs: list[str], positions: int, num_w: int, bn: int, num_n: int,
                    joined: bool, row: str = "row", mask: str = "mask", cols: str = "cols",
@@ -148,8 +153,92 @@ class Stats:
         return ([when] + ["    " + line for line in stores]) if when else stores
 
 
-def stats_pair(kernels: list, i: int, p: dict) -> Stats | str:
-    """The row kernel whose statistics kernel i (a convolution) can compute in its epilogue, or why none."""
+@dataclass(frozen=True)
+class Pool:
+    """A row kernel that sums the convolution's output over its positions (a global average pool), taken over by
+    streamed tiles: each run of tiles sums its channels' values and stores a partial a channel for each image it
+    meets (as Stats does), and the convolution's output is never written. The row kernel then sums those
+    partials instead (row: the same nodes over a [batch, channels, 1..., slots] buffer). On an H200 (session
+    49) level 2's 67 (a GELU, then the mean over 64,516 positions of 64 channels) ran 2.175 -> 1.547 ms: its
+    mean's pass (0.475) gone and its 2.1 GB output never written."""
+    row_kernel: int
+    buffer: str  # the convolution's output that the row kernel sums: no longer stored
+    part: str  # the partial sums, [batch, channels, 1..., slots]
+    shape: tuple  # the partials' shape
+    kept = False
+
+    @property
+    def parts(self) -> tuple:
+        return (self.part,)
+
+    def stream_lines(self, value: str) -> list[str]:
+        """A streamed tile's lines adding its `value`s under `mask` into the run's sums (run_start)."""
+        return [f"st_s += tl.where(mask, tl.broadcast_to({value}, (BLOCK_M, BLOCK_N)), 0.0)"]
+
+    @staticmethod
+    def stream_start() -> list[str]:
+        return []
+
+    @staticmethod
+    def run_start() -> list[str]:
+        return ["st_s = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)"]
+
+    def stream_flush(self, ptrs: list[str], per: int, run: int, slots: int) -> list[str]:
+        """The lines after a run's tiles in image b storing each channel's sum in the run's slot, and empty sums in
+        the slots after it where the run ends the image (Stats.stream_flush)."""
+        channels = self.shape[1]
+        return [f"st_j = tl.arange(0, {next_pow2(slots)})[:, None]",
+                f"st_slot = tl.program_id(0) - b * {per} // {run}",
+                f"st_last = tl.where(t_end == b * {per} + {per}, {slots}, 0)",
+                "st_keep = (st_j == st_slot) | ((st_j > st_slot) & (st_j < st_last))",
+                f"tl.store({ptrs[0]} + (b * {channels} + rn1[None, :]) * {slots} + st_j, "
+                f"tl.where(st_j == st_slot, tl.sum(st_s, axis=0)[None, :], 0.0), "
+                f"mask=st_keep & (rn1[None, :] < {channels}))"]
+
+    def row(self, kernel: Kernel) -> Kernel:
+        """The row kernel summing the partials: its read of the convolution's output a read of them, its domain
+        theirs (the same reduced dims: its other values are constant along them)."""
+        part = Leaf(self.part, self.shape, torch.float32, base=self.part, strides=contiguous_strides(self.shape))
+        new = {}
+        for m in kernel.nodes:
+            new[m] = dataclasses.replace(m, args=[part if isinstance(a, Leaf) and a.base == self.buffer else
+                                                  new.get(a, a) if isinstance(a, Node) else a for a in m.args])
+        return dataclasses.replace(kernel, domain=self.shape, nodes=list(new.values()),
+                                   level={new[m]: v for m, v in kernel.level.items()},
+                                   stores={new[m]: b for m, b in kernel.stores.items()},
+                                   store_when={new[m]: v for m, v in kernel.store_when.items()})
+
+
+def _pooled(kernels: list, i: int, j: int, p: dict) -> Pool | None:
+    """Pool, where kernel j sums convolution i's output (in streamed tiles) over its positions, reads it nowhere
+    else and computes nothing larger than the sums (a mean's scale, a bias after it), and no other kernel reads
+    that output."""
+    conv, k = kernels[i], kernels[j]
+    g = conv.nodes[0]
+    reduces = [r for r in k.nodes if r.op == "reduce"]
+    if p.get("tiles") != "stream" or k.kind != "tile" or k.layout != "row" or len(reduces) != 1:
+        return None
+    r, x = reduces[0], reduces[0].args[0]
+    dims, rows = tuple(range(2, len(g.shape))), math.prod(g.shape[:2])
+    stored = {b for m, b in conv.stores.items() if isinstance(b, str)}
+    if not (r.fn == "sum" and tuple(r.attrs["dims"]) == dims == k.rdims and isinstance(x, Leaf) and
+            x.base in stored and x.offset == 0 and tuple(x.shape) == tuple(k.domain) == tuple(g.shape) and
+            tuple(x.strides) == contiguous_strides(g.shape)):
+        return None
+    others = [m for m in k.nodes if m is not r]
+    args = [a for m in others for a in m.args if isinstance(a, Leaf)]
+    if any(m.numel > rows for m in others + args):  # the convolution's output read past the sum, too
+        return None
+    if any(isinstance(a, Leaf) and a.base == x.base for n, other in enumerate(kernels) if n not in (i, j)
+           for m in other.nodes for a in m.args):
+        return None
+    slots = stream_runs(g, p)[2]
+    return Pool(j, x.base, f"_row_kernel{j}_sums", tuple(g.shape[:2]) + (1,) * (len(dims) - 1) + (slots,))
+
+
+def stats_pair(kernels: list, i: int, p: dict) -> Stats | Pool | str:
+    """The row kernel whose statistics kernel i (a convolution) can compute in its epilogue (or, in streamed
+    tiles, whose sums over the positions: Pool), or why none."""
     conv = kernels[i]
     g = conv.nodes[0] if conv.kind == "gemm" else None
     if g is None or g.fn != "conv" or p.get("tiles") not in ("rows", "stream") or g.attrs["groups"] != 1:
@@ -157,6 +246,9 @@ def stats_pair(kernels: list, i: int, p: dict) -> Stats | str:
     stored = {b: m for m, b in conv.stores.items() if isinstance(b, str)}
     for j in range(i + 1, len(kernels)):
         k = kernels[j]
+        pool = _pooled(kernels, i, j, p)
+        if pool:
+            return pool
         pairs = welford_pairs(k) if k.kind == "tile" and k.layout == "row" else {}
         reduces = [r for r in k.nodes if r.op == "reduce"]
         if len(pairs) != 1 or len(reduces) != 2 or online_pairs(k):
@@ -189,7 +281,7 @@ def stats_pair(kernels: list, i: int, p: dict) -> Stats | str:
     return "no row kernel after this convolution reduces its output to Welford statistics"
 
 
-def requested(kernels: list, i: int, p: dict, outputs: tuple = ()) -> Stats | None:
+def requested(kernels: list, i: int, p: dict, outputs: tuple = ()) -> Stats | Pool | None:
     """The statistics `p` asks kernel i to take over (p["stats"]), None where it asks none; ValueError, saying
     why, where they cannot be, or where p["recompute"] asks a second launch that cannot be (`outputs`: the
     program's output buffers)."""
@@ -202,6 +294,8 @@ def requested(kernels: list, i: int, p: dict, outputs: tuple = ()) -> Stats | No
     st = stats_pair(kernels, i, p)
     if isinstance(st, str):
         raise ValueError(f"stats: {st}")
+    if isinstance(st, Pool) and st.buffer in outputs:
+        raise ValueError("stats: the convolution's output, which its sums would never write, is an output of the task")
     why = p.get("recompute") and why_not_recomputed(kernels, st, outputs)
     if why:
         raise ValueError(f"recompute: {why}")

@@ -104,6 +104,49 @@ def test_runs_of_tiles_across_images_take_the_statistics(kind, runner, tmp_path,
     runner.run_ok(task, source)
 
 
+def pool_task(kind: str, folder: Path) -> Path:
+    path = folder / f"conv_pool_{kind}.py"
+    path.write_text((FIXTURES / "conv_pool_small.py").read_text().replace('kind = "window"', f'kind = "{kind}"'))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["window", "pointwise", "bias", "sum3d"])
+def test_a_pool_after_a_streamed_convolution_sums_in_its_epilogue_and_never_writes_it(kind, runner, tmp_path):
+    """A row kernel that only sums the convolution's output over its positions (a global average pool, with a
+    bias after it, or a sum over a 3-D output) takes per-channel partial sums from each run of streamed tiles
+    instead: offered first, the convolution stores nothing else, its output is never allocated, and the result
+    matches the reference."""
+    task = pool_task(kind, tmp_path)
+    a = analyze(str(task), small=True)
+    first, plain = T.variants(a)[:2]
+    assert first == {**plain, "stats": 1} and first["tiles"] == "stream"
+    source = T.render(a, first)
+    conv = source.split("def _gemm_kernel0(")[1].split("@triton.jit")[0]
+    assert conv.count("tl.store(") == 1 and "st_s += tl.where(mask, " in conv and ".store([" not in conv
+    written = next(b for b in base.plan(a, plain).kernels[0].stores.values())
+    assert f"{written} = torch.empty" not in source and "_row_kernel1_sums = torch.empty" in source
+    assert written in T.render(a, plain)
+    runner.run_ok(task, source)
+
+
+def test_a_pool_over_runs_of_tiles_across_images_matches(runner, tmp_path, monkeypatch):
+    """Three programs over 12 tiles: runs of 4, the second ending the first image and starting the second, the
+    partial sums in 3 slots a channel, those no run fills stored empty by the run that ends the image."""
+    monkeypatch.setattr(implicit_gemm, "SMS", 3)
+    task = pool_task("window", tmp_path)
+    a = analyze(str(task), small=True)
+    source = T.render(a, {**T.variants(a)[0], "per_sm": 1})
+    assert "_row_kernel1_sums = torch.empty((2, 12, 1, 3)" in source and "_gemm_kernel0[(3,)]" in source
+    runner.run_ok(task, source)
+
+
+def test_a_mean_that_reads_the_output_again_is_not_taken_as_a_pool(tmp_path):
+    """Subtracting the mean reads every output again: the convolution must write them, and no statistics are
+    offered (its row kernel is no Welford pair either)."""
+    a = analyze(str(pool_task("centered", tmp_path)), small=True)
+    assert T.variants(a)[0]["tiles"] == "stream" and "stats" not in T.variants(a)[0]
+    assert base.invalid(a, {**T.variants(a)[0], "stats": 1}).startswith("stats: ")
+
 def test_streamed_tiles_refuse_a_second_launch(tmp_path):
     """The convolution's second launch (recompute) is built for rows tiles alone: streamed ones say so."""
     a = analyze(str(task_of("stream_window", tmp_path)), small=True)

@@ -476,7 +476,8 @@ def _padded_copy(name: str, g) -> KernelCode:
 def _render_stream(kernel: Kernel, name: str, p: dict) -> KernelCode:
     """Streamed tiles of a convolution (streams): a program per SM (PROGRAMS; per_sm of them with a window)
     loads the weight once, split into its TF32 parts once, then walks tiles of BLOCK_M positions of one image,
-    pipelined over num_stages by tl.range.
+    pipelined over num_stages by tl.range: every PROGRAMS-th tile, or with the next norm's statistics or a
+    pool's sums in its epilogue (stats_epilogue) a run of consecutive tiles (stream_runs).
     A 1x1 convolution's tile is loaded by a TMA descriptor over the input as [batch, channels, positions] (its
     channels past C_in read as zeros), and outputs of the conv's shape are stored by a descriptor too (positions
     past the image's and channels past C_out clipped), any other store by pointers. A memory-bound 1x1

@@ -111,9 +111,8 @@ class Stats:
         where the mean is far from zero. On an H200 (session 49), level 2's 21's convolution at 128 positions a
         tile ran 0.962 ms without statistics and 0.947 with them so; session 48's form, the same sums reduced
         a tile, ran it at 1.18 (25 barriers a tile in its sm_90 loop against 9; this form adds none). The whole
-        task (ms):
-        21 1.864 -> 1.458 at 128 positions (1.566 at 64), 92 1.149 -> 0.826, 85 0.944 -> 0.751, 73 (a batch
-        norm) 0.728 -> 0.622, but 23 (16 channels) 0.618 -> 0.641."""
+        task (ms): 21 1.864 -> 1.458 at 128 positions (1.566 at 64), 92 1.149 -> 0.826, 85 0.944 -> 0.751, 73
+        (a batch norm) 0.728 -> 0.622, but 23 (16 channels) 0.618 -> 0.641."""
         return [f"st_d = tl.where(mask, tl.broadcast_to({value}, (BLOCK_M, BLOCK_N)) - st_p[None, :], 0.0)",
                 "st_s += st_d", "st_q += st_d * st_d", "st_c += tl.sum(tl.where(rmask, 1.0, 0.0), axis=1)"]
 
@@ -136,12 +135,8 @@ class Stats:
         index = f"st_j * {self.cpg} + rn1[None, :] % {self.cpg}" if self.batched else f"b * {slots} + st_j"
         row = f"b * {self.groups} + rn1[None, :] // {self.cpg}" if self.batched else "rn1[None, :]"
         lines = ["st_n = tl.sum(st_c)", "st_a = tl.sum(st_s, axis=0)", "st_m = st_p + st_a / tl.maximum(st_n, 1.0)",
-                 "st_v = tl.maximum(tl.sum(st_q, axis=0) - st_a * st_a / tl.maximum(st_n, 1.0), 0.0)", "st_p = st_m",
-                 f"st_j = tl.arange(0, {next_pow2(slots)})[:, None]",
-                 f"st_slot = tl.program_id(0) - b * {per} // {run}",  # the first program meeting image b: 0
-                 f"st_last = tl.where(t_end == b * {per} + {per}, {slots}, 0)",  # past the slots that are filled
-                 "st_keep = (st_j == st_slot) | ((st_j > st_slot) & (st_j < st_last))",
-                 f"st_off = ({row}) * {self.count} + {index}"]
+                 "st_v = tl.maximum(tl.sum(st_q, axis=0) - st_a * st_a / tl.maximum(st_n, 1.0), 0.0)", "st_p = st_m"]
+        lines += _slot_lines(per, run, slots) + [f"st_off = ({row}) * {self.count} + {index}"]
         return lines + [f"tl.store({ptr} + st_off, tl.where(st_j == st_slot, {v}[None, :], 0.0), "
                         f"mask=st_keep & (rn1[None, :] < {self.cpg * self.groups}))"
                         for ptr, v in zip(ptrs, ("(st_n + tl.zeros_like(st_m))", "st_m", "st_v"))]
@@ -151,6 +146,14 @@ class Stats:
         stores = [f"st_off = ({row}) * {self.count} + st_t"] + [
             f"tl.store({ptr} + st_off, {v}{guard})" for ptr, v in zip(ptrs, (count, "st_m", "st_q"))]
         return ([when] + ["    " + line for line in stores]) if when else stores
+
+
+def _slot_lines(per: int, run: int, slots: int) -> list[str]:
+    """A run's flush lines naming its slot among the runs that meet image b (st_slot: the first program meeting
+    it takes 0) and which of [slots] it stores (st_keep): its own, and where it ends the image the ones after."""
+    return [f"st_j = tl.arange(0, {next_pow2(slots)})[:, None]", f"st_slot = tl.program_id(0) - b * {per} // {run}",
+            f"st_last = tl.where(t_end == b * {per} + {per}, {slots}, 0)",
+            "st_keep = (st_j == st_slot) | ((st_j > st_slot) & (st_j < st_last))"]
 
 
 @dataclass(frozen=True)
@@ -187,13 +190,10 @@ class Pool:
         """The lines after a run's tiles in image b storing each channel's sum in the run's slot, and empty sums in
         the slots after it where the run ends the image (Stats.stream_flush)."""
         channels = self.shape[1]
-        return [f"st_j = tl.arange(0, {next_pow2(slots)})[:, None]",
-                f"st_slot = tl.program_id(0) - b * {per} // {run}",
-                f"st_last = tl.where(t_end == b * {per} + {per}, {slots}, 0)",
-                "st_keep = (st_j == st_slot) | ((st_j > st_slot) & (st_j < st_last))",
-                f"tl.store({ptrs[0]} + (b * {channels} + rn1[None, :]) * {slots} + st_j, "
-                f"tl.where(st_j == st_slot, tl.sum(st_s, axis=0)[None, :], 0.0), "
-                f"mask=st_keep & (rn1[None, :] < {channels}))"]
+        store = (f"tl.store({ptrs[0]} + (b * {channels} + rn1[None, :]) * {slots} + st_j, "
+                 f"tl.where(st_j == st_slot, tl.sum(st_s, axis=0)[None, :], 0.0), "
+                 f"mask=st_keep & (rn1[None, :] < {channels}))")
+        return _slot_lines(per, run, slots) + [store]
 
     def row(self, kernel: Kernel) -> Kernel:
         """The row kernel summing the partials: its read of the convolution's output a read of them, its domain

@@ -21,7 +21,7 @@ from agent.templates.params import (CONV_BLOCK_K, SMS, gemm_tiles, interleaved_t
                                     kernel_space, pointwise_tiles, rows_form, rows_stacked, stream_stages, wide_tiles)
 from agent.templates.program import work
 from agent.templates.split_operands import pays
-from agent.templates.stats_epilogue import Stats, recompute_pays, stats_pair, worth_it
+from agent.templates.stats_epilogue import recompute_pays, stats_pair, worth_it
 
 NAME = "gemm"
 FAMILIES = ("matmul", "gemm_epilogue", "matvec", "conv")

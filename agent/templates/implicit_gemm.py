@@ -535,7 +535,7 @@ def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode
         lines += weight_parts(p, "tb")
     stats, stages = p.get("stats"), p.get("num_stages", 4)
     if stats:  # runs of consecutive tiles, an image's part of each in a loop of its own (stream_runs)
-        _, run, _ = stream_runs(g, p)
+        _, run, slots = stream_runs(g, p)
         programs = math.ceil(batch * per / run)
         lines += stats.stream_start() + [
             f"t_lo = tl.program_id(0) * {run}", f"t_hi = tl.minimum(t_lo + {run}, {batch * per})",
@@ -590,8 +590,8 @@ def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode
         gen.top.lines += stats.stream_lines(gen.value(stored))
     gen.top.lines[first:] = [body + line for line in gen.top.lines[first:]]
     if stats:
-        gen.top.lines += ["    " + line for line in stats.stream_flush([gen.ptr(b) for b in stats.parts],
-                                                                       *stream_runs(g, p))]
+        flush = stats.stream_flush([gen.ptr(b) for b in stats.parts], per, run, slots)
+        gen.top.lines += ["    " + line for line in flush]
     src = kernel_header(name, gen, ["BLOCK_M", "BLOCK_N", "BLOCK_K", "PROGRAMS"]) + \
         ["    " + line for line in gen.top.lines]
     described = {} if window else {x.base: [batch, x.shape[1], positions]} | {b: [batch, n, positions]

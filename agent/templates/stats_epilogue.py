@@ -209,6 +209,12 @@ class Pool:
                                    store_when={new[m]: v for m, v in kernel.store_when.items()})
 
 
+def read_elsewhere(kernels: list, buffer: str, j: int) -> bool:
+    """Whether a kernel other than kernel j reads `buffer`."""
+    return any(n != j and isinstance(a, Leaf) and a.base == buffer
+               for n, k in enumerate(kernels) for m in k.nodes for a in m.args)
+
+
 def _pooled(kernels: list, i: int, j: int, p: dict) -> Pool | None:
     """Pool, where kernel j sums convolution i's output (in streamed tiles) over its positions, reads it nowhere
     else and computes nothing larger than the sums (a mean's scale, a bias after it), and no other kernel reads
@@ -229,8 +235,7 @@ def _pooled(kernels: list, i: int, j: int, p: dict) -> Pool | None:
     args = [a for m in others for a in m.args if isinstance(a, Leaf)]
     if any(m.numel > rows for m in others + args):  # the convolution's output read past the sum, too
         return None
-    if any(isinstance(a, Leaf) and a.base == x.base for n, other in enumerate(kernels) if n not in (i, j)
-           for m in other.nodes for a in m.args):
+    if read_elsewhere(kernels, x.base, j):
         return None
     slots = stream_runs(g, p)[2]
     return Pool(j, x.base, f"_row_kernel{j}_sums", tuple(g.shape[:2]) + (1,) * (len(dims) - 1) + (slots,))
@@ -306,8 +311,7 @@ def why_not_recomputed(kernels: list, st: Stats, outputs: tuple = ()) -> str | N
     """Why the row kernel's output pass cannot run as a second launch of the convolution, or None."""
     if st.buffer in outputs:
         return "the convolution's output is an output of the task"
-    if any(j != st.row_kernel and isinstance(a, Leaf) and a.base == st.buffer
-           for j, k in enumerate(kernels) for m in k.nodes for a in m.args):
+    if read_elsewhere(kernels, st.buffer, st.row_kernel):
         return "another kernel reads the convolution's output"
     row = kernels[st.row_kernel]
     if not row.writes_elements or row_values(row) is None:

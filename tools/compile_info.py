@@ -118,7 +118,7 @@ def _signature(name: str, launch: Launch) -> dict:
             if _divisible(value):
                 divisible.append(arg)
     json.dumps(constexprs)
-    options = {k: v for k, v in launch.kwargs.items() if k in ("num_warps", "num_stages")}
+    options = {k: v for k, v in launch.kwargs.items() if k in ("num_warps", "num_stages", "maxnreg")}
     return {"name": name, "function": fn.__name__, "signature": signature, "constexprs": constexprs,
             "options": options, "divisible": divisible}
 

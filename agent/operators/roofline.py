@@ -9,6 +9,10 @@ The rules look at the Triton kernel with the most device time (EvalResult.kernel
 template's main kernel), in this order:
   spills    its registers spill (EvalResult.compile): more warps, then a smaller tile (a convolution: a
             narrower K tile, then more warps)
+  registers memory-bound, a Triton convolution whose registers, not its shared memory, hold it to fewer
+            programs an SM than one more would make (EvalResult.compile): a cap on a thread's registers that
+            fits one more (maxnreg; on an H200 at 128, level 1's 79 and 59 and level 2's 21 ran 1.03-1.13x
+            faster, level 1's 81 and 86 and level 2's 15 and 26 0.81-0.99x, compute-bound 50, 54, 57 0.69-0.76x)
   reads     memory-bound, a row kernel that reads its rows more than once: the pass fusions that are off (online
             softmax, Welford, the folded target), the row held in registers (one_pass), persistent programs whose
             rows in flight fit L2, a split in one launch whose second read trails its first by a row (LAG), a
@@ -54,6 +58,9 @@ from agent.templates.split_operands import pays
 from agent.templates.stats_epilogue import Pool, Stats, recompute_pays, stats_pair
 from tools.results import EvalResult
 
+SM_REGISTERS = 65536  # an H100/H200 SM's 32-bit registers
+SM_SHARED = 228 * 1024  # its shared memory, of which each block takes its own and BLOCK_RESERVED more
+BLOCK_RESERVED = 1024
 MARGIN = RunConfig.floor_margin  # "at the floor" for the proposer is the stop's, at the default margin
 KERNEL_INDEX = re.compile(r"_kernel(\d+)(?:_\w+)?$")  # a Triton kernel's name in a template candidate: _row_kernel7
 FUSIONS = (("online", "the online softmax, its max and sum in one pass"),
@@ -90,6 +97,7 @@ def moves(analysis, template, params: dict, result: EvalResult, task: dict, marg
     found: list[tuple[dict, str]] = []  # (changes to the hot kernel's parameters, why), or plan-level changes
     if tunable:
         found += _spills(kernel, current, result, i)
+        found += _registers(kernel, current, result, i) if bound == "memory" else []
         if bound == "memory" and kernel.layout == "row":
             found += _reads(kernel, current) + _chunks(kernel, current)
     if kernel.layout == "gemm" and i == pl.primary:
@@ -165,6 +173,22 @@ def _spills(kernel: Kernel, p: dict, result: EvalResult, i: int) -> list[tuple[d
     # a convolution's registers go to its gathered [K, M] index tiles: a narrower K first (on one H100, level 2's
     # 3-channel transposed convolutions ran 1.4-1.9x faster at BLOCK_K 16 than 32, slower at 8 warps)
     return out[::-1] if kernel.layout == "gemm" and kernel.nodes[0].fn == "conv" else out
+
+
+def _registers(kernel: Kernel, p: dict, result: EvalResult, i: int) -> list[tuple[dict, str]]:
+    infos = [k for k in (result.compile.kernels if result.compile else []) if _index(k.name) == i and k.registers]
+    if kernel.layout != "gemm" or kernel.nodes[0].fn != "conv" or p.get("impl", "triton") != "triton" or \
+            p.get("maxnreg") or not infos or any(k.spills for k in infos):
+        return []
+    registers, shared = max(k.registers for k in infos), max(k.shared_bytes or 0 for k in infos)
+    threads = 32 * p.get("num_warps", 4)
+    programs = SM_REGISTERS // (-(-registers // 8) * 8 * threads)  # allocated 8 a thread at a time
+    cap = SM_REGISTERS // ((programs + 1) * threads)
+    caps = [c for c in kernel_space(kernel).get("maxnreg", []) if 0 < c <= cap]
+    if not caps or (programs + 1) * (shared + BLOCK_RESERVED) > SM_SHARED:
+        return []
+    return [({"maxnreg": max(caps)}, f"{registers} registers a thread at {p.get('num_warps', 4)} warps hold it to "
+                                     f"{programs} programs an SM: try at most {max(caps)} (maxnreg)")]
 
 
 def _smaller_tile(kernel: Kernel, p: dict, space: dict) -> dict:

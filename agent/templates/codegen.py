@@ -34,6 +34,12 @@ class Launch:
     meta: dict  # constexpr values
     num_warps: int
     num_stages: int
+    maxnreg: int = 0  # a cap on the registers a thread (Triton's maxnreg), 0 for none
+
+    def options(self) -> str:
+        """The launch's compile options as keyword arguments."""
+        cap = f", maxnreg={self.maxnreg}" if self.maxnreg else ""
+        return f"num_warps={self.num_warps}, num_stages={self.num_stages}{cap}"
 
 
 @dataclass

@@ -607,7 +607,7 @@ def _stream_kernel(kernel: Kernel, name: str, p: dict, xbase: str) -> KernelCode
                     f"{list(contiguous_strides(shape))}, [1, {bk if base == x.base else bn}, {bm}])")
     launch = Launch(name, (programs,), [descriptor_name(b) if b in described else b for b in gen.ptrs],
                     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "PROGRAMS": programs}, p.get("num_warps", 4),
-                    p.get("num_stages", 4))
+                    p.get("num_stages", 4), p.get("maxnreg", 0))
     temps = {stats.part: (stats.shape, torch.float32)} if pooled else {}
     return KernelCode("\n".join(src), [launch], temps, host=host, host_args=fields,
                       imports=[DESCRIPTOR_IMPORT] if described else [])
@@ -909,7 +909,7 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     src = kernel_header(name, gen, ["BLOCK_M", "BLOCK_N"]) + ["    " + line for line in gen.top.lines]
     grid = (rows * num_n * num_w, groups)
     launch = Launch(name, grid, list(gen.ptrs), {"BLOCK_M": bm, "BLOCK_N": bn}, p.get("num_warps", 1),
-                    p.get("num_stages", 1))
+                    p.get("num_stages", 1), p.get("maxnreg", 0))
     return KernelCode("\n".join(src), [launch], prep=prep)
 
 
@@ -1021,5 +1021,5 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     grid = (math.ceil(rows / bm) * math.ceil(N / bn) * phases, groups)
     launch = Launch(name, grid, list(gen.ptrs), {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk,
                                                  "GROUP_M": p.get("GROUP_M", 8)}, p.get("num_warps", 4),
-                    p.get("num_stages", 3))
+                    p.get("num_stages", 3), p.get("maxnreg", 0))
     return KernelCode("\n".join(src), [launch], prep=prep)

@@ -1037,8 +1037,7 @@ def _row_groups(code: KernelCode, rows: int, group: int) -> KernelCode:
     for launch in code.launches:
         args = ", ".join("{" + fields.setdefault(a, f"a{len(fields)}") + "}" for a in launch.args)
         meta = ", ".join(f"{k}={v}" for k, v in launch.meta.items())
-        lines.append(f"    {launch.kernel}[{launch.grid}]({args}, row0, {meta}, num_warps={launch.num_warps}, "
-                     f"num_stages={launch.num_stages})")
+        lines.append(f"    {launch.kernel}[{launch.grid}]({args}, row0, {meta}, {launch.options()})")
     return KernelCode(code.source, [], code.temps, host=lines, host_args=fields)
 
 

@@ -521,6 +521,7 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
             space["packed"] = [0, 1]  # 1: the weight copied with its output channels innermost (implicit_gemm)
             space["SAMPLES"] = [1, 2, 4]  # rows tiles: batch elements a program takes (implicit_gemm._render_rows)
             space["parts"] = ["registers", "hand"]  # tf32x3: Triton's split in every tl.dot, or each tile's once
+            space["maxnreg"] = [128, 168, 0]  # a cap on a thread's registers, for more programs an SM (0: none)
         else:
             space["persistent"] = [0, 1]  # 1: split operands (tf32x3) read by TMA, a program per SM (kernels._gemm)
             space["parts"] = ["memory", "registers"]  # tf32x3's operands split once, or each tile at every K step

@@ -262,8 +262,7 @@ def _launches(code: KernelCode) -> list[str]:
     for launch in code.launches:
         args = ", ".join(_local(a) for a in launch.args)
         meta = ", ".join(f"{key}={value}" for key, value in launch.meta.items())
-        out.append(f"{launch.kernel}[{_grid(launch.grid)}]({args}, {meta}, num_warps={launch.num_warps}, "
-                   f"num_stages={launch.num_stages})")
+        out.append(f"{launch.kernel}[{_grid(launch.grid)}]({args}, {meta}, {launch.options()})")
     return out
 
 

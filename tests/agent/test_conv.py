@@ -214,6 +214,27 @@ def test_rows_tiles_of_two_batch_elements(runner, tmp_path):
     assert base.invalid(a, {**dot, "tiles": "channels", "SAMPLES": 2}) == why.replace("4", "2")
 
 
+def test_a_register_cap_goes_on_the_convolutions_launch_in_every_tile_form(runner, tmp_path):
+    """maxnreg (roofline's registers move) caps the convolution kernel's registers at its launch in every tile
+    form (channels, positions, interleaved, rows, streamed) and on no other kernel's, and the candidate still
+    matches the reference."""
+    t = BY_NAME["gemm"]
+    (tmp_path / "windowed.py").write_text(WINDOWED)
+    seen = set()
+    for task in (task_of("conv2d", tmp_path), task_of("transposed2d", tmp_path), tmp_path / "windowed.py"):
+        a = analyze(str(task), small=True)
+        first = {**t.default(a, rows=False), "impl": "triton"}
+        for tiles in t.space(a)["tiles"]:
+            params = {**first, "tiles": tiles, **({"BLOCK_M": 64} if tiles == "interleaved" else {})}
+            source = t.render(a, {**params, "maxnreg": 128})
+            launches = re.findall(r"^\s*(\w+)\[.*num_stages=\d+(, maxnreg=128)?\)$", source, re.M)
+            assert sorted(launches) == sorted([("_gemm_kernel0", ", maxnreg=128")] +
+                                              [(k, "") for k, _ in launches if k != "_gemm_kernel0"]), launches
+            runner.run_ok(task, source)
+            seen.add(tiles)
+    assert seen == {"channels", "positions", "interleaved", "rows", "stream"}
+
+
 def a_conv(a):
     return next(k for k in base.plan(a).kernels if k.kind == "gemm").nodes[0]
 

@@ -131,6 +131,34 @@ def test_a_spilling_convolution_narrows_its_k_tile_first(tmp_path):
     assert out[1].params["num_warps"] == 8 and out[1].params["BLOCK_M"] == start["BLOCK_M"]
 
 
+@pytest.mark.parametrize("registers, shared, warps, flops, cap", [
+    (176, 70_400, 4, 1.0, 168),    # 2 programs an SM by their registers: a third fits under 170
+    (154, 34_800, 4, 1.0, 128),    # 3: a fourth under 128
+    (166, 4_100, 2, 1.0, 128),     # 6 of 2 warps: a seventh under 146, the space's largest below it 128
+    (176, 100_000, 4, 1.0, None),  # a third would not fit the shared memory anyway
+    (100, 16_000, 4, 1.0, None),   # 5: a sixth needs 102 or fewer, which the space does not offer
+    (176, 70_400, 4, 1e12, None),  # compute-bound: the cap slowed three such convolutions
+])
+def test_a_memory_bound_convolution_held_back_by_its_registers_tries_a_cap(registers, shared, warps, flops, cap,
+                                                                            tmp_path):
+    task = tmp_path / "conv.py"
+    task.write_text((FIXTURES / "conv_kinds.py").read_text())
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    start = {**t.default(a), "impl": "triton", "num_warps": warps}
+    info = CompileInfo([KernelInfo("_gemm_kernel0", registers=registers, spills=0, shared_bytes=shared,
+                                   num_warps=warps)], "read")
+    result = measured(3.0, compile=info, flops=flops, nbytes=1e9)
+    out = [m for m in moves(a, t, start, result, a.to_json()) if "maxnreg" in m.reason]
+    assert [m.params["maxnreg"] for m in out] == ([cap] if cap else [])
+    if cap:
+        programs = 2 if registers == 176 else 3 if warps == 4 else 6
+        assert out[0].reason.endswith(f"{registers} registers a thread at {warps} warps hold it to {programs} "
+                                      f"programs an SM: try at most {cap} (maxnreg)")
+        capped = moves(a, t, out[0].params, result, a.to_json())
+        assert not any("maxnreg" in m.reason for m in capped)  # once capped, not again
+
+
 def test_few_rows_per_program_spread_over_more_programs():
     a = analysis_of("var_cross_entropy")  # 7 rows
     out = rowwise_moves(a, {"mode": "one_pass", "BLOCK_O": 4}, measured(1.4))

@@ -97,3 +97,36 @@ def test_a_compile_is_answered_again_from_the_cache_only_for_the_same_inputs(tmp
     assert missed(env={"TRITON_DEFAULT_FP_FUSION": "0"})
     server.close()
     assert len(list(cache.iterdir())) == 1  # the failures (here, the time limit) left nothing
+
+
+SCALE = textwrap.dedent('''
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def scale(src, dst, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.load(src + offs) * 2.0)
+''')
+
+
+def test_a_launch_capping_its_registers_is_compiled_under_that_cap(tmp_path):
+    """A template launch may cap a thread's registers (maxnreg, for more programs an SM): the CPU's compile for
+    sm_90 takes the cap from the recorded launch, so it reports the registers and spills the GPU would get."""
+    import importlib.util
+
+    from tools.compile_info import _ptxas_usage
+
+    (tmp_path / "scale_kernel.py").write_text(SCALE)
+    spec = importlib.util.spec_from_file_location("scale_kernel", tmp_path / "scale_kernel.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    x = torch.zeros(4096)
+    usage = {}
+    for cap in (None, 64):  # 4096 elements in one warp: 128 a thread, held at once
+        kwargs = {"BLOCK": 4096, "num_warps": 1, **({"maxnreg": cap} if cap else {})}
+        spec = _signature("scale", Launch("scale", module.scale, _light((x, x.clone())), kwargs, None))
+        usage[cap] = _ptxas_usage(_ptx(module.scale, spec))
+    assert usage[None][0] > 128 and usage[None][1] == 0
+    assert usage[64][0] <= 64 and usage[64][1] > 0, usage  # held under the cap, the rest spilled

@@ -11,8 +11,9 @@ template's main kernel), in this order:
             narrower K tile, then more warps)
   registers memory-bound, a Triton convolution whose registers, not its shared memory, hold it to fewer
             programs an SM than one more would make (EvalResult.compile): a cap on a thread's registers that
-            fits one more (maxnreg; on an H200 at 128, level 1's 79 and 59 and level 2's 21 ran 1.03-1.13x
-            faster, level 1's 81 and 86 and level 2's 15 and 26 0.81-0.99x, compute-bound 50, 54, 57 0.69-0.76x)
+            fits one more (maxnreg; on an H200 at 128, level 1's 79 and 59 and level 2's 21 in 64-position
+            tiles ran 1.03-1.13x faster, level 1's 81 and 86 and level 2's 15 and 26 0.81-0.99x, and the
+            compute-bound 50, 54 and 57 0.69-0.76x)
   reads     memory-bound, a row kernel that reads its rows more than once: the pass fusions that are off (online
             softmax, Welford, the folded target), the row held in registers (one_pass), persistent programs whose
             rows in flight fit L2, a split in one launch whose second read trails its first by a row (LAG), a

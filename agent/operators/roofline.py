@@ -10,8 +10,8 @@ template's main kernel), in this order:
   spills    its registers spill (EvalResult.compile): more warps, then a smaller tile (a convolution: a
             narrower K tile, then more warps)
   registers a Triton convolution whose floor is its bytes (bytes_floor) and whose registers, not its shared
-            memory, hold it to fewer programs an SM than one more would make (EvalResult.compile): a cap on a
-            thread's registers that fits one more (maxnreg; on an H200 at 128, level 1's 79 and 59 and level
+            memory, hold it to fewer programs an SM than it could hold (EvalResult.compile): each cap on a
+            thread's registers that fits more than the one before, the least strict first (maxnreg; on an H200 at 128, level 1's 79 and 59 and level
             2's 21 in 64-position tiles ran 1.03-1.13x faster, level 1's 81 and 86 and level 2's 15 and 26
             0.81-0.99x, and 50, 54 and 57, whose floors are their products, 0.69-0.76x). Its intensity against
             the ridge of fp32's FMA rate calls 79 and 59 compute-bound, but their tf32x3 products take less
@@ -192,13 +192,18 @@ def _registers(kernel: Kernel, p: dict, result: EvalResult, i: int) -> list[tupl
         return []
     registers, shared = max(k.registers for k in infos), max(k.shared_bytes or 0 for k in infos)
     threads = 32 * p.get("num_warps", 4)
-    programs = SM_REGISTERS // (-(-registers // 8) * 8 * threads)  # allocated 8 a thread at a time
-    cap = SM_REGISTERS // ((programs + 1) * threads)
-    caps = [c for c in kernel_space(kernel).get("maxnreg", []) if 0 < c <= cap]
-    if not caps or (programs + 1) * (shared + BLOCK_RESERVED) > SM_SHARED:
-        return []
-    return [({"maxnreg": max(caps)}, f"{registers} registers a thread at {p.get('num_warps', 4)} warps hold it to "
-                                     f"{programs} programs an SM: try at most {max(caps)} (maxnreg)")]
+
+    def programs(cap: int) -> int:  # an SM's blocks under `cap` registers a thread, allocated 8 at a time
+        return min(SM_REGISTERS // (-(-cap // 8) * 8 * threads), SM_SHARED // (shared + BLOCK_RESERVED))
+
+    now = programs(registers)
+    fits, out = now, []
+    for cap in sorted((c for c in kernel_space(kernel).get("maxnreg", []) if c), reverse=True):
+        if programs(cap) > fits:  # a stricter cap only where it fits more than the last
+            fits = programs(cap)
+            out.append(({"maxnreg": cap}, f"{registers} registers a thread at {p.get('num_warps', 4)} warps hold it "
+                                          f"to {now} programs an SM: try at most {cap} ({fits}; maxnreg)"))
+    return out
 
 
 def _smaller_tile(kernel: Kernel, p: dict, space: dict) -> dict:

@@ -45,11 +45,10 @@ import torch  # noqa: E402
 from agent.analysis import load_task  # noqa: E402
 from tools.compare import LOW_FACTOR, LOW_FLOOR, UNIT_ROUNDOFF  # noqa: E402
 from tools.evaluate import cache_dir  # noqa: E402
-from tools.profile import count_work, device_ceilings, floor_ms  # noqa: E402
+from tools.profile import MEMORY_SHARE, bytes_bound, count_work, device_ceilings, floor_ms  # noqa: E402
 from tools.score import geomean  # noqa: E402
 
 LEVELS = ("level1", "level2", "level3")
-MEMORY_SHARE = 0.97  # a task whose bytes take this share of its floor is memory-bound (compile_bound_table)
 GRACE_S = 90.0  # evaluations in flight may finish after --max-seconds; past this the call is stopped at once
 MIN_SLICE_S = 60.0  # a level is not started with less time than this left in the call
 
@@ -401,8 +400,7 @@ def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None =
     the geomeans (the shipped time is the better of kernel and eager, as in the level tables). A task is
     memory-bound when its bytes at the copy bandwidth (as its run recorded it, copy_ms; for a run from before
     that, the largest bytes/floor of the runs, wrong where no task of them is memory-bound) take at least
-    MEMORY_SHARE of its floor: two H200s measured their copy bandwidth 1.6% apart (4.18 and 4.25 TB/s), and the
-    nearest compute-bound task took 94% (59_conv_standard_3D). A task in several folders takes its row from the
+    MEMORY_SHARE of its floor (tools/profile.bytes_bound). A task in several folders takes its row from the
     last (a later run of it); `base` (table_rows of an older table) gives the rows of tasks no folder has, each
     floored again (refloor) from `work` (task: its FLOPs and bytes, meta_work's) at `ceilings` (as
     tools/profile.device_ceilings gives them; by default those the last run recorded, else those its rows
@@ -425,9 +423,9 @@ def compile_bound_table(folders: list[Path], base: dict[str, list[str]] | None =
     bandwidth = max((w["bytes"] / t["floor_ms"] for t, w in rows), default=0.0)
     runs = []  # (run folder, bound, task, winner) for ceiling_lines and run_ceilings
     for t, w in rows:
-        bytes_bound = w["copy_ms"] >= MEMORY_SHARE * t["floor_ms"] if w["copy_ms"] else \
+        memory = bytes_bound(w["copy_ms"], t["floor_ms"]) if w["copy_ms"] else \
             w["bytes"] / t["floor_ms"] >= MEMORY_SHARE * bandwidth
-        runs.append((origin[t["task"]], "–" if not w["bytes"] else "memory" if bytes_bound else "compute", t, w))
+        runs.append((origin[t["task"]], "–" if not w["bytes"] else "memory" if memory else "compute", t, w))
     # per task: its cells, its shipped time over compile's and its best/floor where memory-bound
     table, notes = {}, []
     if base:
@@ -477,7 +475,7 @@ def refloor(base: dict[str, list[str]], work: dict, ceilings: dict) -> tuple[dic
         moved += abs(floor / float(cells[5]) - 1) > 0.01
         if compile_ms <= COMPILE_SLACK * floor:
             continue
-        bound = "memory" if memory_ms >= MEMORY_SHARE * floor else "compute"
+        bound = "memory" if bytes_bound(memory_ms, floor) else "compute"
         new = [task, bound, cells[2], cells[3], cells[4], ms_cell(floor), ratio_cell(compile_ms / floor),
                ratio_cell(best_ms / floor), *cells[8:]]
         rows[task] = (new, _ratio(cells[8]), best_ms / floor if bound == "memory" else None)

@@ -184,6 +184,16 @@ def count_work(model: torch.nn.Module, inputs: list) -> tuple[float, float]:
     return float(counter.get_total_flops()), float(total)
 
 
+MEMORY_SHARE = 0.97  # a floor whose bytes take this share of it is their floor: the task is memory-bound
+
+
+def bytes_bound(memory_ms: float | None, floor: float | None) -> bool:
+    """Whether a floor is its bytes at the copy bandwidth (`memory_ms`, its memory part), not its products: two
+    H200s measured their copy bandwidth 1.6% apart (4.18 and 4.25 TB/s), and the nearest compute-bound
+    KernelBench task's bytes took 94% of its floor (level 1's 59_conv_standard_3D)."""
+    return bool(memory_ms and floor and memory_ms >= MEMORY_SHARE * floor)
+
+
 def floor_ms(flops: float, nbytes: float, ceilings: dict, matmul_key: str) -> float:
     """The speed-of-light time of `flops` and `nbytes`, whichever takes longer. fp32 products at fp32's
     accuracy run at the faster of the FMA units (cuBLAS's fp32) and a third of the TF32 tensor cores' rate:

@@ -9,13 +9,13 @@ The rules look at the Triton kernel with the most device time (EvalResult.kernel
 template's main kernel), in this order:
   spills    its registers spill (EvalResult.compile): more warps, then a smaller tile (a convolution: a
             narrower K tile, then more warps)
-  registers a Triton convolution whose floor is its bytes (bytes_floor) and whose registers, not its shared
-            memory, hold it to fewer programs an SM than it could hold (EvalResult.compile): each cap on a
-            thread's registers that fits more than the one before, the least strict first (maxnreg; on an H200 at 128, level 1's 79 and 59 and level
-            2's 21 in 64-position tiles ran 1.03-1.13x faster, level 1's 81 and 86 and level 2's 15 and 26
-            0.81-0.99x, and 50, 54 and 57, whose floors are their products, 0.69-0.76x). Its intensity against
-            the ridge of fp32's FMA rate calls 79 and 59 compute-bound, but their tf32x3 products take less
-            time than their bytes
+  registers a Triton convolution whose floor is its bytes (tools/profile.bytes_bound) and whose registers, not
+            its shared memory, hold it to fewer programs an SM than it could hold (EvalResult.compile): each
+            cap on a thread's registers that fits more than the one before, the least strict first (maxnreg;
+            on an H200 at 128, level 1's 79 and 59 and level 2's 21 in 64-position tiles ran 1.03-1.13x
+            faster, level 1's 81 and 86 and level 2's 15 and 26 0.81-0.99x, and 50, 54 and 57, whose floors
+            are their products, 0.69-0.76x). Its intensity against the ridge of fp32's FMA rate calls 79 and
+            59 compute-bound, but their tf32x3 products take less time than their bytes
   reads     memory-bound, a row kernel that reads its rows more than once: the pass fusions that are off (online
             softmax, Welford, the folded target), the row held in registers (one_pass), persistent programs whose
             rows in flight fit L2, a split in one launch whose second read trails its first by a row (LAG), a
@@ -59,12 +59,12 @@ from agent.templates.params import (SMS, gemm_tiles, held_split, interleaved_til
 from agent.templates.schedule import Kernel
 from agent.templates.split_operands import pays
 from agent.templates.stats_epilogue import Pool, Stats, recompute_pays, stats_pair
+from tools.profile import bytes_bound
 from tools.results import EvalResult
 
 SM_REGISTERS = 65536  # an H100/H200 SM's 32-bit registers
 SM_SHARED = 228 * 1024  # its shared memory, of which each block takes its own and BLOCK_RESERVED more
 BLOCK_RESERVED = 1024
-FLOOR_BYTES = 0.97  # the share of its floor a timing's bytes take where its floor is its bytes (bytes_floor)
 MARGIN = RunConfig.floor_margin  # "at the floor" for the proposer is the stop's, at the default margin
 KERNEL_INDEX = re.compile(r"_kernel(\d+)(?:_\w+)?$")  # a Triton kernel's name in a template candidate: _row_kernel7
 FUSIONS = (("online", "the online softmax, its max and sum in one pass"),
@@ -101,7 +101,7 @@ def moves(analysis, template, params: dict, result: EvalResult, task: dict, marg
     found: list[tuple[dict, str]] = []  # (changes to the hot kernel's parameters, why), or plan-level changes
     if tunable:
         found += _spills(kernel, current, result, i)
-        found += _registers(kernel, current, result, i) if bytes_floor(t) else []
+        found += _registers(kernel, current, result, i) if bytes_bound(t.copy_ms, t.floor_ms) else []
         if bound == "memory" and kernel.layout == "row":
             found += _reads(kernel, current) + _chunks(kernel, current)
     if kernel.layout == "gemm" and i == pl.primary:
@@ -160,8 +160,13 @@ def row_reads(kernel: Kernel, p: dict) -> int:
 
 
 # --- the rules: each gives (changes, why) for the hot kernel ---------------------------------------------
+def _compiled(result: EvalResult, i: int) -> list:
+    """The compile metadata (KernelInfo) of the plan's kernel i, one per launch that reported it."""
+    return [k for k in (result.compile.kernels if result.compile else []) if _index(k.name) == i]
+
+
 def _spills(kernel: Kernel, p: dict, result: EvalResult, i: int) -> list[tuple[dict, str]]:
-    infos = [k for k in (result.compile.kernels if result.compile else []) if _index(k.name) == i]
+    infos = _compiled(result, i)
     spills = sum(k.spills or 0 for k in infos)
     if not spills:
         return []
@@ -179,14 +184,8 @@ def _spills(kernel: Kernel, p: dict, result: EvalResult, i: int) -> list[tuple[d
     return out[::-1] if kernel.layout == "gemm" and kernel.nodes[0].fn == "conv" else out
 
 
-def bytes_floor(t) -> bool:
-    """Whether a timing's floor is its bytes at the copy bandwidth (as kernelbench_bench's table calls a task
-    memory-bound), not its products at the matrix-product rate."""
-    return bool(t.copy_ms and t.floor_ms and t.copy_ms >= FLOOR_BYTES * t.floor_ms)
-
-
 def _registers(kernel: Kernel, p: dict, result: EvalResult, i: int) -> list[tuple[dict, str]]:
-    infos = [k for k in (result.compile.kernels if result.compile else []) if _index(k.name) == i and k.registers]
+    infos = [k for k in _compiled(result, i) if k.registers]
     if kernel.layout != "gemm" or kernel.nodes[0].fn != "conv" or p.get("impl", "triton") != "triton" or \
             p.get("maxnreg") or not infos or any(k.spills for k in infos):
         return []

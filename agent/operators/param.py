@@ -280,10 +280,17 @@ class ParamOperator:
         return out
 
     def refit(self, analysis, template, params: dict) -> dict:
-        """fit() for a configuration of this run: its per-kernel parameters (which name this plan's kernels) kept,
-        and the plan-wide forms no space lists (a norm's statistics in its convolution's epilogue, that
+        """A configuration of this run, as it is where this plan takes it: a variant's values that no space
+        lists and the keys it leaves out are its own. fit() had filled and moved them, so that every move from
+        it changed more than it said (on an H200, level 1's 59: a register cap from channel tiles, whose
+        variant names no tiles, also set the space's default streamed ones, 1.07 -> 2.07 ms; level 1's 75:
+        512 rows set to 256). Else fit(), its per-kernel parameters (which name this plan's kernels) kept, and
+        the plan-wide forms no space lists (a norm's statistics in its convolution's epilogue, that
         convolution run twice), which its variants and the roofline's moves set, and the program it was built
         from ("rewrites")."""
+        own = {k: v for k, v in params.items() if k != "template"}
+        if base.invalid(analysis, _bare(own)) is None:
+            return own
         out = self.fit(analysis, template, params)
         out.update({k: params[k] for k in PLAN_FORMS + ("rewrites",) if k in params})
         return out

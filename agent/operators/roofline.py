@@ -9,12 +9,14 @@ The rules look at the Triton kernel with the most device time (EvalResult.kernel
 template's main kernel), in this order:
   spills    its registers spill (EvalResult.compile): more warps, then a smaller tile (a convolution: a
             narrower K tile, then more warps)
-  registers a Triton convolution whose floor is its bytes (tools/profile.bytes_bound) and whose registers, not
-            its shared memory, hold it to fewer programs an SM than it could hold (EvalResult.compile): each
-            cap on a thread's registers that fits more than the one before, the least strict first (maxnreg;
-            on an H200 at 128, level 1's 79 and 59 and level 2's 21 in 64-position tiles ran 1.03-1.13x
-            faster, level 1's 81 and 86 and level 2's 15 and 26 0.81-0.99x, and 50, 54 and 57, whose floors
-            are their products, 0.69-0.76x). Its intensity against the ridge of fp32's FMA rate calls 79 and
+  registers a Triton convolution, or a held split (COOP: each program holds its chunk through the row's
+            combine, so the chunks an SM holds are its data in flight), whose floor is its bytes
+            (tools/profile.bytes_bound) and whose registers, not its shared memory, hold it to fewer programs
+            an SM than it could hold (EvalResult.compile): each cap on a thread's registers that fits more
+            than the one before, the least strict first (maxnreg; a held split's not yet timed; convolutions on
+            an H200 at 128: level 1's 79 and 59 and level 2's 21 in 64-position tiles 1.03-1.13x faster, level
+            1's 81 and 86 and level 2's 15 and 26 0.81-0.99x, and 50, 54 and 57, whose floors are their
+            products, 0.69-0.76x). Its intensity against the ridge of fp32's FMA rate calls 79 and
             59 compute-bound, but their tf32x3 products take less time than their bytes
   reads     memory-bound, a row kernel that reads its rows more than once: the pass fusions that are off (online
             softmax, Welford, the folded target), the row held in registers (one_pass), persistent programs whose
@@ -186,8 +188,9 @@ def _spills(kernel: Kernel, p: dict, result: EvalResult, i: int) -> list[tuple[d
 
 def _registers(kernel: Kernel, p: dict, result: EvalResult, i: int) -> list[tuple[dict, str]]:
     infos = [k for k in _compiled(result, i) if k.registers]
-    if kernel.layout != "gemm" or kernel.nodes[0].fn != "conv" or p.get("impl", "triton") != "triton" or \
-            p.get("maxnreg") or not infos or any(k.spills for k in infos):
+    conv = kernel.layout == "gemm" and kernel.nodes[0].fn == "conv" and p.get("impl", "triton") == "triton"
+    held = kernel.layout == "row" and p.get("COOP")  # on an H200, level 1's 35: 103 a thread, 4 programs an SM
+    if not (conv or held) or p.get("maxnreg") or not infos or any(k.spills for k in infos):
         return []
     registers, shared = max(k.registers for k in infos), max(k.shared_bytes or 0 for k in infos)
     threads = 32 * p.get("num_warps", 4)

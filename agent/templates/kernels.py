@@ -987,7 +987,8 @@ def _held(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, stores: tuple
         own() + [f"if ({arrived} == {split - 1}) & ({old} > 0):"] + _indent(sweep))
     src = kernel_header(name, comb, ["BLOCK_O", "BLOCK_R", "SPINS"]) + _indent(lines)
     spins = f"{HELD_SPINS} if {next(iter(comb.ptrs))}.is_cuda else 0"
-    launch = Launch(name, (blocks * split,), list(comb.ptrs), {**meta, "SPINS": spins}, p.get("num_warps", 4), 1)
+    launch = Launch(name, (blocks * split,), list(comb.ptrs), {**meta, "SPINS": spins}, p.get("num_warps", 4), 1,
+                    p.get("maxnreg", 0))
     temps = {buf: ((comb.O, split), torch.float32) for buf, _ in parts}
     temps.update({buf: ((comb.O,), torch.float32) for buf, _ in kept})
     temps[f"{name}_sync"] = ((2 * blocks + 1,), torch.int32)

@@ -540,6 +540,9 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
             space["GROUP"] = [0] + l2_groups(kernel)
             space["LAG"] = [0, 1]  # 1: the split's two passes in one persistent launch (kernels._lagged)
             space["COOP"] = [0, 1]  # 1: a chunk a program, held in registers across the row's combine (kernels._held)
+            # a held split's cap on a thread's registers, for more chunks held an SM (ptxas for sm_90: level 1's
+            # 35_GroupNorm_ takes 103 at 4 warps, 4 programs an SM; at 96 none spill (5), at 80 28 bytes (6))
+            space["maxnreg"] = [96, 80, 0]
         if "looped" in space["mode"]:
             space["pipeline"] = [0, 1]  # the chunk loops software-pipelined over num_stages (tl.range)
         if "one_pass" in space["mode"] or "looped" in space["mode"] and looped_passes(kernel, {}) > 1:
@@ -677,6 +680,8 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             reason = _held_invalid(kernel, p, r, width)
             if reason:
                 return reason
+        elif p.get("maxnreg"):
+            return "maxnreg caps a held split's registers (COOP 1)"
         if p.get("GROUP") and p["GROUP"] % min(p.get("BLOCK_O", 1), next_pow2(o)):
             return "GROUP must be a multiple of BLOCK_O"
     if layout == "plane" and p.get("BLOCK_H", 8) * p.get("BLOCK_W", 64) > 8192:

@@ -104,6 +104,28 @@ def test_rows_that_outgrow_l2_try_the_held_the_lagged_then_the_grouped_split():
     assert not any(m.params.get("COOP") for m in held)
 
 
+def test_a_held_split_held_back_by_its_registers_tries_a_cap():
+    """A held split's programs keep their chunks through the row's combine, so the chunks an SM holds are its
+    data in flight: where registers hold it to fewer programs than its shared memory allows, it tries the
+    space's cap (level 1's 35 on an H200: 103 registers a thread, 4 programs of 4 warps an SM). A split that
+    is not held, or a held one already capped, is not offered it."""
+    a = analysis_of("tpl_softmax_param", BIG_SOFTMAX)
+    held = rowwise_moves(a, {}, measured(1.5))[0].params
+    assert held["COOP"] == 1 and held["num_warps"] == 4
+    info = CompileInfo([KernelInfo("_row_kernel0", registers=103, spills=0, shared_bytes=1024, num_warps=4)],
+                       "read")
+    result = measured(1.3, compile=info, copy_share=1.0)
+    out = [m for m in rowwise_moves(a, held, result) if "maxnreg" in m.reason]
+    assert [m.params["maxnreg"] for m in out] == [96, 80]  # 5 programs an SM, then 6
+    assert out[1].reason == ("memory-bound at 1.30x the floor, 103 registers a thread at 4 warps hold it to 4 "
+                             "programs an SM: try at most 80 (6; maxnreg)")
+    assert all(base.invalid(a, m.params) is None for m in out)
+    assert not any("maxnreg" in m.reason for m in rowwise_moves(a, out[0].params, result))
+    lagged = rowwise_moves(a, {}, measured(1.5))[1].params
+    assert lagged["LAG"] == 1 and not any("maxnreg" in m.reason for m in rowwise_moves(a, lagged, result))
+    assert base.invalid(a, {**lagged, "maxnreg": 96}) == "maxnreg caps a held split's registers (COOP 1)"
+
+
 def test_a_kernel_that_spills_tries_more_warps_then_a_smaller_tile():
     a = analysis_of("var_softmax_rows")
     spilling = CompileInfo([KernelInfo("_row_kernel0", registers=255, spills=96, num_warps=4)], "read")

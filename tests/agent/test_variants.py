@@ -254,6 +254,15 @@ def test_a_held_split_reads_its_input_once(task, params, runner):
     assert merge and all(line in waiting for line in merge)
 
 
+def test_a_held_splits_register_cap_goes_on_its_launch(runner):
+    """maxnreg (roofline's registers move) caps the held split's kernel at its launch, and the candidate still
+    matches the reference."""
+    params = {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "SPLIT": 11, "welford": 1, "COOP": 1, "maxnreg": 96}
+    source = check("var_layer_norm", "rowwise", params, runner)
+    launches = re.findall(r"^\s*(_row_kernel\w*)\[.*num_stages=\d+(, maxnreg=96)?\)$", source, re.M)
+    assert launches == [("_row_kernel0", ", maxnreg=96")], launches
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("task, params", [
     ("var_layer_norm", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "SPLIT": 11, "welford": 1, "COOP": 1}),

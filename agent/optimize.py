@@ -178,7 +178,8 @@ def offline_operators(task: TaskContext, config: RunConfig, seeds: list[dict]) -
 
 def param_seeds(knowledge, task: TaskContext, config: RunConfig) -> list[dict]:
     """Template parameters of verified kernels for similar tasks on this arch (written back by earlier
-    runs), for the parameter operator to try first."""
+    runs), for the parameter operator to try first, each naming the task it was stored for (SEED_TASK)."""
+    from agent.operators.param import SEED_TASK
     from knowledge.errors import KBError
     if knowledge is None:
         return []
@@ -194,7 +195,7 @@ def param_seeds(knowledge, task: TaskContext, config: RunConfig) -> list[dict]:
         except ValueError:
             continue
         if isinstance(params, dict) and "template" in params:
-            seeds.append(params)
+            seeds.append({**params, SEED_TASK: r.metadata.get("task", "")})
     return seeds
 
 

@@ -5,8 +5,10 @@
     proposals = op.propose(task, parents, n=4)
 
 Known-good configurations (`seeds`, e.g. retrieved from the knowledge store for similar shapes on the same
-arch) are tried first. After that each proposal mutates one to three parameters of a base configuration:
-usually the best measured one, otherwise a parent. Values are picked by an upper confidence bound on their
+arch) are tried first: one stored by a run of this very task (its SEED_TASK) as it is, wherever its plan
+takes it, so that a rerun starts from its last winner; another fitted to this task's space. After that each
+proposal mutates one to three parameters of a base configuration: usually the best measured one, otherwise a
+parent. Values are picked by an upper confidence bound on their
 mean normalized fitness (fitness / the template's best, 0 for incorrect or crashed candidates) over
 everything observed, so values that were fast are chosen more often and untried values get a chance;
 ordered numeric parameters mostly move to a neighbouring value. Configurations already proposed or
@@ -53,6 +55,7 @@ NEIGHBOURS = 0.5  # the chance that a proposal is the next untried one-parameter
 
 
 PLAN_FORMS = ("kernels", "stats", "recompute")  # kept by refit: no template's space lists them
+SEED_TASK = "seed_task"  # a seed's key naming the task whose run stored it (agent/optimize.param_seeds)
 
 
 class ParamOperator:
@@ -121,10 +124,13 @@ class ParamOperator:
         self.observe(parents)
         out: list[Proposal] = []
         while self.seeds and len(out) < n:
-            seed = self.seeds.pop(0)
+            seed = dict(self.seeds.pop(0))
             name = seed.get("template") if seed.get("template") in templates else next(iter(templates))
-            params = self.fit(self.homes[name], templates[name], seed)
-            self.add(name, {**params, **rewrite_params(self.homes[name])}, out, "known-good configuration")
+            if seed.pop(SEED_TASK, None) == task.name:  # this task's own winner, on the program it was built from
+                params = self.refit(self.program(seed), templates[name], seed)
+            else:  # a similar task's, fitted to this one
+                params = {**self.fit(self.homes[name], templates[name], seed), **rewrite_params(self.homes[name])}
+            self.add(name, params, out, "known-good configuration")
         quota = len(out) + max(1, math.ceil(ROOFLINE * n))
         for move, changes in self.structural(task, templates):
             if len(out) >= min(n, quota):

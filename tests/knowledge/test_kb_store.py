@@ -197,3 +197,30 @@ def test_a_changed_corpus_rebuilds_on_open_and_keeps_measured_seeds(kb_dir, resu
     assert items[seed.id]["code_hash"] == "new" and items[seed.id].get("verified", 0) == 0
     moved = [m for m in items.values() if m.get("speedup_vs_eager") == 5.0]
     assert len(moved) == 1 and moved[0]["origin"] == "writeback" and moved[0]["task"] == "04_softmax"
+
+
+def test_a_tasks_own_stored_winner_is_its_next_runs_first_proposal_as_it_was(kb_dir, results):
+    """A run's winner, written back, comes back as a seed naming its task, and the parameter operator proposes
+    it as it was, its 512-position tiles (a size no space lists) included; a similar task's winner is fitted
+    to this task's space (256)."""
+    from agent.analysis import analyze
+    from agent.context import RunConfig
+    from agent.interfaces import TaskContext
+    from agent.operators.param import SEED_TASK, ParamOperator
+    from agent.optimize import param_seeds
+    from agent.templates import BY_NAME
+
+    source = (Path(__file__).resolve().parents[1] / "agent" / "fixtures" / "conv_norm.py").read_text()
+    a = analyze(source, small=True)
+    t = BY_NAME["gemm"]
+    winner = {"template": "gemm", **next(v for v in t.variants(a) if v["BLOCK_M"] == 512)}
+    task = TaskContext("conv_norm", source, a.to_json(), "cpu", "sm_90")
+    with KnowledgeStore(kb_dir) as store:
+        store.write_back(t.render(a, winner), {"task": "conv_norm", "arch": "sm_90", "params": winner},
+                         results.gpu())
+        seeds = [s for s in param_seeds(store, task, RunConfig()) if s[SEED_TASK] == "conv_norm"]
+    assert len(seeds) == 1
+    first = ParamOperator(seeds=seeds).propose(task, [], 1)[0]
+    assert "known-good" in first.note and {k: v for k, v in first.params.items() if k != "rewrites"} == winner
+    other = ParamOperator(seeds=[{**seeds[0], SEED_TASK: "another task"}]).propose(task, [], 1)[0]
+    assert other.params["BLOCK_M"] == 256

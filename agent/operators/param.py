@@ -4,19 +4,18 @@
     op.observe(archive)                           # any evaluated candidates (the search calls this each round)
     proposals = op.propose(task, parents, n=4)
 
-Known-good configurations (`seeds`, e.g. retrieved from the knowledge store for similar shapes on the same
-arch) are tried first: one stored by a run of this very task (its SEED_TASK) as it is, wherever its plan
-takes it, so that a rerun starts from its last winner; another fitted to this task's space. After that each
-proposal mutates one to three parameters of a base configuration: usually the best measured one, otherwise a
-parent. Values are picked by an upper confidence bound on their
-mean normalized fitness (fitness / the template's best, 0 for incorrect or crashed candidates) over
-everything observed, so values that were fast are chosen more often and untried values get a chance;
-ordered numeric parameters mostly move to a neighbouring value. Configurations already proposed or
-evaluated are never proposed again, nor are ones the template rejects (too many registers, shared memory).
-About half the proposals (NEIGHBOURS) are instead the fittest configuration's untried one-parameter moves, in a
-random order: a value's pooled fitness counts every configuration it ran in, so a stage count that was slow in
-other tiles is otherwise seldom tried in the fittest one (level 1's 79: 24 evaluations, none of its 128 x 32
-interleaved tiles at 3 stages).
+Known-good configurations (`seeds`, e.g. retrieved from the knowledge store for similar shapes on the same arch) are
+tried first: one stored by a run of this very task (its SEED_TASK) as it is, wherever its plan takes it, so that a
+rerun starts from its last winner; another fitted to this task's space. After that each proposal mutates one to
+three parameters of a base configuration: usually the best measured one, otherwise a parent. Values are picked by an
+upper confidence bound on their mean normalized fitness (fitness / the template's best, 0 for incorrect or crashed
+candidates) over everything observed, so values that were fast are chosen more often and untried values get a
+chance; ordered numeric parameters mostly move to a neighbouring value. Configurations already proposed or evaluated
+are never proposed again, nor are ones the template rejects (too many registers, shared memory). About half the
+proposals (NEIGHBOURS) are instead the fittest configuration's untried one-parameter moves, in a random order: a
+value's pooled fitness counts every configuration it ran in, so a stage count that was slow in other tiles is
+otherwise seldom tried in the fittest one (level 1's 79: 24 evaluations, none of its 128 x 32 interleaved tiles at 3
+stages).
 
 Where the rewrite pass kept a rewrite, each configuration is tuned on the program it was built from (its
 params' "rewrites": the rewritten one, or the original beside it), so a task whose original program is the

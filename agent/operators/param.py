@@ -123,9 +123,10 @@ class ParamOperator:
         self.observe(parents)
         out: list[Proposal] = []
         while self.seeds and len(out) < n:
-            seed = dict(self.seeds.pop(0))
+            seed = self.seeds.pop(0)  # a copy (__init__)
             name = seed.get("template") if seed.get("template") in templates else next(iter(templates))
-            if seed.pop(SEED_TASK, None) == task.name:  # this task's own winner, on the program it was built from
+            stored_for = seed.pop(SEED_TASK, None)
+            if stored_for and stored_for == task.name:  # this task's own winner, on the program it was built from
                 params = self.refit(self.program(seed), templates[name], seed)
             else:  # a similar task's, fitted to this one
                 params = {**self.fit(self.homes[name], templates[name], seed), **rewrite_params(self.homes[name])}

@@ -203,6 +203,8 @@ def test_a_tasks_own_stored_winner_is_its_next_runs_first_proposal_as_it_was(kb_
     """A run's winner, written back, comes back as a seed naming its task, and the parameter operator proposes
     it as it was, its 512-position tiles (a size no space lists) included; a similar task's winner is fitted
     to this task's space (256)."""
+    import dataclasses
+
     from agent.analysis import analyze
     from agent.context import RunConfig
     from agent.interfaces import TaskContext
@@ -224,3 +226,5 @@ def test_a_tasks_own_stored_winner_is_its_next_runs_first_proposal_as_it_was(kb_
     assert "known-good" in first.note and {k: v for k, v in first.params.items() if k != "rewrites"} == winner
     other = ParamOperator(seeds=[{**seeds[0], SEED_TASK: "another task"}]).propose(task, [], 1)[0]
     assert other.params["BLOCK_M"] == 256
+    unnamed = dataclasses.replace(task, name="")  # a seed stored without a task is no task's own
+    assert ParamOperator(seeds=[{**seeds[0], SEED_TASK: ""}]).propose(unnamed, [], 1)[0].params["BLOCK_M"] == 256

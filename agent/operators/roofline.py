@@ -13,7 +13,9 @@ template's main kernel), in this order:
             combine, so the chunks an SM holds are its data in flight), whose floor is its bytes
             (tools/profile.bytes_bound) and whose registers, not its shared memory, hold it to fewer programs
             an SM than it could hold (EvalResult.compile): each cap on a thread's registers that fits more
-            than the one before, the least strict first (maxnreg; a held split's not yet timed; convolutions on
+            than the one before, the least strict first (maxnreg; a held split counts the whole rows it runs at
+            once, since a row's programs wait for each other: level 1's 35 at 2 rows ran 4.83 ms uncapped,
+            5.23 at 5 programs an SM, still 2 rows, and 4.38 at 6, 3 rows); convolutions on
             an H200 at 128: level 1's 79 and 59 and level 2's 21 in 64-position tiles 1.03-1.13x faster, level
             1's 81 and 86 and level 2's 15 and 26 0.81-0.99x, and 50, 54 and 57, whose floors are their
             products, 0.69-0.76x). Its intensity against the ridge of fp32's FMA rate calls 79 and
@@ -198,13 +200,19 @@ def _registers(kernel: Kernel, p: dict, result: EvalResult, i: int) -> list[tupl
     def programs(cap: int) -> int:  # an SM's blocks under `cap` registers a thread, allocated 8 at a time
         return min(SM_REGISTERS // (-(-cap // 8) * 8 * threads), SM_SHARED // (shared + BLOCK_RESERVED))
 
+    def at_once(cap: int) -> int:  # what runs at once: programs, or a held split's whole rows (the rest poll)
+        if not held:
+            return programs(cap)
+        return min(programs(cap) * SMS // p["SPLIT"], sizes(kernel)[0])
+
     now = programs(registers)
-    fits, out = now, []
+    fits, out = at_once(registers), []
     for cap in sorted((c for c in kernel_space(kernel).get("maxnreg", []) if c), reverse=True):
-        if programs(cap) > fits:  # a stricter cap only where it fits more than the last
-            fits = programs(cap)
+        if at_once(cap) > fits:  # a stricter cap only where it runs more than the last
+            fits = at_once(cap)
+            unit = " rows at once" if held else ""
             out.append(({"maxnreg": cap}, f"{registers} registers a thread at {p.get('num_warps', 4)} warps hold it "
-                                          f"to {now} programs an SM: try at most {cap} ({fits}; maxnreg)"))
+                                          f"to {now} programs an SM: try at most {cap} ({fits}{unit}; maxnreg)"))
     return out
 
 

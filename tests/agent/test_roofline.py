@@ -116,14 +116,30 @@ def test_a_held_split_held_back_by_its_registers_tries_a_cap():
                        "read")
     result = measured(1.3, compile=info, copy_share=1.0)
     out = [m for m in rowwise_moves(a, held, result) if "maxnreg" in m.reason]
-    assert [m.params["maxnreg"] for m in out] == [96, 80]  # 5 programs an SM, then 6
+    assert held["SPLIT"] == 48 and [m.params["maxnreg"] for m in out] == [96, 80]  # 5 programs an SM, then 6
     assert out[1].reason == ("memory-bound at 1.30x the floor, 103 registers a thread at 4 warps hold it to 4 "
-                             "programs an SM: try at most 80 (6; maxnreg)")
+                             "programs an SM: try at most 80 (16 rows at once; maxnreg)")
     assert all(base.invalid(a, m.params) is None for m in out)
     assert not any("maxnreg" in m.reason for m in rowwise_moves(a, out[0].params, result))
     lagged = rowwise_moves(a, {}, measured(1.5))[1].params
     assert lagged["LAG"] == 1 and not any("maxnreg" in m.reason for m in rowwise_moves(a, lagged, result))
     assert base.invalid(a, {**lagged, "maxnreg": 96}) == "maxnreg caps a held split's registers (COOP 1)"
+
+
+@pytest.mark.parametrize("batch, caps", [(896, [80]), (2, [])])
+def test_a_held_split_tries_only_caps_that_hold_more_whole_rows(batch, caps):
+    """A row's programs wait for each other, so what a held split runs at once is its whole rows: the programs
+    left over poll for peers that have no room to start. Level 1's 35 on an H200 (256 chunks a row, 4 programs
+    an SM at 103 registers: 2 rows) ran 4.83 ms, 5.23 at a cap of 96 (5 an SM, still 2 rows) and 4.38 at 80
+    (6, 3 rows). A cap is not tried where every row already runs at once."""
+    held = rowwise_moves(analysis_of("tpl_softmax_param", {"batch": 896, "dim": 256 * 8192}), {}, measured(1.5))
+    held = held[0].params
+    assert held["COOP"] == 1 and held["SPLIT"] == 256
+    a = analysis_of("tpl_softmax_param", {"batch": batch, "dim": 256 * 8192})
+    info = CompileInfo([KernelInfo("_row_kernel0", registers=103, spills=0, shared_bytes=1024, num_warps=4)],
+                       "read")
+    out = [m for m in rowwise_moves(a, held, measured(1.3, compile=info, copy_share=1.0)) if "maxnreg" in m.reason]
+    assert [m.params["maxnreg"] for m in out] == caps
 
 
 def test_a_kernel_that_spills_tries_more_warps_then_a_smaller_tile():

@@ -7,8 +7,8 @@ its kernels' device times and its compile metadata say to try next, before rando
 A result without a GPU timing, or at its floor (agent/graph.py floor_bar, the search's own stop), gets no move.
 The rules look at the Triton kernel with the most device time (EvalResult.kernel_ms; without a profile, the
 template's main kernel), in this order:
-  spills    its registers spill (EvalResult.compile): more warps, then a smaller tile (a convolution: a
-            narrower K tile, then more warps)
+  spills    its registers spill (EvalResult.compile), not under a cap of its own (maxnreg): more warps, then a
+            smaller tile (a convolution: a narrower K tile, then more warps)
   registers a Triton convolution, or a held split (COOP: each program holds its chunk through the row's
             combine, so the chunks an SM holds are its data in flight), whose floor is its bytes
             (tools/profile.bytes_bound) and whose registers, not its shared memory, hold it to fewer programs
@@ -172,7 +172,7 @@ def _compiled(result: EvalResult, i: int) -> list:
 def _spills(kernel: Kernel, p: dict, result: EvalResult, i: int) -> list[tuple[dict, str]]:
     infos = _compiled(result, i)
     spills = sum(k.spills or 0 for k in infos)
-    if not spills:
+    if not spills or p.get("maxnreg"):  # a cap's spill is the price the cap chose: more warps would undo it
         return []
     registers = max((k.registers or 0 for k in infos), default=0)
     fact = f"{spills} registers spilled ({registers} a thread at {p.get('num_warps', 4)} warps)"

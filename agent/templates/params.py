@@ -115,6 +115,10 @@ def _held_invalid(kernel: Kernel, p: dict, r: int, width: int) -> str | None:
         return "COOP keeps a chunk for its per-element output: it needs one"
     if p["SPLIT"] != -(-r // width):
         return f"COOP takes a chunk of BLOCK_R a program: SPLIT must be {-(-r // width)}"
+    if p.get("welford", 1) == 2:
+        # one chunk a program leaves per-lane updates one step; Triton 3.6 (the H200's) fails to compile them
+        # (TritonGPURemoveLayoutConversions: level 1's 34 and 35 crashed so in session 53's search)
+        return "COOP takes one chunk a program: welford 2's per-lane updates have one step to take (welford 1)"
     return None
 
 

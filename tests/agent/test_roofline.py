@@ -129,6 +129,8 @@ def test_a_held_split_held_back_by_its_registers_tries_a_cap():
     lagged = rowwise_moves(a, {}, measured(1.5))[1].params
     assert lagged["LAG"] == 1 and not any("maxnreg" in m.reason for m in rowwise_moves(a, lagged, result))
     assert base.invalid(a, {**lagged, "maxnreg": 96}) == "maxnreg caps a held split's registers (COOP 1)"
+    assert base.invalid(a, {**held, "welford": 2}) == ("COOP takes one chunk a program: welford 2's per-lane "
+                                                       "updates have one step to take (welford 1)")
 
 
 @pytest.mark.parametrize("batch, caps", [(896, [80]), (2, [])])

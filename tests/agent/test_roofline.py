@@ -121,7 +121,7 @@ def test_a_held_split_held_back_by_its_registers_tries_a_cap():
                              "programs an SM: try at most 80 (16 rows at once; maxnreg)")
     assert all(base.invalid(a, m.params) is None for m in out)
     assert not any("maxnreg" in m.reason for m in rowwise_moves(a, out[0].params, result))
-    # capped at 80 it spills (28 bytes for 35 on an H200): the cap's price, not a reason for more warps
+    # capped at 80 it spills (35 on an H200: 4 registers): the cap's price, not a reason for more warps
     capped = CompileInfo([KernelInfo("_row_kernel0", registers=80, spills=4, shared_bytes=1024, num_warps=4)],
                          "read")
     assert not any("spilled" in m.reason for m in rowwise_moves(a, out[1].params, measured(1.24, compile=capped)))

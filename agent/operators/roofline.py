@@ -205,12 +205,11 @@ def _registers(kernel: Kernel, p: dict, result: EvalResult, i: int) -> list[tupl
             return programs(cap)
         return min(programs(cap) * SMS // p["SPLIT"], sizes(kernel)[0])
 
-    now = programs(registers)
+    now, unit = programs(registers), " rows at once" if held else ""
     fits, out = at_once(registers), []
     for cap in sorted((c for c in kernel_space(kernel).get("maxnreg", []) if c), reverse=True):
         if at_once(cap) > fits:  # a stricter cap only where it runs more than the last
             fits = at_once(cap)
-            unit = " rows at once" if held else ""
             out.append(({"maxnreg": cap}, f"{registers} registers a thread at {p.get('num_warps', 4)} warps hold it "
                                           f"to {now} programs an SM: try at most {cap} ({fits}{unit}; maxnreg)"))
     return out

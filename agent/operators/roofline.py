@@ -53,7 +53,7 @@ from agent.context import RunConfig
 from agent.graph import floor_bar
 from agent.operators.template import config_key
 from agent.templates import base
-from agent.templates.codegen import next_pow2
+from agent.templates.codegen import SM_REGISTERS, next_pow2
 from agent.templates.gemm import persistent_pays, vendor_loses
 from agent.templates.implicit_gemm import conv_tiles, gemm_dims, outer_steps
 from agent.templates.kernels import looped_passes, online_pairs
@@ -66,7 +66,6 @@ from agent.templates.stats_epilogue import Pool, Stats, recompute_pays, stats_pa
 from tools.profile import bytes_bound
 from tools.results import EvalResult
 
-SM_REGISTERS = 65536  # an H100/H200 SM's 32-bit registers
 SM_SHARED = 228 * 1024  # its shared memory, of which each block takes its own and BLOCK_RESERVED more
 BLOCK_RESERVED = 1024
 MARGIN = RunConfig.floor_margin  # "at the floor" for the proposer is the stop's, at the default margin

@@ -149,6 +149,19 @@ def test_a_held_split_tries_only_caps_that_hold_more_whole_rows(batch, caps):
     assert [m.params["maxnreg"] for m in out] == caps
 
 
+@pytest.mark.parametrize("warps, cap, refused", [(4, 80, False), (16, 80, True), (32, 80, True), (32, 32, False)])
+def test_a_held_split_refuses_a_cap_that_cannot_hold_a_row_at_once(warps, cap, refused):
+    """A row's programs poll for each other, so a cap that leaves an SM room for fewer of them than a row has
+    runs its polls out: level 1's 35 (256 chunks a row) at 32 warps under a cap of 80, one program an SM, ran
+    past the 300 s limit on an H200 (session 53). Under a cap of 32 two programs of 32 warps fit an SM."""
+    a = analysis_of("tpl_softmax_param", {"batch": 896, "dim": 256 * 8192})
+    held = rowwise_moves(a, {}, measured(1.5))[0].params
+    assert held["COOP"] == 1 and held["SPLIT"] == 256
+    reason = base.invalid(a, {**held, "num_warps": warps, "maxnreg": cap})
+    assert reason == (f"COOP runs a row's 256 programs at once: at {warps} warps a cap of {cap} registers leaves "
+                      f"room for fewer on 132 SMs" if refused else None)
+
+
 def test_a_kernel_that_spills_tries_more_warps_then_a_smaller_tile():
     a = analysis_of("var_softmax_rows")
     spilling = CompileInfo([KernelInfo("_row_kernel0", registers=255, spills=96, num_warps=4)], "read")

@@ -8,12 +8,9 @@ The tasks are written by this script into a temporary folder and built as a user
 knowledge store), into OUT/runs; a second call resumes that build. Then each task's OUT/runs/TASK/best.py is
 timed here with tools/profile.time_call (GPU time, L2 flushed before each call), the host's time per call
 beside it (tools/profile.host_us), and the floor is the task's bytes over the device's measured copy bandwidth.
-Beside the floor, one pass of the op's own access pattern is timed the same way: a stream kernel that reads as
-many bytes as the op reads and writes as many as it writes (stream), what moving those bytes takes at this size
-and after the flush every figure uses. At a few tens of MB it is well above the floor (a 4096x4096 bf16 copy
-ran at 1.32x it on an H200), and a pass that only reads pays for the dirty lines the flush leaves (session 54:
-4096x32000 bf16 read in 0.0700 ms, 1.12x its floor, 0.0617 after a flush that only reads), so kw/stream says
-how far a kernel is from the best a memory-bound one can do there.
+Beside the floor, a device copy that moves as many bytes (half read, half written) is timed the same way: what
+moving those bytes takes at this size. At a few tens of MB it is well above the floor (a 4096x4096 bf16 copy ran
+at 1.32x it on an H200), so kw/copy says how far a kernel is from the best a memory-bound one can do there.
 Prints one table and writes OUT/llm_ops.md and OUT/llm_ops.json. About 10 minutes on one H100/H200 with the
 defaults (the build runs one task per GPU here). GPU only: on a machine without CUDA it says so and exits 2.
 
@@ -35,8 +32,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
 
 from tools.score import geomean  # noqa: E402
 
@@ -205,7 +200,7 @@ class Row:
     err: dict = field(default_factory=dict)  # the same keys -> relative error against the fp32 run
     notes: list = field(default_factory=list)  # why a column is empty
     host_us: dict = field(default_factory=dict)  # the same keys -> the host's time per call (tools/profile.host_us)
-    stream_ms: float | None = None  # one pass reading and writing as many bytes as the op (stream), timed the same way
+    copy_ms: float | None = None  # a device copy of as many bytes, half read and half written, timed the same way
 
     def best_over_floor(self) -> float | None:
         kw, floor = self.ms.get("kernelwright"), self.floor_ms
@@ -236,9 +231,10 @@ def measure(op: str, shape: tuple[int, int], module, best: Path | None, ceilings
         ref = copy.deepcopy(model).float()(*[x.float() if x.is_floating_point() else x for x in inputs])
     _, nbytes = count_work(model, inputs)
     row.floor_ms = nbytes / ceilings["copy_bytes_per_s"] * 1e3
-    written = sum(y.numel() * y.element_size() for y in torch.utils._pytree.tree_leaves(ref))
-    written //= 2  # the op's outputs in bf16, ref's in fp32
-    row.stream_ms = time_call(stream(int(nbytes) - written, written, dev), dev).median_ms
+    src = torch.randn(int(nbytes) // 4, device=dev, dtype=torch.bfloat16)  # 2-byte elements, read once, written once
+    dst = torch.empty_like(src)
+    row.copy_ms = time_call(lambda: dst.copy_(src), dev).median_ms
+    del src, dst
     impls = {"eager": model, "compile": torch.compile(model)}
     try:
         impls["liger"] = liger_fn(op, model)
@@ -259,30 +255,6 @@ def measure(op: str, shape: tuple[int, int], module, best: Path | None, ceilings
     return row
 
 
-# --- the op's access pattern, alone -------------------------------------------------------------------------
-STREAM_BLOCK = 4096  # elements a program
-
-
-@triton.jit
-def _stream_kernel(src, dst, sums, n_read, n_write, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    x = tl.load(src + offs, mask=offs < n_read, other=0.0)
-    tl.store(dst + offs, x, mask=offs < n_write)
-    tl.store(sums + tl.program_id(0), tl.sum(x.to(tl.float32), 0))  # so that no read is left unused
-
-
-def stream(read_bytes: int, written_bytes: int, device: torch.device):
-    """A call that makes one pass over bf16 buffers, reading `read_bytes` and writing `written_bytes` (the first
-    elements of what it read, zeros past them), plus one float a program: an op's access pattern without its
-    arithmetic."""
-    n_read, n_write = read_bytes // 2, written_bytes // 2
-    n = max(n_read, n_write, 1)
-    src = torch.randn(max(n_read, 1), device=device, dtype=torch.bfloat16)
-    dst = torch.empty(max(n_write, 1), device=device, dtype=torch.bfloat16)
-    sums = torch.empty(triton.cdiv(n, STREAM_BLOCK), device=device, dtype=torch.float32)
-    return lambda: _stream_kernel[(sums.numel(),)](src, dst, sums, n_read, n_write, STREAM_BLOCK, num_warps=4)
-
-
 # --- the table ---------------------------------------------------------------------------------------------
 COLUMNS = ("eager", "compile", "liger", "kernelwright")
 
@@ -296,16 +268,16 @@ def table(rows: list[Row]) -> list[str]:
     def ratio(a, b):
         return f"{a / b:.2f}" if a and b else "-"
 
-    head = ["op", "tokens x hidden", "floor ms", "stream ms"] + [f"{c} ms" for c in COLUMNS] + \
-        ["kw/floor", "kw/stream", "liger/floor", "liger/kw", "compile/kw", "errors vs fp32 (eager, compile, liger, kw)",
+    head = ["op", "tokens x hidden", "floor ms", "copy ms"] + [f"{c} ms" for c in COLUMNS] + \
+        ["kw/floor", "kw/copy", "liger/floor", "liger/kw", "compile/kw", "errors vs fp32 (eager, compile, liger, kw)",
          "host us per call (eager, compile, liger, kw)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         errs = ", ".join(f"{r.err[c]:.1e}" if c in r.err else "-" for c in COLUMNS)
         hosts = ", ".join(f"{r.host_us[c]:.0f}" if c in r.host_us else "-" for c in COLUMNS)
-        lines.append(f"| {r.op} | {r.shape} | {ms(r.floor_ms)} | {ms(r.stream_ms)} | " +
+        lines.append(f"| {r.op} | {r.shape} | {ms(r.floor_ms)} | {ms(r.copy_ms)} | " +
                      " | ".join(ms(r.ms.get(c)) for c in COLUMNS) +
-                     f" | {ratio(r.ms.get('kernelwright'), r.floor_ms)} | {ratio(r.ms.get('kernelwright'), r.stream_ms)}"
+                     f" | {ratio(r.ms.get('kernelwright'), r.floor_ms)} | {ratio(r.ms.get('kernelwright'), r.copy_ms)}"
                      f" | {ratio(r.ms.get('liger'), r.floor_ms)}"
                      f" | {ratio(r.ms.get('liger'), r.ms.get('kernelwright'))}"
                      f" | {ratio(r.ms.get('compile'), r.ms.get('kernelwright'))} | {errs} | {hosts} |")
@@ -314,8 +286,8 @@ def table(rows: list[Row]) -> list[str]:
         return geomean(r.ms[key_a] / r.ms[key_b] for r in rows if r.ms.get(key_a) and r.ms.get(key_b))
 
     summary = {"kernelwright best/floor": geomean(r.best_over_floor() for r in rows),
-               "kernelwright best/stream": geomean(r.ms["kernelwright"] / r.stream_ms for r in rows
-                                                   if r.ms.get("kernelwright") and r.stream_ms),
+               "kernelwright best/copy": geomean(r.ms["kernelwright"] / r.copy_ms for r in rows
+                                                 if r.ms.get("kernelwright") and r.copy_ms),
                "Liger/floor": geomean(r.ms["liger"] / r.floor_ms for r in rows if r.ms.get("liger") and r.floor_ms),
                "speedup of kernelwright over Liger": gm("liger", "kernelwright"),
                "speedup of kernelwright over torch.compile": gm("compile", "kernelwright"),

@@ -13,7 +13,7 @@ moving those bytes takes at this size. At a few tens of MB it is well above the 
 at 1.32x it on an H200), so kw/copy says how far a kernel is from the best a memory-bound one can do there. An
 op that only reads (cross-entropy) does no better than the copy after the flush every figure uses, which leaves
 the L2's lines dirty: on an H200 (session 54) a pass summing 4096x32000 bf16 logits (262 MB) took 0.0700 ms, the
-copy 0.0667 (the floor 0.0623; after a flush that only reads, 0.0617 and 0.0631).
+copy 0.0667 (the floor about 0.062; after a flush that only reads, 0.0617 and 0.0631).
 Prints one table and writes OUT/llm_ops.md and OUT/llm_ops.json. About 10 minutes on one H100/H200 with the
 defaults (the build runs one task per GPU here). GPU only: on a machine without CUDA it says so and exits 2.
 

@@ -77,6 +77,7 @@ SMS = 132  # streaming multiprocessors of the H100/H200 the parameters are sized
 SMEM_BYTES = 227 * 1024  # the shared memory a block of theirs may take
 SM_SMEM_BYTES = 228 * 1024  # and the shared memory of one of their SMs, which its resident blocks share
 SM_REGISTERS = 65536  # and an SM's 32-bit registers, allocated to a block's threads 8 at a time
+SM_THREADS = 2048  # and the threads an SM holds at once
 DESCRIPTOR_IMPORT = "from triton.tools.tensor_descriptor import TensorDescriptor"  # the import TMA loads need
 DESCRIPTOR_SUFFIX = "_desc"  # a tensor's TMA descriptor is named after it (descriptor_name)
 

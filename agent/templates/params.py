@@ -48,7 +48,7 @@ from agent.templates.implicit_gemm import (conv_tiles, gemm_dims, interleave_slo
 from agent.templates.ir import Leaf, Node
 from agent.templates.fold import fold_sums, foldable
 from agent.templates.kernels import col_splittable, looped_passes, reduction_stages, online_pairs, welford_pairs
-from agent.templates.codegen import SM_REGISTERS, SM_SMEM_BYTES, SMEM_BYTES, SMS
+from agent.templates.codegen import SM_REGISTERS, SM_SMEM_BYTES, SM_THREADS, SMEM_BYTES, SMS
 from agent.templates.schedule import Kernel
 
 L2_BYTES = 50 * 2**20
@@ -120,7 +120,7 @@ def _held_invalid(kernel: Kernel, p: dict, r: int, width: int) -> str | None:
         # (TritonGPURemoveLayoutConversions: level 1's 34 and 35 crashed so in session 53's search)
         return "COOP takes one chunk a program: welford 2's per-lane updates have one step to take (welford 1)"
     threads, cap = 32 * p.get("num_warps", 4), p.get("maxnreg")
-    if cap and SMS * min(2048 // threads, SM_REGISTERS // (-(-cap // 8) * 8 * threads)) < p["SPLIT"]:
+    if cap and SMS * min(SM_THREADS // threads, SM_REGISTERS // (-(-cap // 8) * 8 * threads)) < p["SPLIT"]:
         # a row's programs wait for each other: where the cap lets fewer run at once, they poll until SPINS runs
         # out and the row's last program re-reads their chunks (level 1's 35, SPLIT 256 at 32 warps under a cap
         # of 80, one program an SM: past 300 s on an H200 in session 53's search)

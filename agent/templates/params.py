@@ -52,6 +52,7 @@ from agent.templates.codegen import SM_REGISTERS, SM_SMEM_BYTES, SM_THREADS, SME
 from agent.templates.schedule import Kernel
 
 L2_BYTES = 50 * 2**20
+MAX_PER_SM = 4  # the most programs an SM streamed tiles launch (per_sm)
 ONE_PASS_MAX = 32768  # widest row a program holds in registers
 POW2 = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
 
@@ -638,8 +639,8 @@ def _stream_invalid(kernel: Kernel, p: dict) -> str | None:
                f"{WINDOW_K} (channel, tap) columns whose weight fits a block's shared memory at 3 stages"
     if p.get("BLOCK_M", 64) not in (16, 32, 64, 128, 256) or p.get("BLOCK_K", 16) == 1 or p.get("SAMPLES", 1) > 1:
         return "stream tiles take BLOCK_M a power of two from 16 to 256, dot steps and one sample"
-    if p.get("per_sm", 1) not in (1, 2, 3, 4):
-        return "stream tiles take 1 to 4 programs an SM (per_sm)"
+    if p.get("per_sm", 1) not in range(1, MAX_PER_SM + 1):
+        return f"stream tiles take 1 to {MAX_PER_SM} programs an SM (per_sm)"
     if p.get("BLOCK_N", 128) < node.shape[1]:
         return "stream tiles hold every output channel: BLOCK_N at least the channels"
     if stream_smem(p, node) > SMEM_BYTES:

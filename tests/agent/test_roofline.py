@@ -225,6 +225,27 @@ def test_a_convolution_whose_floor_is_its_bytes_held_back_by_its_registers_tries
         assert not any("maxnreg" in m.reason for m in capped)  # once capped, not again
 
 
+def test_a_streamed_convolution_held_back_by_its_registers_takes_more_programs_with_its_cap(tmp_path):
+    """Streamed tiles launch per_sm programs an SM, so a cap that fits a third program takes per_sm 3 with it:
+    level 2's 21 on an H200 (176 registers, 64 KB of shared memory, 2 an SM) ran 1.524 ms at a cap of 168
+    alone and 1.442 with per_sm 3. A fourth would not fit the shared memory, so 128 is not tried."""
+    task = tmp_path / "stream_norm.py"
+    task.write_text((FIXTURES / "conv_norm_small.py").read_text().replace('kind = "transposed3d"',
+                                                                           'kind = "stream_window"'))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    stream = t.variants(a)[1]
+    assert stream["tiles"] == "stream" and stream["per_sm"] == 2
+    info = CompileInfo([KernelInfo("_gemm_kernel0", registers=176, spills=0, shared_bytes=64_256, num_warps=4)],
+                       "read")
+    result = measured(3.0, compile=info, flops=1e12, nbytes=1e9, copy_share=1.0)
+    out = [m for m in moves(a, t, stream, result, a.to_json()) if "maxnreg" in m.reason]
+    assert [m.params for m in out] == [{**stream, "maxnreg": 168, "per_sm": 3}]
+    assert out[0].reason.endswith("176 registers a thread at 4 warps hold it to 2 programs an SM: try at most 168 "
+                                  "(3; maxnreg, per_sm)")
+    assert base.invalid(a, out[0].params) is None
+
+
 def test_few_rows_per_program_spread_over_more_programs():
     a = analysis_of("var_cross_entropy")  # 7 rows
     out = rowwise_moves(a, {"mode": "one_pass", "BLOCK_O": 4}, measured(1.4))

@@ -212,7 +212,8 @@ def _registers(kernel: Kernel, p: dict, result: EvalResult, i: int) -> list[tupl
     for cap in sorted((c for c in kernel_space(kernel).get("maxnreg", []) if c), reverse=True):
         if at_once(cap) > fits:  # a stricter cap only where it runs more than the last
             fits = at_once(cap)
-            move, what = ({"maxnreg": cap, "per_sm": fits}, "maxnreg, per_sm") if stream else ({"maxnreg": cap}, "maxnreg")
+            move, what = ({"maxnreg": cap, "per_sm": fits}, "maxnreg, per_sm") if stream \
+                else ({"maxnreg": cap}, "maxnreg")
             out.append((move, f"{registers} registers a thread at {p.get('num_warps', 4)} warps hold it to {now} "
                               f"programs an SM: try at most {cap} ({fits}{unit}; {what})"))
     return out

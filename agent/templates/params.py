@@ -121,12 +121,16 @@ def _held_invalid(kernel: Kernel, p: dict, r: int, width: int) -> str | None:
         # (TritonGPURemoveLayoutConversions: level 1's 34 and 35 crashed so in session 53's search)
         return "COOP takes one chunk a program: welford 2's per-lane updates have one step to take (welford 1)"
     threads, cap = 32 * p.get("num_warps", 4), p.get("maxnreg")
-    if cap and SMS * min(SM_THREADS // threads, SM_REGISTERS // (-(-cap // 8) * 8 * threads)) < p["SPLIT"]:
-        # a row's programs wait for each other: where the cap lets fewer run at once, they poll until SPINS runs
-        # out and the row's last program re-reads their chunks (level 1's 35, SPLIT 256 at 32 warps under a cap
-        # of 80, one program an SM: past 300 s on an H200 in session 53's search)
-        return f"COOP runs a row's {p['SPLIT']} programs at once: at {threads // 32} warps a cap of {cap} " \
-               f"registers leaves room for fewer on {SMS} SMs"
+    per_sm = SM_THREADS // threads  # an SM's programs by their threads, then by the cap on their registers
+    if cap:
+        per_sm = min(per_sm, SM_REGISTERS // (-(-cap // 8) * 8 * threads))
+    if SMS * per_sm < p["SPLIT"]:
+        # a row's programs wait for each other: where fewer fit at once, they poll until SPINS runs out and the
+        # row's last program re-reads their chunks (level 1's 35, SPLIT 256 at 32 warps under a cap of 80, one
+        # program an SM: past 300 s on an H200 in session 53's search)
+        capped = f" under a cap of {cap} registers" if cap else ""
+        return f"COOP runs a row's {p['SPLIT']} programs at once: {per_sm} of {threads // 32} warps{capped} fit an " \
+               f"SM, {SMS * per_sm} on {SMS} SMs"
     return None
 
 

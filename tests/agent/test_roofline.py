@@ -149,17 +149,23 @@ def test_a_held_split_tries_only_caps_that_hold_more_whole_rows(batch, caps):
     assert [m.params["maxnreg"] for m in out] == caps
 
 
-@pytest.mark.parametrize("warps, cap, refused", [(4, 80, False), (16, 80, True), (32, 80, True), (32, 32, False)])
-def test_a_held_split_refuses_a_cap_that_cannot_hold_a_row_at_once(warps, cap, refused):
-    """A row's programs poll for each other, so a cap that leaves an SM room for fewer of them than a row has
-    runs its polls out: level 1's 35 (256 chunks a row) at 32 warps under a cap of 80, one program an SM, ran
-    past the 300 s limit on an H200 (session 53). Under a cap of 32 two programs of 32 warps fit an SM."""
+@pytest.mark.parametrize("warps, cap, chunk, fit", [(4, 80, 8192, None), (16, 80, 8192, 1), (32, 80, 8192, 0),
+                                                    (32, 32, 8192, None), (32, None, 8192, None), (32, None, 4096, 2),
+                                                    (16, None, 4096, None)])
+def test_a_held_split_refuses_warps_and_caps_that_cannot_hold_a_row_at_once(warps, cap, chunk, fit):
+    """A row's programs poll for each other, so warps or a register cap that leave an SM room for fewer of them
+    than a row has run their polls out: level 1's 35 (256 chunks a row) at 32 warps under a cap of 80, one
+    program an SM, ran past the 300 s limit on an H200 (session 53). Two programs of 32 warps fit an SM under a
+    cap of 32 or none: 264 slots, enough for 256 chunks of 8192 but not for 512 of 4096."""
     a = analysis_of("tpl_softmax_param", {"batch": 896, "dim": 256 * 8192})
     held = rowwise_moves(a, {}, measured(1.5))[0].params
     assert held["COOP"] == 1 and held["SPLIT"] == 256
-    reason = base.invalid(a, {**held, "num_warps": warps, "maxnreg": cap})
-    assert reason == (f"COOP runs a row's 256 programs at once: at {warps} warps a cap of {cap} registers leaves "
-                      f"room for fewer on 132 SMs" if refused else None)
+    split = 256 * 8192 // chunk
+    reason = base.invalid(a, {**held, "num_warps": warps, "BLOCK_R": chunk, "SPLIT": split,
+                              **({"maxnreg": cap} if cap else {})})
+    capped = f" under a cap of {cap} registers" if cap else ""
+    assert reason == (None if fit is None else f"COOP runs a row's {split} programs at once: {fit} of {warps} "
+                                               f"warps{capped} fit an SM, {132 * fit} on 132 SMs")
 
 
 def test_a_kernel_that_spills_tries_more_warps_then_a_smaller_tile():

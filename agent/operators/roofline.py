@@ -53,7 +53,7 @@ from agent.context import RunConfig
 from agent.graph import floor_bar
 from agent.operators.template import config_key
 from agent.templates import base
-from agent.templates.codegen import SM_REGISTERS, next_pow2
+from agent.templates.codegen import SM_SMEM_BYTES, next_pow2, register_programs
 from agent.templates.gemm import persistent_pays, vendor_loses
 from agent.templates.implicit_gemm import conv_tiles, gemm_dims, outer_steps
 from agent.templates.kernels import looped_passes, online_pairs
@@ -66,8 +66,7 @@ from agent.templates.stats_epilogue import Pool, Stats, recompute_pays, stats_pa
 from tools.profile import bytes_bound
 from tools.results import EvalResult
 
-SM_SHARED = 228 * 1024  # its shared memory, of which each block takes its own and BLOCK_RESERVED more
-BLOCK_RESERVED = 1024
+BLOCK_RESERVED = 1024  # an SM's shared memory each block takes beside its own (codegen.SM_SMEM_BYTES)
 MARGIN = RunConfig.floor_margin  # "at the floor" for the proposer is the stop's, at the default margin
 KERNEL_INDEX = re.compile(r"_kernel(\d+)(?:_\w+)?$")  # a Triton kernel's name in a template candidate: _row_kernel7
 FUSIONS = (("online", "the online softmax, its max and sum in one pass"),
@@ -200,7 +199,7 @@ def _registers(kernel: Kernel, p: dict, result: EvalResult, i: int) -> list[tupl
     threads = 32 * p.get("num_warps", 4)
 
     def programs(cap: int) -> int:  # an SM's blocks under `cap` registers a thread, allocated 8 at a time
-        return min(SM_REGISTERS // (-(-cap // 8) * 8 * threads), SM_SHARED // (shared + BLOCK_RESERVED))
+        return min(register_programs(cap, threads), SM_SMEM_BYTES // (shared + BLOCK_RESERVED))
 
     def at_once(cap: int) -> int:  # what runs at once: programs, or a held split's whole rows (the rest poll)
         if held:

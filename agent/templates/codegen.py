@@ -82,6 +82,11 @@ DESCRIPTOR_IMPORT = "from triton.tools.tensor_descriptor import TensorDescriptor
 DESCRIPTOR_SUFFIX = "_desc"  # a tensor's TMA descriptor is named after it (descriptor_name)
 
 
+def register_programs(registers: int, threads: int) -> int:
+    """The programs of `threads` threads an SM's registers hold at `registers` a thread (allocated 8 at a time)."""
+    return SM_REGISTERS // (-(-registers // 8) * 8 * threads)
+
+
 def descriptor_name(base: str) -> str:
     return base + DESCRIPTOR_SUFFIX
 

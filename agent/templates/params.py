@@ -48,7 +48,7 @@ from agent.templates.implicit_gemm import (conv_tiles, gemm_dims, interleave_slo
 from agent.templates.ir import Leaf, Node
 from agent.templates.fold import fold_sums, foldable
 from agent.templates.kernels import col_splittable, looped_passes, reduction_stages, online_pairs, welford_pairs
-from agent.templates.codegen import SM_REGISTERS, SM_SMEM_BYTES, SM_THREADS, SMEM_BYTES, SMS
+from agent.templates.codegen import SM_SMEM_BYTES, SM_THREADS, SMEM_BYTES, SMS, register_programs
 from agent.templates.schedule import Kernel
 
 L2_BYTES = 50 * 2**20
@@ -123,7 +123,7 @@ def _held_invalid(kernel: Kernel, p: dict, r: int, width: int) -> str | None:
     threads, cap = 32 * p.get("num_warps", 4), p.get("maxnreg")
     per_sm = SM_THREADS // threads  # an SM's programs by their threads, then by the cap on their registers
     if cap:
-        per_sm = min(per_sm, SM_REGISTERS // (-(-cap // 8) * 8 * threads))
+        per_sm = min(per_sm, register_programs(cap, threads))
     if SMS * per_sm < p["SPLIT"]:
         # a row's programs wait for each other: where fewer fit at once, they poll until SPINS runs out and the
         # row's last program re-reads their chunks (level 1's 35, SPLIT 256 at 32 warps under a cap of 80, one

@@ -246,6 +246,9 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         stats = {**out[0], "stats": 1}  # at their tiles, and last at 128 positions where the sums fit registers
         wide = stats["BLOCK_M"] != 128 and stats["BLOCK_N"] <= 32  # (Stats.stream_lines: 92, 64 channels, spilled)
         out = [stats] + out + [{**stats, "BLOCK_M": 128}] * wide
+    rows = next((i for i, p in enumerate(out) if p.get("tiles") == "rows" and p["impl"] == "triton"), None)
+    if rows is not None:  # and right after them the same reading the input channels innermost, where they can
+        out.insert(rows + 1, {**out[rows], "xlast": 1})  # (implicit_gemm.channels_last; kernel_invalid says)
     out = [p for p in out if kernel_invalid(k, base._kernel_params(p)) is None]
     rows = next((i for i, p in enumerate(out) if p.get("tiles") == "rows" and p["impl"] == "triton"), None)
     rp = base.plan(analysis, out[rows]) if rows is not None else None

@@ -86,8 +86,9 @@ def test_a_strided_transposed_convolution_reads_only_its_phases_taps(runner, tmp
 def test_a_transposed_convolution_strided_along_its_last_dim_stores_its_rows_whole(runner, tmp_path):
     """Interleaved tiles by default: a program takes every phase of the last dim (stride 5: eight slots, two of
     them no tap reaches and three past the stride), so its output rows are stored whole; split-fp32 products
-    take 32 channels by 64 rows, rows tiles in dot steps next, Triton's own split, the FMA form at its own 16
-    by 128, then the channel tiles they replace; K steps of 32 where every phase reads 32 K, one step a phase.
+    take 32 channels by 64 rows, rows tiles in dot steps next (then reading the input channels innermost),
+    Triton's own split, the FMA form at its own 16 by 128, then the channel tiles they replace; K steps of 32
+    where every phase reads 32 K, one step a phase.
     Other convolutions cannot take them. (A batch of 3: at an even one, rows tiles of two batch elements come
     first, params.rows_samples.)"""
     task = tmp_path / "conv_sparse_wide.py"  # 12 input channels: more than the positions rule takes
@@ -96,7 +97,8 @@ def test_a_transposed_convolution_strided_along_its_last_dim_stores_its_rows_who
         "n = 2\n", "n = 3\n"))
     a = analyze(str(task), small=True)
     t = BY_NAME["gemm"]
-    first, rows, triton_split, second, third = t.variants(a)[:5]
+    first, rows, rows_last, triton_split, second, third = t.variants(a)[:6]
+    assert rows_last == {**rows, "xlast": 1}  # the input read channels innermost (implicit_gemm.channels_last)
     assert triton_split == {**first, "parts": "registers"}  # Triton's own tf32x3 split (implicit_gemm.hand_split)
     assert (first["tiles"], first["BLOCK_M"], first["BLOCK_N"], first["precision"]) == ("interleaved", 64, 32, "tf32x3")
     assert (rows["tiles"], rows["BLOCK_K"], rows["precision"]) == ("rows", 32, "tf32x3")  # params.rows_form
@@ -274,6 +276,61 @@ def test_rows_tiles_in_dot_steps(runner, tmp_path):
     a = analyze(str(wide), small=True)
     with pytest.raises(ValueError, match="the accumulator needs more than 128 registers per thread"):
         t.render(a, {**rows, "BLOCK_M": 512, "BLOCK_N": 64, "num_warps": 1})
+
+
+def test_dot_steps_read_a_copy_of_the_input_with_its_channels_innermost(runner, sm90, tmp_path):
+    """xlast (implicit_gemm.channels_last): the forward copies the input with its channels innermost and the
+    rows tiles' dot steps load each position's channels one element apart, in a 2-D transposed convolution over
+    40 channels (a K loop, its last step ragged) and a 3-D one over 16, matching the reference; the variant comes
+    right after the rows tiles it copies. The other tiles of a phased convolution (a K step's channels fastest)
+    and positions tiles take it too. Stacked steps, outer products and channel tiles of an unphased convolution
+    (taps fastest) refuse it. Compiled for sm_90 (32 channels into 64, as level 2's 26), rows tiles put their
+    input tiles into shared memory without one scalar store, where the input's own layout takes 16 a thread
+    (each warp's 4-way bank-conflicted on an H200)."""
+    t = BY_NAME["gemm"]
+    wide = tmp_path / "conv_residual_wide.py"
+    wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6,", "ConvTranspose2d(40, 6,").replace("(2, 4, 5, 6)",
+                                                                                            "(2, 40, 5, 6)"))
+    a = analyze(str(wide), small=True)
+    out = t.variants(a)
+    rows = out.index(next(p for p in out if p.get("tiles") == "rows"))
+    assert out[rows + 1] == {**out[rows], "xlast": 1}
+    source = t.render(a, out[rows + 1])
+    assert "last_x = x.as_strided((2, 40, 5, 6), (1200, 30, 6, 1), 0).permute(0, 2, 3, 1).contiguous()" in source
+    assert source.count("= tl.load(x_tap + rc[:, None] * 1 + (q") == 2 and "(last_x, " in source
+    runner.run_ok(wide, source)
+    task = task_of("transposed3d", tmp_path)
+    task.write_text(task.read_text().replace("ConvTranspose3d(3, 4", "ConvTranspose3d(16, 4")
+                    .replace("(n, 3, 2, 2, 5)", "(n, 16, 2, 2, 5)"))
+    a = analyze(str(task), small=True)
+    params = {**t.default(a, rows=False), "impl": "triton", "tiles": "rows", "BLOCK_K": 16, "num_warps": 4}
+    runner.run_ok(task, t.render(a, {**params, "xlast": 1}))
+    phased_tiles = ("channels", "positions", "interleaved")
+    for kind, forms in (("transposed2d_grouped", phased_tiles), ("transposed3d_mixed", phased_tiles),
+                        ("conv1d", ("positions",))):  # any tiles of a phased convolution; positions tiles
+        task = task_of(kind, tmp_path)
+        a = analyze(str(task), small=True)
+        first = {**t.default(a, rows=False), "impl": "triton"}
+        for tiles in forms:
+            source = t.render(a, {**first, "tiles": tiles, "BLOCK_M": 64, "BLOCK_K": 16, "xlast": 1})
+            assert "last_x = x.as_strided(" in source
+            runner.run_ok(task, source)
+    refused = [("transposed2d", {"tiles": "rows", "BLOCK_K": 16}), ("transposed2d", {"tiles": "rows", "BLOCK_K": 1}),
+               ("conv2d", {"tiles": "channels"})]  # stacked steps, outer products, taps fastest
+    for kind, params in refused:
+        a = analyze(str(task_of(kind, tmp_path)), small=True)
+        with pytest.raises(ValueError, match="xlast .* is for dot steps over the channels fastest"):
+            t.render(a, {**t.default(a, rows=False), **params, "xlast": 1})
+    wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6,", "ConvTranspose2d(32, 64,").replace(
+        "(2, 4, 5, 6)", "(2, 32, 16, 16)").replace("(2, 6, 9, 11)", "(2, 64, 31, 31)"))
+    a = analyze(str(wide), small=True)
+    rows = {**t.default(a, rows=False), "impl": "triton", "tiles": "rows", "BLOCK_K": 32, "SAMPLES": 1}
+    scalar = []
+    for xlast in (0, 1):
+        (tmp_path / "cand.py").write_text(t.render(a, {**rows, "xlast": xlast}))
+        ptx = sm90(tmp_path / "cand.py", "_gemm_kernel0", {"BLOCK_M": 32, "BLOCK_N": 64}).asm["ptx"]
+        scalar.append(len(re.findall(r"st\.shared\.b32", ptx)))
+    assert scalar[0] >= 16 and scalar[1] == 0, scalar
 
 
 def test_small_rows_tiles_in_dot_steps_take_two_batch_elements(runner, tmp_path):

@@ -643,7 +643,7 @@ def packed_weight(w: Leaf, p: dict, transposed: bool) -> tuple[Leaf, list[tuple[
 
 
 def channels_last(x: Leaf, p: dict) -> tuple[Leaf, list[tuple[str, str, str]]]:
-    """The input a convolution's kernel reads, and the forward's lines making it (KernelCode.prep). With
+    """The input a convolution's rows tiles read, and the forward's lines making it (KernelCode.prep). With
     `xlast`, a copy made each call with the channels innermost: a K step's input channels at one position are
     then contiguous, as a TF32 product's operand is in shared memory (K-major), where the input's own layout
     has its positions contiguous and a tile goes into shared memory transposed, each warp's stores 4-way
@@ -651,7 +651,8 @@ def channels_last(x: Leaf, p: dict) -> tuple[Leaf, list[tuple[str, str, str]]]:
     wavefronts, L1 80% busy). On an H200 (session 55, the search at budget 24, ms): level 2's 26 1.62 -> 1.32,
     78 6.72 -> 3.80, 3 2.28 -> 1.78, 38 2.40 -> 1.91, 20 0.75 -> 0.65, each in rows tiles. Where the copy costs
     what the kernel gains the search keeps the input as it is: level 2's 15 and level 1's 81, convolutions 6%
-    and 5% faster, 0.5% and 1% slower in all."""
+    and 5% faster, 0.5% and 1% slower in all. Interleaved tiles (level 2's 34, Triton 3.6's sm_90 compile) store
+    their tiles into shared memory alike either way, and take more index arithmetic from the copy."""
     if not p.get("xlast"):
         return x, []
     return _copy_in_order(x, (0,) + tuple(range(2, len(x.shape))) + (1,), "last_")
@@ -944,8 +945,6 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     g = kernel.nodes[0]
     x, w = g.args
     w, prep = packed_weight(w, p, g.attrs["transposed"])
-    x, xprep = channels_last(x, p)
-    prep += xprep
     attrs = g.attrs
     groups, M, N, K = gemm_dims(g)
     spatial, window = kernel.domain[2:], tuple(w.shape[2:])

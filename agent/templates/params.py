@@ -285,17 +285,12 @@ def rows_stacked(node: Node) -> dict:
 
 def xlast_fits(node: Node, p: dict) -> bool:
     """Whether a convolution's kernel can read its input from a copy with the channels innermost
-    (implicit_gemm.channels_last): dot steps whose K runs over the input channels fastest (rows tiles not
-    stacked with the row's column offsets, whose few channels a position would load as short runs; any tiles
-    of a phased convolution; positions tiles), and an input leaf read whole (no piece of a pad or a cat)."""
-    if node.fn != "conv":
-        return False
-    x, tiles = node.args[0], conv_tiles(node, p)
-    if tiles == "rows":
-        fastest = rows_k(node, p) > 1 and not stacks(node)
-    else:
-        fastest = p.get("BLOCK_K", 32) > 1 and tiles != "stream" and (phased(node) or tiles == "positions")
-    return fastest and isinstance(x, Leaf) and x.kind == "tensor" and not x.bounds
+    (implicit_gemm.channels_last): rows tiles whose K steps are dot products over the input channels (not
+    stacked with the row's column offsets, whose few channels a position would load as short runs), and an
+    input leaf read whole (no piece of a pad or a cat)."""
+    x = node.args[0]
+    return node.fn == "conv" and conv_tiles(node, p) == "rows" and rows_k(node, p) > 1 and not stacks(node) and \
+        isinstance(x, Leaf) and x.kind == "tensor" and not x.bounds
 
 
 def rows_form(node: Node) -> dict:
@@ -553,7 +548,7 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
             space["SAMPLES"] = [1, 2, 4]  # rows tiles: batch elements a program takes (implicit_gemm._render_rows)
             space["parts"] = ["registers", "hand"]  # tf32x3: Triton's split in every tl.dot, or each tile's once
             space["maxnreg"] = [128, 168, 0]  # a cap on a thread's registers, for more programs an SM (0: none)
-            space["xlast"] = [0, 1]  # 1: dot steps read a copy of the input, channels innermost (xlast_fits)
+            space["xlast"] = [0, 1]  # 1: rows tiles read a copy of the input, channels innermost (xlast_fits)
         else:
             space["persistent"] = [0, 1]  # 1: split operands (tf32x3) read by TMA, a program per SM (kernels._gemm)
             space["parts"] = ["memory", "registers"]  # tf32x3's operands split once, or each tile at every K step
@@ -752,8 +747,8 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
         if p.get("packed") and kernel.nodes[0].fn != "conv":
             return "packed weights are for convolutions"
         if p.get("xlast") and not xlast_fits(kernel.nodes[0], p):
-            return "xlast (the input copied with its channels innermost) is for dot steps over the channels " \
-                   "fastest (rows tiles unstacked, a phased convolution's, positions tiles) of an input read whole"
+            return "xlast (the input copied with its channels innermost) is for rows tiles in unstacked dot steps " \
+                   "over an input read whole"
         if p.get("SAMPLES", 1) > 1 and (not rows or kernel.domain[0] % p["SAMPLES"]):
             return f"SAMPLES takes a row of {p['SAMPLES']} batch elements a program: rows tiles, a batch it divides"
         bm, bn, bk = p.get("BLOCK_M", 64), p.get("BLOCK_N", 64), p.get("BLOCK_K", 32)

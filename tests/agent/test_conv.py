@@ -278,15 +278,13 @@ def test_rows_tiles_in_dot_steps(runner, tmp_path):
         t.render(a, {**rows, "BLOCK_M": 512, "BLOCK_N": 64, "num_warps": 1})
 
 
-def test_dot_steps_read_a_copy_of_the_input_with_its_channels_innermost(runner, sm90, tmp_path):
+def test_rows_tiles_read_a_copy_of_the_input_with_its_channels_innermost(runner, sm90, tmp_path):
     """xlast (implicit_gemm.channels_last): the forward copies the input with its channels innermost and the
     rows tiles' dot steps load each position's channels one element apart, in a 2-D transposed convolution over
     40 channels (a K loop, its last step ragged) and a 3-D one over 16, matching the reference; the variant comes
-    right after the rows tiles it copies. The other tiles of a phased convolution (a K step's channels fastest)
-    and positions tiles take it too. Stacked steps, outer products and channel tiles of an unphased convolution
-    (taps fastest) refuse it. Compiled for sm_90 (32 channels into 64, as level 2's 26), rows tiles put their
-    input tiles into shared memory without one scalar store, where the input's own layout takes 16 a thread
-    (each warp's 4-way bank-conflicted on an H200)."""
+    right after the rows tiles it copies. Stacked steps, outer products and other tiles refuse it. Compiled for
+    sm_90 (32 channels into 64, as level 2's 26), the input tiles go into shared memory without one scalar
+    store, where the input's own layout takes 16 a thread (each warp's 4-way bank-conflicted on an H200)."""
     t = BY_NAME["gemm"]
     wide = tmp_path / "conv_residual_wide.py"
     wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6,", "ConvTranspose2d(40, 6,").replace("(2, 4, 5, 6)",
@@ -305,22 +303,11 @@ def test_dot_steps_read_a_copy_of_the_input_with_its_channels_innermost(runner, 
     a = analyze(str(task), small=True)
     params = {**t.default(a, rows=False), "impl": "triton", "tiles": "rows", "BLOCK_K": 16, "num_warps": 4}
     runner.run_ok(task, t.render(a, {**params, "xlast": 1}))
-    phased_tiles = ("channels", "positions", "interleaved")
-    for kind, forms in (("transposed2d_grouped", phased_tiles), ("transposed3d_mixed", phased_tiles),
-                        ("conv1d", ("positions",))):  # any tiles of a phased convolution; positions tiles
-        task = task_of(kind, tmp_path)
-        a = analyze(str(task), small=True)
-        first = {**t.default(a, rows=False), "impl": "triton"}
-        for tiles in forms:
-            source = t.render(a, {**first, "tiles": tiles, "BLOCK_M": 64, "BLOCK_K": 16, "xlast": 1})
-            assert "last_x = x.as_strided(" in source
-            runner.run_ok(task, source)
-    refused = [("transposed2d", {"tiles": "rows", "BLOCK_K": 16}), ("transposed2d", {"tiles": "rows", "BLOCK_K": 1}),
-               ("conv2d", {"tiles": "channels"})]  # stacked steps, outer products, taps fastest
-    for kind, params in refused:
+    for kind in ("transposed2d", "conv2d"):  # 3 channels: stacked steps, outer products, channel tiles
         a = analyze(str(task_of(kind, tmp_path)), small=True)
-        with pytest.raises(ValueError, match="xlast .* is for dot steps over the channels fastest"):
-            t.render(a, {**t.default(a, rows=False), **params, "xlast": 1})
+        for params in ({"tiles": "rows", "BLOCK_K": 16}, {"tiles": "rows", "BLOCK_K": 1}, {"tiles": "channels"}):
+            with pytest.raises(ValueError, match="xlast .* is for rows tiles in unstacked dot steps"):
+                t.render(a, {**t.default(a, rows=False), **params, "xlast": 1})
     wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6,", "ConvTranspose2d(32, 64,").replace(
         "(2, 4, 5, 6)", "(2, 32, 16, 16)").replace("(2, 6, 9, 11)", "(2, 64, 31, 31)"))
     a = analyze(str(wide), small=True)

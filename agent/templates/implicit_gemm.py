@@ -648,11 +648,12 @@ def channels_last(x: Leaf, p: dict) -> tuple[Leaf, list[tuple[str, str, str]]]:
     then contiguous, as a TF32 product's operand is in shared memory (K-major), where the input's own layout
     has its positions contiguous and a tile goes into shared memory transposed, each warp's stores 4-way
     bank-conflicted (Nsight Compute on an H200, session 55: level 2's 26, 57 M conflicts in 202 M shared-memory
-    wavefronts, L1 80% busy). On an H200 (session 55, the search at budget 24, ms): level 2's 26 1.62 -> 1.32,
-    78 6.72 -> 3.80, 3 2.28 -> 1.78, 38 2.40 -> 1.91, 20 0.75 -> 0.65, each in rows tiles. Where the copy costs
-    what the kernel gains the search keeps the input as it is: level 2's 15 and level 1's 81, convolutions 6%
-    and 5% faster, 0.5% and 1% slower in all. Interleaved tiles (level 2's 34, Triton 3.6's sm_90 compile) store
-    their tiles into shared memory alike either way, and take more index arithmetic from the copy."""
+    wavefronts, L1 80% busy). On an H200 (session 55, the search at budget 24, each run's best candidate
+    without the copy -> with it, ms): level 2's 78 5.92 -> 3.80, 26 1.61 -> 1.32, 3 2.24 -> 1.78, 38 2.36 ->
+    1.91, 49 0.90 -> 0.68, 20 0.72 -> 0.65. Where the copy costs what the kernel gains the search keeps the
+    input as it is: level 2's 15 and level 1's 81, convolutions 6% and 5% faster, 0.5% and 1% slower in all.
+    Interleaved tiles (level 2's 34, Triton 3.6's sm_90 compile) store their tiles into shared memory alike
+    either way, and take more index arithmetic from the copy."""
     if not p.get("xlast"):
         return x, []
     return _copy_in_order(x, (0,) + tuple(range(2, len(x.shape))) + (1,), "last_")

@@ -8,8 +8,8 @@ judged against the math, not against PyTorch's own rounding: `golden` is the ref
 the same rounded inputs, and a candidate passes when its error against that run is within LOW_FACTOR times
 PyTorch's own error in the output's dtype plus LOW_FLOOR units of roundoff, in norm and at every element. An
 fp32 output that misses its tolerance gets the same rule against a float64 run (tools/verify.py: judge), with
-ELEMENT_FACTOR at each element: a deep network's rounding grows with depth, in PyTorch's fp32 forward as in any
-kernel's. At each element PyTorch's error counts at least as its RMS over the element's WINDOW neighbours.
+ELEMENT_FACTOR at each element (ELEMENT_OUTLIERS' few elements of a large output up to OUTLIER_FACTOR): a deep
+network's rounding grows with depth, in PyTorch's fp32 forward as in any kernel's. At each element PyTorch's error counts at least as its RMS over the element's WINDOW neighbours.
 
 Memory: comparisons walk the tensors in pieces (PIECES), so their float64 temporaries take under a byte per
 output element (a fifth of an fp32 output), never the eight of a copy."""
@@ -48,6 +48,14 @@ LOW_FACTOR, LOW_FLOOR = 3.0, 2.0
 # GEMMs on an H200, 1 element of 1,024,000, its norm error 0.57x PyTorch's). An element 10x past PyTorch's is a
 # wrong element, not rounding.
 ELEMENT_FACTOR = {torch.float32: 10.0}
+# Over a billion outputs, though, rounding alone lands a few elements past 10x: level 2's
+# 100_ConvTranspose3d_Clamp_Min_Divide in tf32x3 on an H200 (session 56), its norm error 0.87-0.94x PyTorch's,
+# had 4-11 of 868,710,400 elements at 11.9-18x on masked inputs (none past 20x; 8x on plain ones), and one
+# seed in eight refused it. So an fp32 output may have ELEMENT_OUTLIERS' fraction of its elements (rounded
+# down: none below ten million) between ELEMENT_FACTOR and OUTLIER_FACTOR times PyTorch's error, and none past
+# that. A wrong element (a tap or a term missed, a stale value) is off by about a term, thousands of times
+# PyTorch's rounding.
+ELEMENT_OUTLIERS, OUTLIER_FACTOR = {torch.float32: 1e-7}, 100.0
 # PyTorch's error at one element is one sample of that element's rounding; its RMS over the WINDOW elements
 # around it (a row's or a channel's neighbours, whose sums have like terms) estimates the size that rounding
 # can have there. The bound takes the larger of that and the RMS over the whole output, so a channel whose
@@ -148,25 +156,29 @@ def _compare_low_precision(y: torch.Tensor, r: torch.Tensor, g: torch.Tensor, wh
     elements, informative = max(float(count.item()), 1.0), max(float(seen.item()), 1.0)
     rms, own_rms = gold_norm / informative ** 0.5, ref_norm / informative ** 0.5
     own = ref_norm / gold_norm if gold_norm > 0 else 0.0
-    outside, factor = zero.long(), ELEMENT_FACTOR.get(r.dtype, LOW_FACTOR)
+    outside, far, factor = zero.long(), zero.long(), ELEMENT_FACTOR.get(r.dtype, LOW_FACTOR)
     for a, b, c in _pieces(y, r, g):
         keep = torch.isfinite(a) & torch.isfinite(c)
         c64 = c.double()
         err = torch.where(torch.isfinite(b), b.double() - c64, 0.0).abs_().nan_to_num_(0.0, 0.0, 0.0)
-        bound = err.add_(_window_rms(err, _informative(keep, c64, err)).clamp_(min=own_rms)).mul_(factor)
-        bound.add_(c64.abs().add_(rms).mul_(LOW_FLOOR * u))
-        outside = outside + ((a.double() - c64).abs_() > bound).logical_and_(keep).sum()
-    outside = int(outside.item())
+        scale = err.add_(_window_rms(err, _informative(keep, c64, err)).clamp_(min=own_rms))
+        past = (a.double() - c64).abs_().sub_(c64.abs().add_(rms).mul_(LOW_FLOOR * u))  # beyond the floor
+        outside = outside + (past > scale * factor).logical_and_(keep).sum()
+        far = far + (past > scale * OUTLIER_FACTOR).logical_and_(keep).sum()
+    outside, far = int(outside.item()), int(far.item())
+    allowed = int(r.numel() * ELEMENT_OUTLIERS.get(r.dtype, 0.0))
     rel = cand_norm / gold_norm if gold_norm > 0 else float(max_err.item())
     checked.max_abs_err = max(checked.max_abs_err, float(max_err.item()))
     checked.rel_err = max(checked.rel_err, rel)
     checked.own_rel_err = max(checked.own_rel_err or 0.0, own)
     in_norm = factor if elements < WINDOW else LOW_FACTOR  # too few elements to tell PyTorch's error's size
-    if cand_norm > in_norm * ref_norm + LOW_FLOOR * u * gold_norm or outside:
+    if cand_norm > in_norm * ref_norm + LOW_FLOOR * u * gold_norm or outside > allowed or (allowed and far):
+        outliers = f" (at most {allowed} may be, within {OUTLIER_FACTOR:g}x: {far} are not)" if allowed else ""
         raise Failed("incorrect", f"{where} is less accurate than PyTorch in {_name(r.dtype)}: relative error "
                                   f"against {run} {rel:.2e}, PyTorch's own {own:.2e} (bound {in_norm:g}x "
                                   f"that + {LOW_FLOOR * u:.1e}), {outside} of {r.numel()} elements beyond "
-                                  f"{factor:g}x PyTorch's error + {LOW_FLOOR:g}u.", rel_err=rel, own_rel_err=own)
+                                  f"{factor:g}x PyTorch's error + {LOW_FLOOR:g}u{outliers}.", rel_err=rel,
+                     own_rel_err=own)
 
 
 def _informative(keep: torch.Tensor, gold: torch.Tensor, err: torch.Tensor) -> torch.Tensor:

@@ -642,21 +642,50 @@ def packed_weight(w: Leaf, p: dict, transposed: bool) -> tuple[Leaf, list[tuple[
     return _copy_in_order(w, tuple(range(2, len(w.shape))) + ((0, 1) if transposed else (1, 0)), "packed_")
 
 
-def channels_last(x: Leaf, p: dict) -> tuple[Leaf, list[tuple[str, str, str]]]:
-    """The input a convolution's rows tiles read, and the forward's lines making it (KernelCode.prep). With
-    `xlast`, a copy made each call with the channels innermost: a K step's input channels at one position are
-    then contiguous, as a TF32 product's operand is in shared memory (K-major), where the input's own layout
-    has its positions contiguous and a tile goes into shared memory transposed, each warp's stores 4-way
+def channels_last(x: Leaf, p: dict, name: str) -> tuple[Leaf, KernelCode | None]:
+    """The input a convolution's rows tiles read, and the kernel making it, launched first. With `xlast`, a
+    copy made each call with the channels innermost: a K step's input channels at one position are then
+    contiguous, as a TF32 product's operand is in shared memory (K-major), where the input's own layout has
+    its positions contiguous and a tile goes into shared memory transposed, each warp's stores 4-way
     bank-conflicted (Nsight Compute on an H200, session 55: level 2's 26, 57 M conflicts in 202 M shared-memory
     wavefronts, L1 80% busy). On an H200 (session 55, the search at budget 24, each run's best candidate
     without the copy -> with it, ms): level 2's 78 5.92 -> 3.80, 26 1.61 -> 1.32, 3 2.24 -> 1.78, 38 2.36 ->
-    1.91, 49 0.90 -> 0.68, 20 0.72 -> 0.65. Where the copy costs what the kernel gains the search keeps the
-    input as it is: level 2's 15 and level 1's 81, convolutions 6% and 5% faster, 0.5% and 1% slower in all.
-    Interleaved tiles (level 2's 34, Triton 3.6's sm_90 compile) store their tiles into shared memory alike
-    either way, and take more index arithmetic from the copy."""
+    1.91, 49 0.90 -> 0.68, 20 0.72 -> 0.65. Interleaved tiles (level 2's 34, Triton 3.6's sm_90 compile) store
+    their tiles into shared memory alike either way, and take more index arithmetic from the copy.
+
+    The copy is a Triton kernel (last_copy), not torch's permute().contiguous(): on the H200 (session 56) it
+    moved the inputs of those tasks at 2.7-4.1 TB/s, torch's at 1.5-1.9 (level 2's 26 0.0757 -> 0.0366 ms,
+    100 0.294 -> 0.113)."""
     if not p.get("xlast"):
-        return x, []
-    return _copy_in_order(x, (0,) + tuple(range(2, len(x.shape))) + (1,), "last_")
+        return x, None
+    order = (0,) + tuple(range(2, len(x.shape))) + (1,)
+    strides = [0] * len(x.shape)
+    for d, stride in zip(order, contiguous_strides([x.shape[d] for d in order])):
+        strides[d] = stride
+    copy = dataclasses.replace(x, base="last_" + re.sub(r"\W+", "_", x.base).strip("_"), strides=tuple(strides),
+                               offset=0)
+    return copy, last_copy(x, copy.base, name + "_last")
+
+
+LAST_COPY_S, LAST_COPY_WARPS = 128, 2  # positions a program of last_copy takes, and its warps: within 2% of the
+# best of 2-8 warps and 32-256 positions on every input of session 56's bench (level 2's 15 to 100)
+
+
+def last_copy(x: Leaf, out: str, name: str) -> KernelCode:
+    """A kernel writing tensor leaf x (N, C, *spatial), its spatial dims contiguous, to a new buffer `out` of
+    shape (N, *spatial, C): a program loads [C, LAST_COPY_S] along positions and stores it channels innermost,
+    Triton turning the tile round in shared memory."""
+    n, c, s = x.shape[0], x.shape[1], math.prod(x.shape[2:])
+    bc = next_pow2(c)
+    src = ["@triton.jit", f"def {name}(x, y, BLOCK_S: tl.constexpr):",
+           "    q = tl.program_id(1).to(tl.int64)",
+           "    s = tl.program_id(0) * BLOCK_S + tl.arange(0, BLOCK_S)",
+           f"    c = tl.arange(0, {bc})",
+           f"    mask = (c[:, None] < {c}) & (s[None, :] < {s})",
+           f"    v = tl.load(x + {x.offset} + q * {x.strides[0]} + c[:, None] * {x.strides[1]} + s[None, :], mask=mask)",
+           f"    tl.store(y + q * {s * c} + s[None, :] * {c} + c[:, None], v, mask=mask)"]
+    launch = Launch(name, (-(-s // LAST_COPY_S), n), [x.base, out], {"BLOCK_S": LAST_COPY_S}, LAST_COPY_WARPS, 1)
+    return KernelCode("\n".join(src), [launch], temps={out: ((n, *x.shape[2:], c), x.dtype)})
 
 
 def _copy_in_order(leaf: Leaf, order: tuple, prefix: str) -> tuple[Leaf, list[tuple[str, str, str]]]:
@@ -790,8 +819,7 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     g = kernel.nodes[0]
     x, w = g.args
     w, prep = packed_weight(w, p, g.attrs["transposed"])
-    x, last = channels_last(x, p)
-    prep += last
+    x, copy = channels_last(x, p, name)
     attrs = g.attrs
     groups, _, n, _ = gemm_dims(g)
     cin_g, window = x.shape[1] // attrs["groups"], tuple(w.shape[2:])
@@ -934,7 +962,9 @@ def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     grid = (rows * num_n * num_w, groups)
     launch = Launch(name, grid, list(gen.ptrs), {"BLOCK_M": bm, "BLOCK_N": bn}, p.get("num_warps", 1),
                     p.get("num_stages", 1), p.get("maxnreg", 0))
-    return KernelCode("\n".join(src), [launch], prep=prep)
+    if copy is None:
+        return KernelCode("\n".join(src), [launch], prep=prep)
+    return KernelCode(copy.source + "\n\n\n" + "\n".join(src), copy.launches + [launch], copy.temps, prep=prep)
 
 
 def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:

@@ -45,7 +45,7 @@ from agent.templates.codegen import lane_window, next_pow2, pair_rows, pair_wind
 from agent.templates.implicit_gemm import (conv_tiles, gemm_dims, interleave_slots, outer_steps, phase_ks, phased,
                                            pointwise, row_offsets, rows_fit, rows_k, rows_layout, stacks,
                                            STREAM_POSITIONS, stream_blocks, stream_smem, streams, WINDOW_K)
-from agent.templates.ir import Leaf, Node
+from agent.templates.ir import Leaf, Node, contiguous_strides
 from agent.templates.fold import fold_sums, foldable
 from agent.templates.kernels import col_splittable, looped_passes, reduction_stages, online_pairs, welford_pairs
 from agent.templates.codegen import SM_SMEM_BYTES, SM_THREADS, SMEM_BYTES, SMS, register_programs
@@ -287,10 +287,11 @@ def xlast_fits(node: Node, p: dict) -> bool:
     """Whether a convolution's kernel can read its input from a copy with the channels innermost
     (implicit_gemm.channels_last): rows tiles whose K steps are dot products over the input channels (not
     stacked with the row's column offsets, whose few channels a position would load as short runs), and an
-    input leaf read whole (no piece of a pad or a cat)."""
+    input leaf read whole (no piece of a pad or a cat) with its spatial dims contiguous, as the copy reads them."""
     x = node.args[0]
     return node.fn == "conv" and conv_tiles(node, p) == "rows" and rows_k(node, p) > 1 and not stacks(node) and \
-        isinstance(x, Leaf) and x.kind == "tensor" and not x.bounds
+        isinstance(x, Leaf) and x.kind == "tensor" and not x.bounds and \
+        tuple(x.strides[2:]) == contiguous_strides(x.shape[2:])
 
 
 def rows_form(node: Node) -> dict:
@@ -748,7 +749,7 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             return "packed weights are for convolutions"
         if p.get("xlast") and not xlast_fits(kernel.nodes[0], p):
             return "xlast (the input copied with its channels innermost) is for rows tiles in unstacked dot steps " \
-                   "over an input read whole"
+                   "over an input read whole, its spatial dims contiguous"
         if p.get("SAMPLES", 1) > 1 and (not rows or kernel.domain[0] % p["SAMPLES"]):
             return f"SAMPLES takes a row of {p['SAMPLES']} batch elements a program: rows tiles, a batch it divides"
         bm, bn, bk = p.get("BLOCK_M", 64), p.get("BLOCK_N", 64), p.get("BLOCK_K", 32)

@@ -279,10 +279,11 @@ def test_rows_tiles_in_dot_steps(runner, tmp_path):
 
 
 def test_rows_tiles_read_a_copy_of_the_input_with_its_channels_innermost(runner, sm90, tmp_path):
-    """xlast (implicit_gemm.channels_last): the forward copies the input with its channels innermost and the
-    rows tiles' dot steps load each position's channels one element apart, in a 2-D transposed convolution over
+    """xlast (implicit_gemm.channels_last): a kernel launched first copies the input with its channels innermost
+    (40 into a tile of 64, 30 positions into 128) and the rows tiles' dot steps load each position's channels one element apart, in a 2-D transposed convolution over
     40 channels (a K loop, its last step ragged) and a 3-D one over 16, matching the reference; the variant comes
-    right after the rows tiles it copies. Stacked steps, outer products and other tiles refuse it. Compiled for
+    right after the rows tiles it copies. Stacked steps, outer products, other tiles and an input read transposed
+    refuse it. Compiled for
     sm_90 (32 channels into 64, as level 2's 26), the input tiles go into shared memory without one scalar
     store, where the input's own layout takes 16 a thread (each warp's 4-way bank-conflicted on an H200)."""
     t = BY_NAME["gemm"]
@@ -294,7 +295,8 @@ def test_rows_tiles_read_a_copy_of_the_input_with_its_channels_innermost(runner,
     rows = out.index(next(p for p in out if p.get("tiles") == "rows"))
     assert out[rows + 1] == {**out[rows], "xlast": 1}
     source = t.render(a, out[rows + 1])
-    assert "last_x = x.as_strided((2, 40, 5, 6), (1200, 30, 6, 1), 0).permute(0, 2, 3, 1).contiguous()" in source
+    assert "last_x = torch.empty((2, 5, 6, 40), device=x.device, dtype=torch.float32)" in source
+    assert source.index("_gemm_kernel0_last[(1, 2)](x, last_x, BLOCK_S=128") < source.index("_gemm_kernel0[(")
     assert source.count("= tl.load(x_tap + rc[:, None] * 1 + (q") == 2 and "(last_x, " in source
     runner.run_ok(wide, source)
     task = task_of("transposed3d", tmp_path)
@@ -308,6 +310,12 @@ def test_rows_tiles_read_a_copy_of_the_input_with_its_channels_innermost(runner,
         for params in ({"tiles": "rows", "BLOCK_K": 16}, {"tiles": "rows", "BLOCK_K": 1}, {"tiles": "channels"}):
             with pytest.raises(ValueError, match="xlast .* is for rows tiles in unstacked dot steps"):
                 t.render(a, {**t.default(a, rows=False), **params, "xlast": 1})
+    wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6,", "ConvTranspose2d(40, 6,").replace(
+        "self.conv(x)", "self.conv(x.transpose(2, 3))").replace("(2, 4, 5, 6)", "(2, 40, 6, 5)"))
+    a = analyze(str(wide), small=True)  # its columns a row apart: the copy reads positions contiguous
+    assert not any(p.get("xlast") for p in t.variants(a))
+    with pytest.raises(ValueError, match="xlast .* its spatial dims contiguous"):
+        t.render(a, {**next(p for p in t.variants(a) if p.get("tiles") == "rows"), "xlast": 1})
     wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6,", "ConvTranspose2d(32, 64,").replace(
         "(2, 4, 5, 6)", "(2, 32, 16, 16)").replace("(2, 6, 9, 11)", "(2, 64, 31, 31)"))
     a = analyze(str(wide), small=True)

@@ -9,7 +9,8 @@ the same rounded inputs, and a candidate passes when its error against that run 
 PyTorch's own error in the output's dtype plus LOW_FLOOR units of roundoff, in norm and at every element. An
 fp32 output that misses its tolerance gets the same rule against a float64 run (tools/verify.py: judge), with
 ELEMENT_FACTOR at each element (ELEMENT_OUTLIERS' few elements of a large output up to OUTLIER_FACTOR): a deep
-network's rounding grows with depth, in PyTorch's fp32 forward as in any kernel's. At each element PyTorch's error counts at least as its RMS over the element's WINDOW neighbours.
+network's rounding grows with depth, in PyTorch's fp32 forward as in any kernel's. At each element PyTorch's
+error counts at least as its RMS over the element's WINDOW neighbours.
 
 Memory: comparisons walk the tensors in pieces (PIECES), so their float64 temporaries take under a byte per
 output element (a fifth of an fp32 output), never the eight of a copy."""
@@ -156,7 +157,7 @@ def _compare_low_precision(y: torch.Tensor, r: torch.Tensor, g: torch.Tensor, wh
     elements, informative = max(float(count.item()), 1.0), max(float(seen.item()), 1.0)
     rms, own_rms = gold_norm / informative ** 0.5, ref_norm / informative ** 0.5
     own = ref_norm / gold_norm if gold_norm > 0 else 0.0
-    outside, far, factor = zero.long(), zero.long(), ELEMENT_FACTOR.get(r.dtype, LOW_FACTOR)
+    outside, far, worst, factor = zero.long(), zero.long(), zero, ELEMENT_FACTOR.get(r.dtype, LOW_FACTOR)
     for a, b, c in _pieces(y, r, g):
         keep = torch.isfinite(a) & torch.isfinite(c)
         c64 = c.double()
@@ -165,20 +166,22 @@ def _compare_low_precision(y: torch.Tensor, r: torch.Tensor, g: torch.Tensor, wh
         past = (a.double() - c64).abs_().sub_(c64.abs().add_(rms).mul_(LOW_FLOOR * u))  # beyond the floor
         outside = outside + (past > scale * factor).logical_and_(keep).sum()
         far = far + (past > scale * OUTLIER_FACTOR).logical_and_(keep).sum()
-    outside, far = int(outside.item()), int(far.item())
+        if past.numel():
+            worst = torch.maximum(worst, torch.where(keep & (past > 0), past / scale, 0.0).max())
+    outside, far, worst = int(outside.item()), int(far.item()), float(worst.item())
     allowed = int(r.numel() * ELEMENT_OUTLIERS.get(r.dtype, 0.0))
     rel = cand_norm / gold_norm if gold_norm > 0 else float(max_err.item())
     checked.max_abs_err = max(checked.max_abs_err, float(max_err.item()))
     checked.rel_err = max(checked.rel_err, rel)
     checked.own_rel_err = max(checked.own_rel_err or 0.0, own)
     in_norm = factor if elements < WINDOW else LOW_FACTOR  # too few elements to tell PyTorch's error's size
-    if cand_norm > in_norm * ref_norm + LOW_FLOOR * u * gold_norm or outside > allowed or (allowed and far):
+    if cand_norm > in_norm * ref_norm + LOW_FLOOR * u * gold_norm or outside > allowed or far:
         outliers = f" (at most {allowed} may be, within {OUTLIER_FACTOR:g}x: {far} are not)" if allowed else ""
         raise Failed("incorrect", f"{where} is less accurate than PyTorch in {_name(r.dtype)}: relative error "
                                   f"against {run} {rel:.2e}, PyTorch's own {own:.2e} (bound {in_norm:g}x "
                                   f"that + {LOW_FLOOR * u:.1e}), {outside} of {r.numel()} elements beyond "
-                                  f"{factor:g}x PyTorch's error + {LOW_FLOOR:g}u{outliers}.", rel_err=rel,
-                     own_rel_err=own)
+                                  f"{factor:g}x PyTorch's error + {LOW_FLOOR:g}u{outliers}, the worst "
+                                  f"{worst:.3g}x.", rel_err=rel, own_rel_err=own)
 
 
 def _informative(keep: torch.Tensor, gold: torch.Tensor, err: torch.Tensor) -> torch.Tensor:

@@ -682,7 +682,8 @@ def last_copy(x: Leaf, out: str, name: str) -> KernelCode:
            "    s = tl.program_id(0) * BLOCK_S + tl.arange(0, BLOCK_S)",
            f"    c = tl.arange(0, {bc})",
            f"    mask = (c[:, None] < {c}) & (s[None, :] < {s})",
-           f"    v = tl.load(x + {x.offset} + q * {x.strides[0]} + c[:, None] * {x.strides[1]} + s[None, :], mask=mask)",
+           f"    v = tl.load(x + {x.offset} + q * {x.strides[0]} + c[:, None] * {x.strides[1]} + s[None, :], "
+           "mask=mask)",
            f"    tl.store(y + q * {s * c} + s[None, :] * {c} + c[:, None], v, mask=mask)"]
     launch = Launch(name, (-(-s // LAST_COPY_S), n), [x.base, out], {"BLOCK_S": LAST_COPY_S}, LAST_COPY_WARPS, 1)
     return KernelCode("\n".join(src), [launch], temps={out: ((n, *x.shape[2:], c), x.dtype)})

@@ -280,12 +280,12 @@ def test_rows_tiles_in_dot_steps(runner, tmp_path):
 
 def test_rows_tiles_read_a_copy_of_the_input_with_its_channels_innermost(runner, sm90, tmp_path):
     """xlast (implicit_gemm.channels_last): a kernel launched first copies the input with its channels innermost
-    (40 into a tile of 64, 30 positions into 128) and the rows tiles' dot steps load each position's channels one element apart, in a 2-D transposed convolution over
-    40 channels (a K loop, its last step ragged) and a 3-D one over 16, matching the reference; the variant comes
-    right after the rows tiles it copies. Stacked steps, outer products, other tiles and an input read transposed
-    refuse it. Compiled for
-    sm_90 (32 channels into 64, as level 2's 26), the input tiles go into shared memory without one scalar
-    store, where the input's own layout takes 16 a thread (each warp's 4-way bank-conflicted on an H200)."""
+    (40 into a tile of 64, 30 positions into 128) and the rows tiles' dot steps load each position's channels
+    one element apart, in a 2-D transposed convolution over 40 channels (a K loop, its last step ragged) and a
+    3-D one over 16, matching the reference; the variant comes right after the rows tiles it copies. Stacked
+    steps, outer products, other tiles and an input read transposed refuse it. Compiled for sm_90 (32 channels
+    into 64, as level 2's 26), the input tiles go into shared memory without one scalar store, where the input's
+    own layout takes 16 a thread (each warp's 4-way bank-conflicted on an H200)."""
     t = BY_NAME["gemm"]
     wide = tmp_path / "conv_residual_wide.py"
     wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6,", "ConvTranspose2d(40, 6,").replace("(2, 4, 5, 6)",

@@ -283,9 +283,10 @@ def test_rows_tiles_read_a_copy_of_the_input_with_its_channels_innermost(runner,
     (40 into a tile of 64, 30 positions into 128) and the rows tiles' dot steps load each position's channels
     one element apart, in a 2-D transposed convolution over 40 channels (a K loop, its last step ragged) and a
     3-D one over 16, matching the reference; the variant comes right after the rows tiles it copies. Stacked
-    steps, outer products, other tiles and an input read transposed refuse it. Compiled for sm_90 (32 channels
-    into 64, as level 2's 26), the input tiles go into shared memory without one scalar store, where the input's
-    own layout takes 16 a thread (each warp's 4-way bank-conflicted on an H200)."""
+    steps, outer products, other tiles and an input read transposed refuse it; a slice of the input is copied
+    from where it starts. Compiled for sm_90 (32 channels into 64, as level 2's 26), the input tiles go into
+    shared memory without one scalar store, where the input's own layout takes 16 a thread (each warp's 4-way
+    bank-conflicted on an H200)."""
     t = BY_NAME["gemm"]
     wide = tmp_path / "conv_residual_wide.py"
     wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6,", "ConvTranspose2d(40, 6,").replace("(2, 4, 5, 6)",
@@ -316,6 +317,12 @@ def test_rows_tiles_read_a_copy_of_the_input_with_its_channels_innermost(runner,
     assert not any(p.get("xlast") for p in t.variants(a))
     with pytest.raises(ValueError, match="xlast .* its spatial dims contiguous"):
         t.render(a, {**next(p for p in t.variants(a) if p.get("tiles") == "rows"), "xlast": 1})
+    wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6,", "ConvTranspose2d(40, 6,").replace(
+        "self.conv(x)", "self.conv(x[1:, 2:])").replace("(2, 4, 5, 6)", "(3, 42, 5, 6)"))
+    a = analyze(str(wide), small=True)  # a view of the input from its element 1320: the copy starts there
+    source = t.render(a, next(p for p in t.variants(a) if p.get("xlast")))
+    assert "tl.load(x + 1320 + q * 1260 + c[:, None] * 30 + s[None, :]" in source
+    runner.run_ok(wide, source)
     wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6,", "ConvTranspose2d(32, 64,").replace(
         "(2, 4, 5, 6)", "(2, 32, 16, 16)").replace("(2, 6, 9, 11)", "(2, 64, 31, 31)"))
     a = analyze(str(wide), small=True)

@@ -243,10 +243,10 @@ def _sfu(code: KernelCode | None, sfu: bool) -> KernelCode | None:
 def _again(kernels: list[Kernel], i: int, stats, params: dict) -> KernelCode:
     """The convolution's second launch under params["recompute"]: kernel i again, the row kernel's output pass
     its epilogue (stats_epilogue.recomputed), at the convolution's own parameters. The first launch made its
-    packed weight."""
+    packed weight and its input's copy (xlast: its launch and buffer come first), which this one reads."""
     p = {key: v for key, v in params.items() if key not in ("stats", "recompute", "shapes")}
     code = render_kernel(recomputed(kernels, i, stats), f"_gemm_kernel{i}_again", p)
-    return dataclasses.replace(code, prep=[])
+    return dataclasses.replace(code, launches=code.launches[-1:], temps={}, prep=[])
 
 
 def _then(first: KernelCode, second: KernelCode) -> KernelCode:

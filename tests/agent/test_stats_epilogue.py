@@ -257,6 +257,24 @@ def test_recompute_runs_the_convolution_twice_and_never_writes_its_output(kind, 
     runner.run_ok(task, source)
 
 
+def test_recompute_reads_the_first_launchs_copy_of_the_input(runner, tmp_path):
+    """With xlast (the input copied with its channels innermost) the second launch reads the copy the first
+    one's kernel made: one copy and one buffer for it. A batch norm after a convolution over 16 channels, rows
+    tiles in dot steps."""
+    task = task_of("conv2d_bn", tmp_path)
+    task.write_text(task.read_text().replace("nn.Conv2d(8, 24, 3)", "nn.Conv2d(16, 24, 3)").replace(
+        "(2, 8, 4, 11)", "(2, 16, 4, 11)"))
+    a = analyze(str(task), small=True)
+    params = {**T.default(a, rows=False), "impl": "triton", "tiles": "rows", "BLOCK_K": 16, "num_warps": 4,
+              "xlast": 1, "stats": 1, "recompute": 1}
+    source = T.render(a, params)
+    launches = re.findall(r"^        (_\w+)\[", source, re.M)
+    assert launches == ["_gemm_kernel0_last", "_gemm_kernel0", "_row_kernel1_final", "_gemm_kernel0_again"], launches
+    assert len(re.findall(r"^        last_x = ", source, re.M)) == 1
+    assert re.search(r"_gemm_kernel0_again\[.*\]\(last_x, ", source)
+    runner.run_ok(task, source)
+
+
 @pytest.mark.parametrize("kind", ["transposed2d_ragged", "conv2d_bn"])
 def test_recompute_at_narrow_tiles_and_over_two_batch_elements(kind, runner, tmp_path):
     """The same at 8-wide tiles, and with a tile's row taken in both batch elements (SAMPLES 2: the partials

@@ -658,12 +658,7 @@ def channels_last(x: Leaf, p: dict, name: str) -> tuple[Leaf, KernelCode | None]
     100 0.294 -> 0.113)."""
     if not p.get("xlast"):
         return x, None
-    order = (0,) + tuple(range(2, len(x.shape))) + (1,)
-    strides = [0] * len(x.shape)
-    for d, stride in zip(order, contiguous_strides([x.shape[d] for d in order])):
-        strides[d] = stride
-    copy = dataclasses.replace(x, base="last_" + re.sub(r"\W+", "_", x.base).strip("_"), strides=tuple(strides),
-                               offset=0)
+    copy = _reordered(x, (0,) + tuple(range(2, len(x.shape))) + (1,), "last_")
     return copy, last_copy(x, copy.base, name + "_last")
 
 
@@ -692,12 +687,19 @@ def last_copy(x: Leaf, out: str, name: str) -> KernelCode:
 def _copy_in_order(leaf: Leaf, order: tuple, prefix: str) -> tuple[Leaf, list[tuple[str, str, str]]]:
     """A contiguous copy of a tensor leaf with its dims laid out in `order` (outermost first), and the Leaf
     indexing it in the leaf's own order."""
+    copy = _reordered(leaf, order, prefix)
+    make = f".as_strided({tuple(leaf.shape)}, {tuple(leaf.strides)}, {leaf.offset}).permute{order}.contiguous()"
+    return copy, [(copy.base, leaf.base, make)]
+
+
+def _reordered(leaf: Leaf, order: tuple, prefix: str) -> Leaf:
+    """The Leaf indexing, in the leaf's own order, a contiguous copy of it named after its base with `prefix`,
+    its dims laid out in `order` (outermost first)."""
     strides = [0] * len(leaf.shape)
     for d, stride in zip(order, contiguous_strides([leaf.shape[d] for d in order])):
         strides[d] = stride
-    name = prefix + re.sub(r"\W+", "_", leaf.base).strip("_")
-    make = f".as_strided({tuple(leaf.shape)}, {tuple(leaf.strides)}, {leaf.offset}).permute{order}.contiguous()"
-    return dataclasses.replace(leaf, base=name, strides=tuple(strides), offset=0), [(name, leaf.base, make)]
+    return dataclasses.replace(leaf, base=prefix + re.sub(r"\W+", "_", leaf.base).strip("_"), strides=tuple(strides),
+                               offset=0)
 
 
 def _last_taps(attrs: dict, k: int) -> list[list[tuple[int, int]]]:

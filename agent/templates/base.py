@@ -55,7 +55,7 @@ def plan(analysis: TaskAnalysis, params: dict | None = None) -> Plan:
     holds = params.get("tiles") == "stream" or params.get("tiles") == "rows" and not params.get("stats")
     channels = params.get("BLOCK_N", 0) if holds else 0
     kernels, buffers = schedule(program, split_k=params.get("SPLIT_K", 1), torch_gemm=params.get("impl") == "torch",
-                                channels=channels)
+                                channels=channels, views=shapes_of(params) != "dynamic")
     primary = max(range(len(kernels)), key=lambda i: (work(kernels[i]), -i))
     if kernels[primary].kind == "torch_gemm":  # the tunable kernel is then the largest Triton one
         rest = [i for i, k in enumerate(kernels) if k.kind != "torch_gemm"]

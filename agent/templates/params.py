@@ -768,7 +768,8 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
         if p.get("persistent") and parts == 1:
             return "persistent tiles read a matrix product's operands split in memory: precision tf32x3, parts " \
                    "memory, static shapes"
-        if not rows and max(1, p.get("num_stages", 3)) * (bm * bk + bk * bn) * 4 * parts > SMEM_BYTES:
+        staged = bm * bn * 2 if p.get("persistent") else 0  # half an fp32 output tile, by TMA (kernels._stored_by_tma)
+        if not rows and max(1, p.get("num_stages", 3)) * (bm * bk + bk * bn) * 4 * parts + staged > SMEM_BYTES:
             return "the pipelined tiles need more shared memory than a block has"
         slots = interleave_slots(kernel.nodes[0]) if inter else 1  # an accumulator a slot (in a rows tile's BLOCK_M)
         if bm * bn * slots * p.get("SAMPLES", 1) * parts > 128 * 32 * p.get("num_warps", 4):

@@ -143,19 +143,23 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     for b in program.bases:
         if _from_self(b) and b in used:
             body.append(f"{_local(b)} = {b}.detach()")
-    outputs = set(program.outputs)
+    outputs = {buffers[o] for o in program.outputs}  # an output's buffer (an output reshaping one shares it)
     # a vendor GEMM or convolution takes its operands in their own dtype, rounded there as PyTorch rounds them
     vendor_reads = {leaf.base for k in kernels if k.kind == "torch_gemm" for leaf in k.nodes[0].args
                     if isinstance(leaf, Leaf)}
     float_dt = f"{program.float_base}.dtype" if program.float_base else None
     vendor_outs = {buffers_of(k) for k in kernels if k.kind == "torch_gemm"}  # the vendor op returns its own
     unwritten = stats.buffer if stats and (params.get("recompute") or not stats.kept) else None
+    shapes = {}  # each buffer's shape, that of the first node it holds
     for node, buf in buffers.items():
+        if buf in shapes:
+            continue
+        shapes[buf] = tuple(node.shape)
         if buf in vendor_outs or buf == unwritten:  # never written
             continue
         if node.dtype.is_floating_point:
-            dt = float_dt if node in outputs and float_dt and node.dtype == program.bases[program.float_base].dtype \
-                else _dtype(torch.float32 if node not in outputs and buf not in vendor_reads else node.dtype)
+            dt = float_dt if buf in outputs and float_dt and node.dtype == program.bases[program.float_base].dtype \
+                else _dtype(torch.float32 if buf not in outputs and buf not in vendor_reads else node.dtype)
         else:
             dt = _dtype(node.dtype)
         shape = tuple(node.shape)
@@ -183,7 +187,8 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
             body += ["    " + line for line in _launches(c)]
         else:
             body += _launches(c)
-    names = [buffers[o] for o in program.outputs]
+    names = [buffers[o] if tuple(o.shape) == shapes[buffers[o]] else f"{buffers[o]}.view({tuple(o.shape)})"
+             for o in program.outputs]
     body.append(f"return {_render_tree(torch.utils._pytree.tree_unflatten(names, program.out_tree))}")
     signature = ", ".join(["self"] + program.arg_names)
     imports = sorted({line for c in codes if c for line in c.imports})

@@ -107,6 +107,51 @@ def test_fp32_products_split_their_operands_once_and_match_the_reference(task, p
         assert re.search(r"_gemm_kernel0\[\(\d+, 1, 1\)\]", source) and "PROGRAMS=" in source
 
 
+TMA_TASK = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn({n}))
+
+    def forward(self, x, y):
+        return {body}
+
+
+def get_inputs():
+    return [torch.randn({x}), torch.randn({y})]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("body, x, y, n, tma", [
+    ("torch.relu(x @ y)", "790, 24", "24, 48", 48, True),  # 150 tiles for 132 programs, the last row of tiles ragged
+    ("torch.relu(torch.bmm(x, y))", "3, 64, 24", "3, 24, 48", 48, True),  # batches of whole tiles
+    ("torch.relu(torch.bmm(x, y))", "3, 70, 24", "3, 24, 48", 48, False),  # a tile across two batches
+    ("torch.relu(x @ y)", "70, 24", "24, 46", 46, False),  # rows of 184 bytes, not a multiple of 16
+    ("torch.relu(x @ y)", "70, 144", "144, 48", 48, False),  # 9 K steps of 16
+    ("torch.relu(x @ y + self.bias)", "70, 24", "24, 48", 48, False),  # an epilogue that loads
+])
+def test_a_persistent_gemm_stores_its_output_tiles_by_tma_where_they_fit(body, x, y, n, tma, tmp_path, runner):
+    """kernels._stored_by_tma: two halves of each output tile through a descriptor, the tile loop flattened."""
+    task = tmp_path / "mm.py"
+    task.write_text(TMA_TASK.format(body=body, x=x, y=y, n=n))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    source = t.render(a, {**t.default(a), "precision": "tf32x3", "persistent": 1, "BLOCK_M": 16, "BLOCK_N": 16,
+                          "BLOCK_K": 16})
+    out = runner.run(task, source)
+    assert out["error"] is None and max(out["rel_errors"]) <= 1e-5, out
+    gemm = source[source.index("def _gemm_kernel0("):source.index("class ModelNew")]
+    assert (gemm.count(".store([") == 2 and "flatten=True" in gemm and "tl.store(" not in gemm) == tma
+    assert ("TensorDescriptor(buf_" in source) == tma
+
+
 def test_tiles_split_in_registers_take_tritons_own_tf32x3_and_match_the_reference(runner):
     """parts "registers": no split kernels, no scratch parts; each K step's tl.dot splits its tiles itself."""
     from test_templates import check

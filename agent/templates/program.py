@@ -248,10 +248,13 @@ def _sfu(code: KernelCode | None, sfu: bool) -> KernelCode | None:
 def _again(kernels: list[Kernel], i: int, stats, params: dict) -> KernelCode:
     """The convolution's second launch under params["recompute"]: kernel i again, the row kernel's output pass
     its epilogue (stats_epilogue.recomputed), at the convolution's own parameters. The first launch made its
-    packed weight and its input's copy (xlast: its launch and buffer come first), which this one reads."""
+    packed weight and its input's copy (xlast: its launch and buffer come first), which this one reads: the
+    kernels of the launches before its last are left out with them."""
     p = {key: v for key, v in params.items() if key not in ("stats", "recompute", "shapes")}
     code = render_kernel(recomputed(kernels, i, stats), f"_gemm_kernel{i}_again", p)
-    return dataclasses.replace(code, launches=code.launches[-1:], temps={}, prep=[])
+    dropped = [f"def {launch.kernel}(" for launch in code.launches[:-1]]
+    kept = [block for block in code.source.split("\n\n\n") if not any(name in block for name in dropped)]
+    return dataclasses.replace(code, source="\n\n\n".join(kept), launches=code.launches[-1:], temps={}, prep=[])
 
 
 def _then(first: KernelCode, second: KernelCode) -> KernelCode:

@@ -271,6 +271,7 @@ def test_recompute_reads_the_first_launchs_copy_of_the_input(runner, tmp_path):
     launches = re.findall(r"^        (_\w+)\[", source, re.M)
     assert launches == ["_gemm_kernel0_last", "_gemm_kernel0", "_row_kernel1_final", "_gemm_kernel0_again"], launches
     assert len(re.findall(r"^        last_x = ", source, re.M)) == 1
+    assert "_again_last" not in source  # the second launch's own copy kernel, never launched, is left out
     assert re.search(r"_gemm_kernel0_again\[.*\]\(last_x, ", source)
     runner.run_ok(task, source)
 

@@ -134,8 +134,8 @@ class _Scheduler:
                     self.kernels.append(k)
                 self.join(k, self.member(out, k), out, "full")
                 self.store(out)
-            elif self.views and self.reshaped(out) is not None:  # the buffer it reshapes is its own
-                self.buffers[out] = self.buffers[self.reshaped(out)]
+            elif self.views and (src := self.reshaped(out)) is not None:  # the buffer it reshapes is its own
+                self.buffers[out] = self.buffers[src]
             else:  # a view computed as a leaf: copy it out with its own kernel
                 leaf = self.leaves[out]
                 k = Kernel("tile", out.shape)

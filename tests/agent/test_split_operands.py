@@ -211,3 +211,37 @@ def test_the_persistent_form_compiles_to_tma_loads_for_sm_90_from_its_recorded_l
     assert sig["signature"]["p0"] == "tensordesc<fp32[64, 32]>" and sig["signature"]["p4"] == "*fp32"
     ptx = compiled(sig, module._gemm_kernel0).asm["ptx"]
     assert "cp.async.bulk.tensor" in ptx and re.search(r"wgmma\.mma_async\S*\.tf32", ptx)
+
+
+def test_the_tma_store_form_compiles_for_sm_90_within_a_blocks_shared_memory(tmp_path):
+    """At the tiles level 1's 7 ships (128 x 128 x 32, 3 stages, 8 warps) the flattened loop and the halves stored
+    by TMA fit a block's 227 KB (three stages of parts, 192 KB, and a 32 KB half tile), and the stores are bulk
+    tensor copies from shared memory."""
+    import importlib.util
+
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from tools.compile_info import _signature, compiled
+    from tools.guard import Launch, _light
+
+    task = tmp_path / "mm.py"
+    task.write_text(TMA_TASK.format(body="x @ y", x="790, 64", y="64, 512", n=512))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    params = {**t.default(a), "precision": "tf32x3", "persistent": 1, "BLOCK_M": 128, "BLOCK_N": 128,
+              "BLOCK_K": 32, "num_warps": 8, "num_stages": 3}
+    (tmp_path / "cand.py").write_text(t.render(a, params))
+    spec = importlib.util.spec_from_file_location("tma_store_mm", tmp_path / "cand.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    parts = [TensorDescriptor(torch.zeros(896, 64), [896, 64], [64, 1], [128, 32]) for _ in range(2)] + \
+        [TensorDescriptor(torch.zeros(512, 64), [512, 64], [64, 1], [128, 32]) for _ in range(2)]
+    out = TensorDescriptor(torch.zeros(790, 512), [790, 512], [512, 1], [128, 64])
+    launch = Launch("_gemm_kernel0", module._gemm_kernel0, _light((*parts, out)), {
+        "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": params["GROUP_M"], "PROGRAMS": 132,
+        "num_warps": 8, "num_stages": 3}, None)
+    kernel = compiled(_signature("_gemm_kernel0", launch), module._gemm_kernel0)
+    assert kernel.metadata.shared <= 227 * 1024, kernel.metadata.shared
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.global\.shared", kernel.asm["ptx"])
+

@@ -59,6 +59,8 @@ def plan(analysis: TaskAnalysis, params: dict | None = None) -> Plan:
     primary = max(range(len(kernels)), key=lambda i: (work(kernels[i]), -i))
     if kernels[primary].kind == "torch_gemm":  # the tunable kernel is then the largest Triton one
         rest = [i for i, k in enumerate(kernels) if k.kind != "torch_gemm"]
+        if not rest:
+            raise ValueError("impl torch leaves no Triton kernel: the vendor GEMM would be all of the task's work")
         primary = max(rest, key=lambda i: (work(kernels[i]), -i))
     return Plan(program, kernels, buffers, primary)
 

@@ -51,3 +51,14 @@ def test_a_value_read_again_is_copied_into_the_reshaped_output(tmp_path, runner)
     assert len(plan.kernels) == 3  # the GEMM, its sum, and the copy of its output into the result
     out = runner.run(task, source)
     assert out["error"] is None and max(out["rel_errors"]) <= 1e-5, out
+
+
+def test_a_vendor_gemm_that_would_be_the_whole_task_is_refused_in_a_sentence(tmp_path):
+    """With the copy gone, the einsum is its GEMM alone: impl torch would leave the candidate no Triton work."""
+    task = tmp_path / "task.py"
+    task.write_text(TASK.format(body='return torch.einsum("bijl,lk->bijk", A, B)', dtype="float32"))
+    a = analyze(str(task), small=False)
+    gemm = BY_NAME["gemm"]
+    assert base.invalid(a, {**gemm.default(a), "impl": "torch"}) == \
+        "impl torch leaves no Triton kernel: the vendor GEMM would be all of the task's work"
+    assert gemm.space(a)["impl"] == ["triton"]

@@ -808,6 +808,27 @@ def rows_layout(node, p: dict) -> tuple[list, int, int, int]:
     return slots, bm, gemm_block(p, "BLOCK_N", gemm_dims(node)[2]), num_w
 
 
+def rows_stage_bytes(node, p: dict) -> int:
+    """The bytes of the tiles a rows tile's dot step loads (_render_rows), which Triton's pipeliner keeps in
+    shared memory for each stage: an input tile per column offset the taps read (one for all of them where the
+    step stacks them) and a weight tile per tap. 0 for outer-product steps, which load no tile. A block's
+    shared memory is at most this times num_stages plus one weight tile: compiled for sm_90 at 32 channels a
+    step and 64 channels a tile, level 2's 78 (53,248 bytes a stage) took 77,824 bytes at 2 stages and 184,320
+    at 4, and level 2's 16 (57,344) 237,568 at 4, 8,192 over four stages' tiles."""
+    bk = rows_k(node, p)
+    if bk == 1:
+        return 0
+    slots, bm, bn, _ = rows_layout(node, p)
+    columns = p.get("SAMPLES", 1) * bm // next_pow2(len(slots))
+    taps = [t for slot in slots for t in slot]
+    if stacks(node):
+        kk = max(16, next_pow2(node.args[0].shape[1] // node.attrs["groups"] * len(row_offsets(node))))
+        tiles = kk * columns + sum(1 for slot in slots if slot) * bn * kk
+    else:
+        tiles = len({c for _, c in taps}) * bk * columns + len(taps) * bn * bk
+    return tiles * node.args[0].dtype.itemsize
+
+
 def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:
     """Rows tiles: a program takes BLOCK_N output channels by BLOCK_M outputs along one row of the output's
     last dim, every other coordinate (batch, the other spatial dims) one scalar, so its stores walk the row and

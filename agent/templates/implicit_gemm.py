@@ -808,13 +808,13 @@ def rows_layout(node, p: dict) -> tuple[list, int, int, int]:
     return slots, bm, gemm_block(p, "BLOCK_N", gemm_dims(node)[2]), num_w
 
 
-def rows_stage_bytes(node, p: dict) -> int:
-    """The bytes of the tiles a rows tile's dot step loads (_render_rows), which Triton's pipeliner keeps in
-    shared memory for each stage: an input tile per column offset the taps read (one for all of them where the
-    step stacks them) and a weight tile per tap. 0 for outer-product steps, which load no tile. A block's
-    shared memory is at most this times num_stages plus one weight tile: compiled for sm_90 at 32 channels a
-    step and 64 channels a tile, level 2's 78 (53,248 bytes a stage) took 77,824 bytes at 2 stages and 184,320
-    at 4, and level 2's 16 (57,344) 237,568 at 4, 8,192 over four stages' tiles."""
+def rows_smem(node, p: dict) -> int:
+    """Shared memory bytes a rows tile's program needs at most (_render_rows), as stream_smem counts a streamed
+    one's: the tiles its dot step loads, an input tile per column offset the taps read (one for all of them
+    where the step stacks them) and a weight tile per tap, once a stage, and one fp32 weight tile more. 0 for
+    outer-product steps, which load no tile. Compiled for sm_90 at 32 channels a step and 64 channels a tile,
+    level 2's 78 (53,248 bytes a stage) took 77,824 bytes at 2 stages and 184,320 at 4, and level 2's 16
+    (57,344) 237,568 at 4, 8,192 over four stages' tiles."""
     bk = rows_k(node, p)
     if bk == 1:
         return 0
@@ -826,7 +826,7 @@ def rows_stage_bytes(node, p: dict) -> int:
         tiles = kk * columns + sum(1 for slot in slots if slot) * bn * kk
     else:
         tiles = len({c for _, c in taps}) * bk * columns + len(taps) * bn * bk
-    return tiles * node.args[0].dtype.itemsize
+    return max(1, p.get("num_stages", 1)) * tiles * node.args[0].dtype.itemsize + bn * bk * 4
 
 
 def _render_rows(kernel: Kernel, name: str, p: dict) -> KernelCode:

@@ -43,7 +43,7 @@ import math
 from agent.templates.attention_kernel import attention_dims
 from agent.templates.codegen import lane_window, next_pow2, pair_rows, pair_window, walks
 from agent.templates.implicit_gemm import (conv_tiles, gemm_dims, interleave_slots, outer_steps, phase_ks, phased,
-                                           pointwise, row_offsets, rows_fit, rows_k, rows_layout, rows_stage_bytes,
+                                           pointwise, row_offsets, rows_fit, rows_k, rows_layout, rows_smem,
                                            stacks, STREAM_POSITIONS, stream_blocks, stream_smem, streams, WINDOW_K)
 from agent.templates.ir import Leaf, Node, contiguous_strides
 from agent.templates.fold import fold_sums, foldable
@@ -771,8 +771,7 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
         staged = bm * bn * 2 if p.get("persistent") else 0  # half an fp32 output tile, by TMA (kernels._stored_by_tma)
         if not rows and max(1, p.get("num_stages", 3)) * (bm * bk + bk * bn) * 4 * parts + staged > SMEM_BYTES:
             return "the pipelined tiles need more shared memory than a block has"
-        per_stage = rows_stage_bytes(kernel.nodes[0], p) if rows else 0  # and one weight tile more
-        if per_stage and max(1, p.get("num_stages", 1)) * per_stage + bn * rows_k(kernel.nodes[0], p) * 4 > SMEM_BYTES:
+        if rows and rows_smem(kernel.nodes[0], p) > SMEM_BYTES:
             return "the pipelined input and weight tiles of a rows tile's dot steps need more shared memory " \
                    "than a block has: fewer stages, SAMPLES or BLOCK_N"
         slots = interleave_slots(kernel.nodes[0]) if inter else 1  # an accumulator a slot (in a rows tile's BLOCK_M)

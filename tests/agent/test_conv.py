@@ -336,12 +336,12 @@ def test_rows_tiles_read_a_copy_of_the_input_with_its_channels_innermost(runner,
 
 
 def test_rows_tiles_refuse_stages_whose_tiles_overflow_shared_memory(sm90, tmp_path):
-    """kernel_invalid bounds the shared memory of a rows tile's dot steps: each stage's input and weight tiles
-    (implicit_gemm.rows_stage_bytes) and one weight tile more. Compiled for sm_90, a 2-D transposed convolution
+    """kernel_invalid bounds the shared memory of a rows tile's dot steps (implicit_gemm.rows_smem): each
+    stage's input and weight tiles and one weight tile more. Compiled for sm_90, a 2-D transposed convolution
     over 32 -> 64 channels takes no more than the bound at 1, 2 and 4 stages, and more than half of it from 2
     on; the stages past the block's shared memory are refused before anything compiles, as level 2's 78 at 5
     stages and two batch elements a tile was not (it failed on an H200 asking for 311,296 bytes)."""
-    from agent.templates.implicit_gemm import rows_stage_bytes
+    from agent.templates.implicit_gemm import rows_smem
     from agent.templates.params import SMEM_BYTES
 
     t = BY_NAME["gemm"]
@@ -354,12 +354,12 @@ def test_rows_tiles_refuse_stages_whose_tiles_overflow_shared_memory(sm90, tmp_p
     node = base.plan(a, rows).kernels[0].nodes[0]
     for stages in (1, 2, 4):
         p = {**rows, "num_stages": stages}
-        bound = stages * rows_stage_bytes(node, p) + 64 * 32 * 4
+        bound = rows_smem(node, p)
         (tmp_path / "cand.py").write_text(t.render(a, p))
         shared = sm90(tmp_path / "cand.py", "_gemm_kernel0", {"BLOCK_M": 32, "BLOCK_N": 64},
                       num_stages=stages).metadata.shared
         assert shared <= bound and (stages == 1 or shared > bound / 2), (stages, shared, bound)
-    most = (SMEM_BYTES - 64 * 32 * 4) // rows_stage_bytes(node, rows)
+    most = max(n for n in range(1, 64) if rows_smem(node, {**rows, "num_stages": n}) <= SMEM_BYTES)
     t.render(a, {**rows, "num_stages": most})
     with pytest.raises(ValueError, match="rows tile's dot steps need more shared memory than a block has"):
         t.render(a, {**rows, "num_stages": most + 1})

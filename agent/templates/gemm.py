@@ -18,7 +18,8 @@ from agent.templates import base
 from agent.templates.codegen import next_pow2
 from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased, pointwise, rows_fit, streams
 from agent.templates.params import (CONV_BLOCK_K, SMS, gemm_tiles, interleaved_tiles, kernel_default, kernel_invalid,
-                                    kernel_space, pointwise_tiles, rows_form, rows_stacked, stream_stages, wide_tiles)
+                                    kernel_space, pointwise_tiles, rows_form, rows_paired, rows_stacked, stream_stages,
+                                    wide_tiles)
 from agent.templates.program import work
 from agent.templates.split_operands import pays
 from agent.templates.stats_epilogue import recompute_pays, stats_pair, worth_it
@@ -249,6 +250,9 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     rows = next((i for i, p in enumerate(out) if p.get("tiles") == "rows" and p["impl"] == "triton"), None)
     if rows is not None:  # and right after them the same reading the input channels innermost, where they can
         out.insert(rows + 1, {**out[rows], "xlast": 1})  # (implicit_gemm.channels_last; kernel_invalid says)
+        paired = rows_paired(k.nodes[0], out[rows + 1])
+        if paired:  # then that at two batch elements a program and two stages (params.rows_paired)
+            out.insert(rows + 2, {**out[rows + 1], **paired})
     out = [p for p in out if kernel_invalid(k, base._kernel_params(p)) is None]
     rows = next((i for i, p in enumerate(out) if p.get("tiles") == "rows" and p["impl"] == "triton"), None)
     rp = base.plan(analysis, out[rows]) if rows is not None else None

@@ -320,6 +320,19 @@ def rows_samples(node: Node, tiles: dict) -> dict:
     return {"SAMPLES": 2} if fits and node.shape[0] % 2 == 0 else {}
 
 
+def rows_paired(node: Node, p: dict) -> dict:
+    """SAMPLES 2 at two stages for rows tiles `p` that read the channels-last copy (xlast), where both batch
+    elements' accumulators take at most 64 registers a thread (tiles of up to 4096 outputs at 4 warps) and the
+    batch is even; {} elsewhere. gemm.variants offers it right after `p`. On an H200 (session 59, variants_bench,
+    ms), against `p` alone: level 2's 3-D transposed convolutions in tiles of 4096 outputs 78 4.834 -> 3.755, 20
+    0.644 -> 0.478, 34 3.023 -> 2.568, 38 2.206 -> 1.870, 3 2.080 -> 1.737, 49 0.802 -> 0.709 (each faster than
+    two samples or two stages alone); at 2048, where `p` has two samples already, 26 1.369 -> 1.330, 15 and 74
+    within 1%. At 8192 it lost: level 1's 73 1.390 -> 3.159, 77 1.049 -> 1.898."""
+    _, bm, bn, _ = rows_layout(node, p)
+    fits = bm * bn * 2 <= 64 * 32 * p.get("num_warps", 4)
+    return {"SAMPLES": 2, "num_stages": 2} if fits and node.shape[0] % 2 == 0 else {}
+
+
 def rows_tiles(kernel: Kernel) -> dict:
     """Rows tiles (implicit_gemm._render_rows) for a convolution whose K steps may be outer products
     (implicit_gemm.outer_steps: strided, transposed, over a few input channels; {} for others): 16 channels by 64

@@ -335,6 +335,29 @@ def test_rows_tiles_read_a_copy_of_the_input_with_its_channels_innermost(runner,
     assert scalar[0] >= 16 and scalar[1] == 0, scalar
 
 
+def test_a_row_of_two_batch_elements_at_two_stages_follows_the_channels_last_copy(runner, tmp_path):
+    """params.rows_paired: right after the rows tiles reading the channels-last copy comes the same with a row of
+    two batch elements a program and two stages, in a 3-D transposed convolution over 16 channels into 64 whose
+    tile (64 outputs by 64 channels) takes one batch element by default; it matches the reference. Not at an odd
+    batch, nor in tiles of 128 outputs by 64 channels (both batch elements' sums past 64 registers a thread)."""
+    t = BY_NAME["gemm"]
+    task = task_of("transposed3d", tmp_path)
+    source = task.read_text().replace("ConvTranspose3d(3, 4", "ConvTranspose3d(16, 64")
+    task.write_text(source.replace("(n, 3, 2, 2, 5)", "(n, 16, 2, 2, 31)"))
+    a = analyze(str(task), small=True)
+    out = t.variants(a)
+    xlast = out.index(next(p for p in out if p.get("xlast")))
+    assert "SAMPLES" not in out[xlast] and out[xlast + 1] == {**out[xlast], "SAMPLES": 2, "num_stages": 2}
+    source = t.render(a, out[xlast + 1])
+    assert "q0 = q0 * 2" in source and "num_stages=2)" in source and "(last_x, " in source
+    runner.run_ok(task, source)
+    paired = task.read_text()
+    for old, new in (("n = 2\n", "n = 3\n"), ("(n, 16, 2, 2, 31)", "(n, 16, 2, 2, 63)")):
+        task.write_text(paired.replace(old, new))
+        out = t.variants(analyze(str(task), small=True))
+        assert any(p.get("xlast") for p in out) and not any(p.get("xlast") and p.get("SAMPLES") for p in out)
+
+
 def test_rows_tiles_refuse_stages_whose_tiles_overflow_shared_memory(sm90, tmp_path):
     """kernel_invalid bounds the shared memory of a rows tile's dot steps (implicit_gemm.rows_smem): each
     stage's input and weight tiles and one weight tile more. Compiled for sm_90, a 2-D transposed convolution

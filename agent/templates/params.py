@@ -314,7 +314,8 @@ def rows_samples(node: Node, tiles: dict) -> dict:
     1.616 (interleaved 2.53), 15 and 74 (64 by 32) 0.592 -> 0.437 and 0.496 -> 0.311, faster than their
     interleaved tiles (0.487, 0.437). Larger tiles lose: at 4096 outputs 7-12% (level 2's 3, 20, 34, 38, 49; 78
     1.6% faster), at 8192 1.7-3.5x (level 2's 100, level 1's 73 and 77), level 1's 75 (512 by 16, stacked) 5x.
-    Four samples: 15 0.431, 74 0.301, 26 1.786, the 4096-output tiles 1.3-1.7x slower."""
+    Four samples: 15 0.431, 74 0.301, 26 1.786, the 4096-output tiles 1.3-1.7x slower. Over the channels-last
+    copy at two stages, two samples win at 4096 outputs too: rows_paired."""
     _, bm, bn, _ = rows_layout(node, tiles)
     fits = bm * bn * 2 <= 32 * 32 * tiles["num_warps"]
     return {"SAMPLES": 2} if fits and node.shape[0] % 2 == 0 else {}

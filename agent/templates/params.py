@@ -316,9 +316,7 @@ def rows_samples(node: Node, tiles: dict) -> dict:
     1.6% faster), at 8192 1.7-3.5x (level 2's 100, level 1's 73 and 77), level 1's 75 (512 by 16, stacked) 5x.
     Four samples: 15 0.431, 74 0.301, 26 1.786, the 4096-output tiles 1.3-1.7x slower. Over the channels-last
     copy at two stages, two samples win at 4096 outputs too: rows_paired."""
-    _, bm, bn, _ = rows_layout(node, tiles)
-    fits = bm * bn * 2 <= 32 * 32 * tiles["num_warps"]
-    return {"SAMPLES": 2} if fits and node.shape[0] % 2 == 0 else {}
+    return {"SAMPLES": 2} if _pair_fits(node, tiles, 32) else {}
 
 
 def rows_paired(node: Node, p: dict) -> dict:
@@ -329,9 +327,14 @@ def rows_paired(node: Node, p: dict) -> dict:
     0.644 -> 0.478, 34 3.023 -> 2.568, 38 2.206 -> 1.870, 3 2.080 -> 1.737, 49 0.802 -> 0.709 (each faster than
     two samples or two stages alone); at 2048, where `p` has two samples already, 26 1.369 -> 1.330, 15 and 74
     within 1%. At 8192 it lost: level 1's 73 1.390 -> 3.159, 77 1.049 -> 1.898."""
+    return {"SAMPLES": 2, "num_stages": 2} if _pair_fits(node, p, 64) else {}
+
+
+def _pair_fits(node: Node, p: dict, registers: int) -> bool:
+    """Whether rows tile `p` can take a row of two batch elements: an even batch, and both elements'
+    accumulators in at most `registers` registers a thread."""
     _, bm, bn, _ = rows_layout(node, p)
-    fits = bm * bn * 2 <= 64 * 32 * p.get("num_warps", 4)
-    return {"SAMPLES": 2, "num_stages": 2} if fits and node.shape[0] % 2 == 0 else {}
+    return bm * bn * 2 <= registers * 32 * p.get("num_warps", 4) and node.shape[0] % 2 == 0
 
 
 def rows_tiles(kernel: Kernel) -> dict:

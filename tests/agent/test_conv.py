@@ -342,8 +342,8 @@ def test_a_row_of_two_batch_elements_at_two_stages_follows_the_channels_last_cop
     batch, nor in tiles of 128 outputs by 64 channels (both batch elements' sums past 64 registers a thread)."""
     t = BY_NAME["gemm"]
     task = task_of("transposed3d", tmp_path)
-    source = task.read_text().replace("ConvTranspose3d(3, 4", "ConvTranspose3d(16, 64")
-    task.write_text(source.replace("(n, 3, 2, 2, 5)", "(n, 16, 2, 2, 31)"))
+    text = task.read_text().replace("ConvTranspose3d(3, 4", "ConvTranspose3d(16, 64")
+    task.write_text(text.replace("(n, 3, 2, 2, 5)", "(n, 16, 2, 2, 31)"))
     a = analyze(str(task), small=True)
     out = t.variants(a)
     xlast = out.index(next(p for p in out if p.get("xlast")))

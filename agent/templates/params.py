@@ -326,7 +326,8 @@ def rows_paired(node: Node, p: dict) -> dict:
     ms), against `p` alone: level 2's 3-D transposed convolutions in tiles of 4096 outputs 78 4.834 -> 3.755, 20
     0.644 -> 0.478, 34 3.023 -> 2.568, 38 2.206 -> 1.870, 3 2.080 -> 1.737, 49 0.802 -> 0.709 (each faster than
     two samples or two stages alone); at 2048, where `p` has two samples already, 26 1.369 -> 1.330, 15 and 74
-    within 1%. At 8192 it lost: level 1's 73 1.390 -> 3.159, 77 1.049 -> 1.898."""
+    within 1%. At 8192 it lost: level 1's 73 1.390 -> 3.159, 77 1.049 -> 1.898; at 8 warps too (session 60: 73
+    1.397 -> 1.66, 77 1.055 -> 1.95, level 2's 100 7.60 -> 16.42)."""
     return {"SAMPLES": 2, "num_stages": 2} if _pair_fits(node, p, 64) else {}
 
 

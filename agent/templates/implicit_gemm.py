@@ -820,11 +820,11 @@ def rows_smem(node, p: dict) -> int:
         return 0
     slots, bm, bn, _ = rows_layout(node, p)
     columns = p.get("SAMPLES", 1) * bm // next_pow2(len(slots))
-    taps = [t for slot in slots for t in slot]
     if stacks(node):
         kk = max(16, next_pow2(node.args[0].shape[1] // node.attrs["groups"] * len(row_offsets(node))))
         tiles = kk * columns + sum(1 for slot in slots if slot) * bn * kk
     else:
+        taps = [t for slot in slots for t in slot]
         tiles = len({c for _, c in taps}) * bk * columns + len(taps) * bn * bk
     return max(1, p.get("num_stages", 1)) * tiles * node.args[0].dtype.itemsize + bn * bk * 4
 

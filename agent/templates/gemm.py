@@ -19,7 +19,7 @@ from agent.templates.codegen import next_pow2
 from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased, pointwise, rows_fit, streams
 from agent.templates.params import (CONV_BLOCK_K, SMS, gemm_tiles, interleaved_tiles, kernel_default, kernel_invalid,
                                     kernel_space, pointwise_tiles, rows_form, rows_paired, rows_stacked, stream_stages,
-                                    wide_tiles)
+                                    transposed_positions, wide_tiles)
 from agent.templates.program import work
 from agent.templates.split_operands import pays
 from agent.templates.stats_epilogue import recompute_pays, stats_pair, worth_it
@@ -150,6 +150,8 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
             d.update(pointwise_tiles(k.nodes[0]))
         elif not d.get("tiles") and d["BLOCK_N"] == 16:  # every channel in one tile (params.wide_tiles)
             d.update(wide_tiles(k.nodes[0]))
+        if not d.get("tiles") and k.nodes[0].fn == "conv":  # params.transposed_positions
+            d.update(transposed_positions(k.nodes[0]))
     if parts and 2 * math.ceil(m / 128) * math.ceil(n / 128) * batch <= SMS:  # 64 x 128 tiles fill one wave
         d.update({"BLOCK_M": min(64, d["BLOCK_M"]), "num_warps": 4, "num_stages": 4})
     if parts and split == 1 and persistent_pays(m, n, batch, d):
@@ -215,10 +217,18 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
                 "impl": "triton"} if narrow else {}
     if narrow and d["impl"] == "triton":
         out.append(narrowed)
+    # the channel tiles over the weight as it is, which positions tiles over it packed replaced
+    # (params.transposed_positions), next to the first Triton candidate
+    channels = {**{key: v for key, v in d.items() if key not in ("tiles", "packed")}, "impl": "triton"} \
+        if conv and d.get("tiles") == "positions" and transposed_positions(k.nodes[0]) else None
+    if channels and d["impl"] == "triton":
+        out.insert(1, channels)
     if d.get("parts") == "hand" and d["impl"] == "triton":  # Triton's own split (hand_split: faster on most)
         out.append({**d, "parts": "registers"})
     if epilogue and "torch" in sp["impl"]:  # the other implementation next
         out.append({**d, "impl": "triton" if d["impl"] == "torch" else "torch"})
+        if channels and d["impl"] == "torch":
+            out.append(channels)
         if narrow and d["impl"] == "torch":
             out.append(narrowed)
     if d.get("tiles") == "rows":  # then the tiles rows replaced, and the variants of those

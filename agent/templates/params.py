@@ -239,6 +239,22 @@ def packed_default(node: Node) -> bool:
     return phased(node)
 
 
+def transposed_positions(node: Node) -> dict:
+    """Positions tiles over the weight packed (tiles "positions", packed 1) for an unstrided transposed 2-D or 3-D
+    convolution over at most 64 output channels a group ({} elsewhere): its tf32x3 dot steps' default, the channel
+    tiles over the weight as it is next (gemm.variants). On an H200 (session 61, variants_bench at each task's
+    default tiles, ms), against those: level 1's 57_conv_transposed_2D 16.40 -> 13.16, 65 10.48 -> 7.57 (eager
+    8.34), 78 5.48 -> 5.21, 71 2.465 -> 2.454; at the tiles the search reached from the default (kernelbench_bench,
+    budget 24): 3-D 68 54.5 -> 36.1 (25.4 at 256 rows, 8 warps), 61 14.2 -> 10.7, 58 3.72 -> 2.71, 70 21.27 ->
+    20.86. Not for 1-D: 74_conv_transposed_1D_dilated 2.21 -> 3.11. Nor over 128 channels, where the packed weight
+    alone ran six unstrided ones 1.38-1.63x slower (packed_default) and positions tiles level 2's 61 and 77 7.42 ->
+    9.33 and 21.8 -> 38.4."""
+    a = node.attrs
+    if node.fn != "conv" or not a["transposed"] or set(a["stride"]) != {1} or len(node.shape) < 4:
+        return {}
+    return {"tiles": "positions", "packed": 1} if gemm_dims(node)[2] <= 64 else {}
+
+
 def interleaved_tiles(kernel: Kernel, split: bool = False) -> dict:
     """Interleaved tiles (implicit_gemm._interleave) for a transposed convolution strided along its last dim
     ({} for others), the default unless its rows walk positions (implicit_gemm.conv_tiles): 16 channels by as

@@ -9,6 +9,7 @@ import pytest
 from agent.analysis import analyze
 from agent.templates import BY_NAME, base, matching
 from agent.templates.implicit_gemm import phase_ks, rows_fit, stacks
+from agent.templates.params import transposed_positions
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -564,7 +565,8 @@ def test_a_network_of_small_convolutions_keeps_cudnn_first(tmp_path):
 
 def test_a_strided_transposed_convolution_stays_triton_first(tmp_path):
     """The same GEMM work in a stride-2 transposed convolution under an epilogue: its phased Triton form, the
-    weight packed, first (cuDNN's ran 3-5x slower on KernelBench's); stride 1 keeps cuDNN's first."""
+    weight packed, first (cuDNN's ran 3-5x slower on KernelBench's); stride 1 keeps cuDNN's first, its Triton form
+    next in positions tiles (params.transposed_positions)."""
     task = tmp_path / "up.py"
     up = NETWORK.replace("nn.Conv2d(64, 64, 3, padding=1)", "nn.ConvTranspose2d(64, 64, 4, stride=2, padding=1)", 1)
     task.write_text(up)
@@ -572,8 +574,61 @@ def test_a_strided_transposed_convolution_stays_triton_first(tmp_path):
     first = t.variants(analyze(str(task), small=False))[0]
     assert (first["impl"], first["packed"]) == ("triton", 1)
     task.write_text(NETWORK.replace("nn.Conv2d(64, 64, 3, padding=1)", "nn.ConvTranspose2d(64, 64, 3, padding=1)", 1))
-    first = t.variants(analyze(str(task), small=False))[0]
-    assert first["impl"] == "torch" and "packed" not in first
+    first, second = t.variants(analyze(str(task), small=False))[:2]
+    assert first["impl"] == "torch" and second == {**first, "impl": "triton"} and second["tiles"] == "positions"
+
+
+UNSTRIDED = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(5, 6, (3, 2), padding=(1, 0))
+
+    def forward(self, x):
+        return self.up(x)
+
+
+def get_inputs():
+    return [torch.randn(2, 5, 3, 7)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("conv, shape, moved", [
+    ("nn.ConvTranspose2d(5, 6, (3, 2), padding=(1, 0))", "(2, 5, 3, 7)", True),
+    ("nn.ConvTranspose3d(5, 40, (2, 3, 2), padding=(0, 1, 1), dilation=(1, 1, 2))", "(2, 5, 2, 3, 5)", True),
+    ("nn.ConvTranspose1d(5, 6, 3)", "(2, 5, 7)", False),  # 1-D: 1.4x slower so
+    ("nn.ConvTranspose2d(5, 128, 3)", "(2, 5, 3, 7)", False),  # over 64 channels
+    ("nn.ConvTranspose2d(5, 6, 3, stride=2)", "(2, 5, 3, 7)", False),  # strided: phases of its own
+])
+def test_an_unstrided_transposed_convolution_takes_positions_tiles_over_its_packed_weight(
+        conv, shape, moved, runner, tmp_path):
+    """A stride-1 transposed 2-D or 3-D convolution over at most 64 output channels takes positions tiles over its
+    weight packed first (params.transposed_positions), and the channel tiles over the weight as it is second; at
+    odd shapes (a dilated 3-D one, 40 channels in a 64-wide tile) both match the reference. 1-D, strided and
+    128-channel ones keep their defaults."""
+    task = tmp_path / "unstrided.py"
+    task.write_text(UNSTRIDED.replace("nn.ConvTranspose2d(5, 6, (3, 2), padding=(1, 0))", conv)
+                    .replace("(2, 5, 3, 7)", shape))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    first, second = t.variants(a)[:2]
+    assert bool(transposed_positions(a_conv(a))) == moved
+    if not moved:
+        assert not (first.get("tiles") == "positions" and first.get("packed"))
+        return
+    assert (first["tiles"], first["packed"], first["precision"]) == ("positions", 1, "tf32x3")
+    assert second == {key: v for key, v in first.items() if key not in ("tiles", "packed")}
+    for params in (first, second):
+        source = t.render(a, params)
+        assert ("packed_self_up_weight" in source) == (params is first)
+        runner.run_ok(task, source)
 
 
 UPSAMPLE = '''import torch

@@ -603,6 +603,7 @@ def get_init_inputs():
 @pytest.mark.parametrize("conv, shape, moved", [
     ("nn.ConvTranspose2d(5, 6, (3, 2), padding=(1, 0))", "(2, 5, 3, 7)", True),
     ("nn.ConvTranspose3d(5, 40, (2, 3, 2), padding=(0, 1, 1), dilation=(1, 1, 2))", "(2, 5, 2, 3, 5)", True),
+    ("nn.ConvTranspose2d(6, 4, 3, padding=1, groups=2, bias=False)", "(2, 6, 3, 7)", True),
     ("nn.ConvTranspose1d(5, 6, 3)", "(2, 5, 7)", False),  # 1-D: 1.4x slower so
     ("nn.ConvTranspose2d(5, 128, 3)", "(2, 5, 3, 7)", False),  # over 64 channels
     ("nn.ConvTranspose2d(5, 6, 3, stride=2)", "(2, 5, 3, 7)", False),  # strided: phases of its own
@@ -611,8 +612,8 @@ def test_an_unstrided_transposed_convolution_takes_positions_tiles_over_its_pack
         conv, shape, moved, runner, tmp_path):
     """A stride-1 transposed 2-D or 3-D convolution over at most 64 output channels takes positions tiles over its
     weight packed first (params.transposed_positions), and the channel tiles over the weight as it is second; at
-    odd shapes (a dilated 3-D one, 40 channels in a 64-wide tile) both match the reference. 1-D, strided and
-    128-channel ones keep their defaults."""
+    odd shapes (a dilated 3-D one, 40 channels in a 64-wide tile; a grouped one) both match the reference. 1-D,
+    strided and 128-channel ones keep their defaults."""
     task = tmp_path / "unstrided.py"
     task.write_text(UNSTRIDED.replace("nn.ConvTranspose2d(5, 6, (3, 2), padding=(1, 0))", conv)
                     .replace("(2, 5, 3, 7)", shape))

@@ -150,7 +150,7 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
             d.update(pointwise_tiles(k.nodes[0]))
         elif not d.get("tiles") and d["BLOCK_N"] == 16:  # every channel in one tile (params.wide_tiles)
             d.update(wide_tiles(k.nodes[0]))
-        if not d.get("tiles") and k.nodes[0].fn == "conv":  # params.transposed_positions
+        if not d.get("tiles"):  # params.transposed_positions ({} but for some transposed convolutions)
             d.update(transposed_positions(k.nodes[0]))
     if parts and 2 * math.ceil(m / 128) * math.ceil(n / 128) * batch <= SMS:  # 64 x 128 tiles fill one wave
         d.update({"BLOCK_M": min(64, d["BLOCK_M"]), "num_warps": 4, "num_stages": 4})

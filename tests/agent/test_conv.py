@@ -8,8 +8,8 @@ import pytest
 
 from agent.analysis import analyze
 from agent.templates import BY_NAME, base, matching
-from agent.templates.implicit_gemm import phase_ks, rows_fit, stacks
-from agent.templates.params import transposed_positions
+from agent.templates.implicit_gemm import phase_ks, rows_fit, rows_smem, stacks
+from agent.templates.params import SMEM_BYTES, transposed_positions
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -365,9 +365,6 @@ def test_rows_tiles_refuse_stages_whose_tiles_overflow_shared_memory(sm90, tmp_p
     over 32 -> 64 channels takes no more than the bound at 1, 2 and 4 stages, and more than half of it from 2
     on; the stages past the block's shared memory are refused before anything compiles, as level 2's 78 at 5
     stages and two batch elements a tile was not (it failed on an H200 asking for 311,296 bytes)."""
-    from agent.templates.implicit_gemm import rows_smem
-    from agent.templates.params import SMEM_BYTES
-
     t = BY_NAME["gemm"]
     wide = tmp_path / "conv_residual_wide.py"
     wide.write_text(RESIDUAL.replace("ConvTranspose2d(4, 6,", "ConvTranspose2d(32, 64,").replace(

@@ -17,9 +17,9 @@ from agent.analysis import TaskAnalysis
 from agent.templates import base
 from agent.templates.codegen import next_pow2
 from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased, pointwise, rows_fit, streams
-from agent.templates.params import (CONV_BLOCK_K, SMS, gemm_tiles, interleaved_tiles, kernel_default, kernel_invalid,
-                                    kernel_space, pointwise_tiles, rows_form, rows_paired, rows_stacked, stream_stages,
-                                    transposed_positions, wide_tiles)
+from agent.templates.params import (CONV_BLOCK_K, ROWS_DOT_TILES, SMS, gemm_tiles, interleaved_tiles, kernel_default,
+                                    kernel_invalid, kernel_space, phased_pair, pointwise_tiles, rows_form, rows_paired,
+                                    rows_stacked, stream_stages, transposed_positions, wide_tiles)
 from agent.templates.program import work
 from agent.templates.split_operands import pays
 from agent.templates.stats_epilogue import recompute_pays, stats_pair, worth_it
@@ -144,8 +144,9 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
     in_registers = split_products(analysis, pl, k) and (d.get("tiles") != "rows" or d.get("BLOCK_K", 1) > 1)
     if in_registers and d.get("tiles") != "stream":  # streamed tiles pipeline their loads (params.stream_tiles)
         d["num_stages"] = 1
-        if d.get("tiles") == "interleaved":  # tiles of their own (params.interleaved_tiles)
-            d.update(interleaved_tiles(k, split=True))
+        if d.get("tiles") == "interleaved":  # tiles of their own (params.interleaved_tiles), or rows tiles
+            d.update(interleaved_tiles(k, split=True))  # over the channels-last copy (params.phased_pair)
+            d.update(phased_pair(k.nodes[0]) if rows else {})
         if pointwise(k.nodes[0]):  # a plain load pipelines (params.pointwise_tiles)
             d.update(pointwise_tiles(k.nodes[0]))
         elif not d.get("tiles") and d["BLOCK_N"] == 16:  # every channel in one tile (params.wide_tiles)
@@ -258,7 +259,10 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         wide = stats["BLOCK_M"] != 128 and stats["BLOCK_N"] <= 32  # (Stats.stream_lines: 92, 64 channels, spilled)
         out = [stats] + out + [{**stats, "BLOCK_M": 128}] * wide
     rows = next((i for i, p in enumerate(out) if p.get("tiles") == "rows" and p["impl"] == "triton"), None)
-    if rows is not None:  # and right after them the same reading the input channels innermost, where they can
+    if rows is not None and out[rows].get("xlast"):  # params.phased_pair: next its 256 x 64 tiles, K steps of 16
+        one = {key: v for key, v in out[rows].items() if key != "SAMPLES"}
+        out.insert(rows + 1, {**one, **{key: ROWS_DOT_TILES[key] for key in ("BLOCK_M", "BLOCK_N")}, "BLOCK_K": 16})
+    elif rows is not None:  # and right after them the same reading the input channels innermost, where they can
         out.insert(rows + 1, {**out[rows], "xlast": 1})  # (implicit_gemm.channels_last; kernel_invalid says)
         paired = rows_paired(k.nodes[0], out[rows + 1])
         if paired:  # then that at two batch elements a program and two stages (params.rows_paired)

@@ -316,8 +316,9 @@ def rows_form(node: Node) -> dict:
     tf32x3 against the interleaved tiles of its default: level 1's 73_conv_transposed_3D 1.940 -> 1.546 ms,
     81_conv_transposed_2D 0.348 -> 0.325 (0.516 at 32 channels a tile, 0.426 at 8 warps); level 2's 3, 20, 26,
     34, 38, 49, 78, 100 (3-D, stride 2, 32-64 input channels) 1.10-1.70x faster (20: 1.271 -> 0.748). Slower:
-    the 2-D ones of level 2 (2, 5, 16, 36, 44, 91, 93: 1.4-2.4x), level 1's 77 (dilated) and 79 (1-D), and the
-    3-D ones over 16 channels (level 2's 15, 74: 1.14-1.16x; at two batch elements a program faster: rows_samples)."""
+    the 2-D ones of level 2 (2, 5, 16, 36, 44, 91, 93: 1.4-2.4x; faster over the channels-last copy: phased_pair),
+    level 1's 77 (dilated) and 79 (1-D), and the 3-D ones over 16 channels (level 2's 15, 74: 1.14-1.16x; at two
+    batch elements a program faster: rows_samples)."""
     return dict(ROWS_TILES) if rows_fit(node) else {**ROWS_DOT_TILES, **rows_samples(node, ROWS_DOT_TILES)}
 
 
@@ -345,6 +346,27 @@ def rows_paired(node: Node, p: dict) -> dict:
     within 1%. At 8192 it lost: level 1's 73 1.390 -> 3.159, 77 1.049 -> 1.898; at 8 warps too (session 60: 73
     1.397 -> 1.66, 77 1.055 -> 1.95, level 2's 100 7.60 -> 16.42)."""
     return {"SAMPLES": 2, "num_stages": 2} if _pair_fits(node, p, 64) else {}
+
+
+def phased_pair(node: Node) -> dict:
+    """For a strided transposed 2-D convolution, ungrouped and undilated, into 64 to 128 output channels ({}
+    elsewhere): rows tiles over the channels-last copy (xlast) holding every output channel, 4096 outputs a tile
+    (64 x 64, 32 x 128), K steps of 32, a row of two batch elements a program at two stages (rows_paired): its
+    tf32x3 default (gemm.default), then the same in 256 x 64 tiles at K steps of 16 (gemm.variants), then the
+    interleaved tiles these replace. On an H200 (session 62, variants_bench, ms), against the interleaved tiles,
+    their 256 x 64 rows tiles over the copy at K steps of 32, and at 16 over two stages: level 2's
+    91_ConvTranspose2d_Softmax (4x4 window, 128 channels) 3.843 against 5.574, 5.120, 5.159; 93 3.241 against
+    3.535, 3.839, 4.521; 5 (64 channels: kernelbench_bench at budget 24) 5.785 against 9.065, 8.343; in 3x3
+    windows 2 2.795 against 4.982, 2.951, 2.671; 16 3.103 against 4.178, 3.310, 2.982; 36 0.805 against 1.119,
+    0.829, 0.780. From it the search (budget 24) reached 3.620 on 91 (the same tile at 8 warps) and 3.245 on 93,
+    against 4.964 and 3.533 before."""
+    a = node.attrs
+    if not phased(node) or len(node.shape) != 4 or a["groups"] != 1 or set(a["dilation"]) != {1}:
+        return {}
+    bn = next_pow2(gemm_dims(node)[2])
+    p = {**ROWS_DOT_TILES, "BLOCK_M": 4096 // bn, "BLOCK_N": bn, "xlast": 1}
+    paired = rows_paired(node, p) if 64 <= bn <= 128 and xlast_fits(node, p) else {}
+    return {**p, **paired} if paired else {}
 
 
 def _pair_fits(node: Node, p: dict, registers: int) -> bool:

@@ -9,7 +9,7 @@ import pytest
 from agent.analysis import analyze
 from agent.templates import BY_NAME, base, matching
 from agent.templates.implicit_gemm import phase_ks, rows_fit, rows_smem, stacks
-from agent.templates.params import SMEM_BYTES, transposed_positions
+from agent.templates.params import SMEM_BYTES, phased_pair, transposed_positions
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -626,6 +626,43 @@ def test_an_unstrided_transposed_convolution_takes_positions_tiles_over_its_pack
     for params in (first, second):
         source = t.render(a, params)
         assert ("packed_self_up_weight" in source) == (params is first)
+        runner.run_ok(task, source)
+
+
+@pytest.mark.parametrize("conv, shape, tile", [
+    ("nn.ConvTranspose2d(16, 64, 4, stride=2, padding=1)", "(2, 16, 2, 20)", (64, 64)),
+    ("nn.ConvTranspose2d(16, 80, 3, stride=2, padding=1, output_padding=1)", "(2, 16, 2, 20)", (32, 128)),
+    ("nn.ConvTranspose2d(16, 64, 4, stride=2, dilation=2)", "(2, 16, 2, 20)", None),
+    ("nn.ConvTranspose2d(16, 64, 4, stride=2)", "(3, 16, 2, 20)", None),  # an odd batch
+    ("nn.ConvTranspose2d(16, 256, 4, stride=2)", "(2, 16, 2, 20)", None),
+    ("nn.ConvTranspose3d(16, 64, 2, stride=2)", "(2, 16, 2, 2, 20)", None),
+])
+def test_a_strided_transposed_2d_convolution_takes_paired_rows_tiles_over_the_channels_last_copy(
+        conv, shape, tile, runner, tmp_path):
+    """params.phased_pair: a stride-2 transposed 2-D convolution into 64 to 128 channels, ungrouped and
+    undilated, whose rows are too wide for rows_samples' small tiles, first takes rows tiles of 4096 outputs
+    holding every channel (80 in a 128-wide tile), over the channels-last copy, two batch elements a program at two
+    stages; next the same in 256 x 64 tiles at K steps of 16, one element a program; then the interleaved tiles
+    these replace. Both match the reference. Dilated, odd-batch, 256-channel and 3-D ones keep interleaved tiles."""
+    task = tmp_path / "phased.py"
+    task.write_text(UNSTRIDED.replace("nn.ConvTranspose2d(5, 6, (3, 2), padding=(1, 0))", conv)
+                    .replace("(2, 5, 3, 7)", shape))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    out = t.variants(a)
+    if tile is None:
+        assert out[0]["tiles"] == "interleaved" and not phased_pair(a_conv(a))
+        return
+    first, second = out[:2]
+    assert (first["tiles"], first["xlast"], first["SAMPLES"], first["num_stages"], first["BLOCK_K"]) == \
+        ("rows", 1, 2, 2, 32) and (first["BLOCK_M"], first["BLOCK_N"]) == tile
+    assert second == {**{key: v for key, v in first.items() if key != "SAMPLES"}, "BLOCK_M": 256, "BLOCK_N": 64,
+                      "BLOCK_K": 16}
+    assert {**t.default(a, rows=False), "impl": "triton"}["tiles"] == "interleaved"
+    assert {**t.default(a, rows=False), "impl": "triton"} in out[2:]
+    for params in (first, second):
+        source = t.render(a, params)
+        assert "num_stages=2)" in source and ("q0 = q0 * 2" in source) == (params is first)
         runner.run_ok(task, source)
 
 

@@ -349,19 +349,21 @@ def rows_paired(node: Node, p: dict) -> dict:
 
 
 def phased_pair(node: Node) -> dict:
-    """For a strided transposed 2-D convolution, ungrouped and undilated, into 64 to 128 output channels ({}
-    elsewhere): rows tiles over the channels-last copy (xlast) holding every output channel, 4096 outputs a tile
-    (64 x 64, 32 x 128), K steps of 32, a row of two batch elements a program at two stages (rows_paired): its
-    tf32x3 default (gemm.default), then the same in 256 x 64 tiles at K steps of 16 (gemm.variants), then the
-    interleaved tiles these replace. On an H200 (session 62, variants_bench, ms), against the interleaved tiles,
-    their 256 x 64 rows tiles over the copy at K steps of 32, and at 16 over two stages: level 2's
-    91_ConvTranspose2d_Softmax (4x4 window, 128 channels) 3.843 against 5.574, 5.120, 5.159; 93 3.241 against
-    3.535, 3.839, 4.521; 5 (64 channels: kernelbench_bench at budget 24) 5.785 against 9.065, 8.343; in 3x3
-    windows 2 2.795 against 4.982, 2.951, 2.671; 16 3.103 against 4.178, 3.310, 2.982; 36 0.805 against 1.119,
-    0.829, 0.780. From it the search (budget 24) reached 3.620 on 91 (the same tile at 8 warps) and 3.245 on 93,
+    """For a strided transposed 2-D convolution, ungrouped and undilated, its window wider than its stride along both
+    dims (as measured: 3x3 and 4x4 at stride 2), into 64 to 128 output channels ({} elsewhere): rows tiles over the
+    channels-last copy (xlast) holding every output channel, 4096 outputs a tile (64 x 64, 32 x 128), K steps of 32, a
+    row of two batch elements a program at two stages (rows_paired): its tf32x3 default (gemm.default), then the same in
+    256 x 64 tiles at K steps of 16 (gemm.variants), then the interleaved tiles these replace. On an H200 (session 62,
+    variants_bench, ms), against the interleaved tiles, their 256 x 64 rows tiles over the copy at K steps of 32, and at
+    16 over two stages: level 2's 91_ConvTranspose2d_Softmax (4x4 window, 128 channels) 3.843 against 5.574, 5.120,
+    5.159; 93 3.241 against 3.535, 3.839, 4.521; 5 (64 channels: kernelbench_bench at budget 24) 5.785 against 9.065,
+    8.343; in 3x3 windows 2 2.795 against 4.982, 2.951, 2.671; 16 3.103 against 4.178, 3.310, 2.982; 36 0.805 against
+    1.119, 0.829, 0.780. From it the search (budget 24) reached 3.620 on 91 (the same tile at 8 warps) and 3.245 on 93,
     against 4.964 and 3.533 before."""
     a = node.attrs
-    if not phased(node) or len(node.shape) != 4 or a["groups"] != 1 or set(a["dilation"]) != {1}:
+    window = node.args[1].shape[2:]
+    if not phased(node) or len(node.shape) != 4 or a["groups"] != 1 or set(a["dilation"]) != {1} or \
+            any(k <= s for k, s in zip(window, a["stride"])):
         return {}
     bn = next_pow2(gemm_dims(node)[2])
     p = {**ROWS_DOT_TILES, "BLOCK_M": 4096 // bn, "BLOCK_N": bn, "xlast": 1}

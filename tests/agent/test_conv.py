@@ -636,6 +636,7 @@ def test_an_unstrided_transposed_convolution_takes_positions_tiles_over_its_pack
     ("nn.ConvTranspose2d(16, 64, 4, stride=2)", "(3, 16, 2, 20)", None),  # an odd batch
     ("nn.ConvTranspose2d(16, 256, 4, stride=2)", "(2, 16, 2, 20)", None),
     ("nn.ConvTranspose3d(16, 64, 2, stride=2)", "(2, 16, 2, 2, 20)", None),
+    ("nn.ConvTranspose2d(16, 64, (3, 2), stride=2)", "(2, 16, 2, 20)", None),  # one tap a phase along a row
 ])
 def test_a_strided_transposed_2d_convolution_takes_paired_rows_tiles_over_the_channels_last_copy(
         conv, shape, tile, runner, tmp_path):
@@ -643,7 +644,8 @@ def test_a_strided_transposed_2d_convolution_takes_paired_rows_tiles_over_the_ch
     undilated, whose rows are too wide for rows_samples' small tiles, first takes rows tiles of 4096 outputs
     holding every channel (80 in a 128-wide tile), over the channels-last copy, two batch elements a program at two
     stages; next the same in 256 x 64 tiles at K steps of 16, one element a program; then the interleaved tiles
-    these replace. Both match the reference. Dilated, odd-batch, 256-channel and 3-D ones keep interleaved tiles."""
+    these replace. Both match the reference. Dilated, odd-batch, 256-channel and 3-D ones keep interleaved tiles, as
+    does one whose window along a row is no wider than its stride (a tap a phase: unmeasured)."""
     task = tmp_path / "phased.py"
     task.write_text(UNSTRIDED.replace("nn.ConvTranspose2d(5, 6, (3, 2), padding=(1, 0))", conv)
                     .replace("(2, 5, 3, 7)", shape))

@@ -597,6 +597,13 @@ def get_init_inputs():
 '''
 
 
+def transposed_task(path: Path, conv: str, shape: str) -> Path:
+    """UNSTRIDED at `path` with its convolution and input shape replaced."""
+    path.write_text(UNSTRIDED.replace("nn.ConvTranspose2d(5, 6, (3, 2), padding=(1, 0))", conv)
+                    .replace("(2, 5, 3, 7)", shape))
+    return path
+
+
 @pytest.mark.parametrize("conv, shape, moved", [
     ("nn.ConvTranspose2d(5, 6, (3, 2), padding=(1, 0))", "(2, 5, 3, 7)", True),
     ("nn.ConvTranspose3d(5, 40, (2, 3, 2), padding=(0, 1, 1), dilation=(1, 1, 2))", "(2, 5, 2, 3, 5)", True),
@@ -611,9 +618,7 @@ def test_an_unstrided_transposed_convolution_takes_positions_tiles_over_its_pack
     weight packed first (params.transposed_positions), and the channel tiles over the weight as it is second; at
     odd shapes (a dilated 3-D one, 40 channels in a 64-wide tile; a grouped one) both match the reference. 1-D,
     strided and 128-channel ones keep their defaults."""
-    task = tmp_path / "unstrided.py"
-    task.write_text(UNSTRIDED.replace("nn.ConvTranspose2d(5, 6, (3, 2), padding=(1, 0))", conv)
-                    .replace("(2, 5, 3, 7)", shape))
+    task = transposed_task(tmp_path / "unstrided.py", conv, shape)
     a = analyze(str(task), small=True)
     t = BY_NAME["gemm"]
     first, second = t.variants(a)[:2]
@@ -646,9 +651,7 @@ def test_a_strided_transposed_2d_convolution_takes_paired_rows_tiles_over_the_ch
     stages; next the same in 256 x 64 tiles at K steps of 16, one element a program; then the interleaved tiles
     these replace. Both match the reference. Dilated, odd-batch, 256-channel and 3-D ones keep interleaved tiles, as
     does one whose window along a row is no wider than its stride (a tap a phase: unmeasured)."""
-    task = tmp_path / "phased.py"
-    task.write_text(UNSTRIDED.replace("nn.ConvTranspose2d(5, 6, (3, 2), padding=(1, 0))", conv)
-                    .replace("(2, 5, 3, 7)", shape))
+    task = transposed_task(tmp_path / "phased.py", conv, shape)
     a = analyze(str(task), small=True)
     t = BY_NAME["gemm"]
     out = t.variants(a)

@@ -17,9 +17,10 @@ from agent.analysis import TaskAnalysis
 from agent.templates import base
 from agent.templates.codegen import next_pow2
 from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased, pointwise, rows_fit, streams
-from agent.templates.params import (CONV_BLOCK_K, ROWS_DOT_TILES, SMS, gemm_tiles, interleaved_tiles, kernel_default,
-                                    kernel_invalid, kernel_space, phased_pair, pointwise_tiles, rows_form, rows_paired,
-                                    rows_stacked, stream_stages, transposed_positions, wide_tiles)
+from agent.templates.params import (CONV_BLOCK_K, ROWS_DOT_TILES, SMS, deep_steps, gemm_tiles, interleaved_tiles,
+                                    kernel_default, kernel_invalid, kernel_space, phased_pair, pointwise_tiles,
+                                    rows_form, rows_paired, rows_stacked, stream_stages, transposed_positions,
+                                    wide_tiles)
 from agent.templates.program import work
 from agent.templates.split_operands import pays
 from agent.templates.stats_epilogue import recompute_pays, stats_pair, worth_it
@@ -153,6 +154,7 @@ def default(analysis: TaskAnalysis, rows: bool = True) -> dict:
             d.update(wide_tiles(k.nodes[0]))
         if not d.get("tiles"):  # params.transposed_positions ({} but for some transposed convolutions)
             d.update(transposed_positions(k.nodes[0]))
+        d.update(deep_steps(k.nodes[0], d))  # K steps of 64 for a plain deep convolution (params.deep_steps)
     if parts and 2 * math.ceil(m / 128) * math.ceil(n / 128) * batch <= SMS:  # 64 x 128 tiles fill one wave
         d.update({"BLOCK_M": min(64, d["BLOCK_M"]), "num_warps": 4, "num_stages": 4})
     if parts and split == 1 and persistent_pays(m, n, batch, d):
@@ -212,6 +214,7 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     second = [] if d.get("tiles") == "rows" or not conv else _rows_second(k.nodes[0])
     out += [{**d, **tiles} for tiles in second]
     wide = wide_tiles(k.nodes[0]) if conv and not d.get("tiles") else {}
+    wide = {**wide, **deep_steps(k.nodes[0], wide)}  # as default() takes them
     narrow = gemm_tiles(k) if wide and wide.items() <= d.items() else {}  # default() took the wide tiles
     # the narrower channel tiles wide_tiles replaced, right after the first Triton candidate in wide ones
     narrowed = {**d, **{key: narrow[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps")},

@@ -82,6 +82,34 @@ def _input_taps(attrs: dict, in_sizes: tuple, last: bool) -> tuple[list[str], li
     return lines, conds
 
 
+def _split_taps(attrs: dict, in_sizes: tuple, sx: tuple, last: bool) -> tuple[list[str], list[str], list[str]]:
+    """An unphased convolution's input offset as a sum of an output position's part and a (channel, tap)
+    column's, so that a dot step's [BLOCK_M, BLOCK_K] tile costs one add an element, where _input_taps forms
+    each input coordinate an element: lines naming the positions' part (xr, before the K loop), the columns'
+    (xc, in it), and the conditions keeping each padded dim's coordinate a{i} + b{i} inside the input, one
+    unsigned comparison each (a negative coordinate is a large unsigned one). On an H200 (session 63,
+    variants_bench at each task's channel tiles, K steps of 32, ms), against the coordinates an element: level 1's
+    80_conv_standard_2D (padded, dilated) 9.405 -> 7.891, 62 8.912 -> 8.712; level 2's 47_Conv3d_Mish_Tanh 8.367 ->
+    7.464, 31 6.693 -> 6.434, 32 13.820 -> 13.387. At two stages or over the packed weight these ran 1.03-2.5x
+    slower, as did rows tiles over the channels-last copy (31 12.62, 47 13.94, 43 10.24 at 128 x 128)."""
+    row, col = _axes(last)
+    head, body, conds, xr, xc = [], [], [], [], [f"ci * {sx[1]}"]
+    for i, size in enumerate(in_sizes):
+        s, pad, d = attrs["stride"][i], attrs["padding"][i], attrs["dilation"][i]
+        if attrs["transposed"]:  # input = output + pad - tap * dilation (stride 1: a strided one is phased)
+            a, b, check = f"o{i} + {pad}", f"-kw{i}" if d == 1 else f"kw{i} * {-d}", True
+        else:  # input = output * stride - pad + tap * dilation; without padding always inside the input
+            a = (f"o{i}" if s == 1 else f"o{i} * {s}") + (f" - {pad}" if pad else "")
+            b, check = f"kw{i}" if d == 1 else f"kw{i} * {d}", pad > 0
+        head.append(f"a{i} = {a}")
+        body.append(f"b{i} = {b}")
+        xr.append(f"a{i} * {sx[2 + i]}")
+        xc.append(f"b{i} * {sx[2 + i]}")
+        if check:
+            conds.append(f"((a{i}{row} + b{i}{col}).to(tl.uint32) < {size})")
+    return head + [f"xr = {' + '.join(xr)}"], body + [f"xc = {' + '.join(xc)}"], conds
+
+
 def _phases(attrs: dict, window: tuple, in_sizes: tuple, out_sizes: tuple) -> list[dict]:
     """Per spatial dim of a transposed convolution, what its phase lines need: stride s, padding, dilation d,
     window k, input and output size, tap step (the taps of one phase are step apart), rows per phase
@@ -1044,22 +1072,30 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
             body += _split_index(kw, window, "kw")
         else:
             body += [f"kw{i} = kk * 0" for i in range(len(window))]
-        tap_lines, conds = _input_taps(attrs, tuple(x.shape[2:]), last)
+        if bk == 1:
+            tap_lines, conds = _input_taps(attrs, tuple(x.shape[2:]), last)
+        else:  # dot steps: the input offsets in two parts (_split_taps)
+            head, tap_lines, conds = _split_taps(attrs, tuple(x.shape[2:]), sx, last)
+            lines += head
         body += tap_lines
         k_extent, row_ok = str(K), f"(rm1 < {M})"
     bases, ci_stride = _bases(x, w, attrs["transposed"], xp, wp, cin_g, N, "rn1")
     lines += bases
+    split = not phased and bk > 1
+    if split:  # each position's input pointer, once
+        lines.append("x_pos = x_row + xr")
     if bk == 1:  # outer products: a K step per tap, its input channels unrolled
         body = _outer_body(body, len(spatial), len(window), sx, sw, ci_stride, cin_g, N, f"{row_ok}{row}", conds,
                            last)
         product, step, depth = "ta * tb", cin_g, "        "
     else:  # a dot step: [BLOCK_M, BLOCK_K] gathered (channel, tap) columns by [BLOCK_K, BLOCK_N] weights
         a_off = " + ".join([f"ci{col} * {sx[1]}"] + [f"i{i} * {sx[2 + i]}" for i in range(len(spatial))])
+        a_ptr = f"x_pos{row} + xc{col}" if split else f"x_row{row} + {a_off}"
         b_off = " + ".join([f"ci[:, None] * {ci_stride}"] +
                            [f"kw{i}[:, None] * {sw[2 + i]}" for i in range(len(window))])
         a_mask = " & ".join([f"{row_ok}{row}", f"(kk{col} < {k_extent})"] + conds)
         cast = dot_cast(x, w, p.get("operands", "input"))
-        load = f"tl.load(x_row{row} + {a_off}, mask={a_mask}, other=0.0)"
+        load = f"tl.load({a_ptr}, mask={a_mask}, other=0.0)"
         body += [f"ta = {f'tl.trans({load})' if last else load}{cast}",
                  f"tb = tl.load(w_col[None, :] + {b_off}, mask=(kk[:, None] < {k_extent}) & (rn1[None, :] < {N}), "
                  f"other=0.0){cast}"]

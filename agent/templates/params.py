@@ -227,6 +227,25 @@ def wide_tiles(node: Node) -> dict:
     return {"BLOCK_M": 128, "BLOCK_N": next_pow2(n), "BLOCK_K": 32, "num_warps": 4}
 
 
+DEEP_K = 256  # the least K (input channels times taps) that deep_steps takes K steps of 64 for
+
+
+def deep_steps(node: Node, p: dict) -> dict:
+    """K steps of 64 for the channel tiles `p` of a tf32x3 convolution at K steps of 32 that is plain (2-D or
+    3-D, stride 1, undilated, ungrouped, not transposed) and has K of at least DEEP_K ({} elsewhere): its gathered
+    input tile is split into TF32 parts once for twice the products. On an H200 (session 63, variants_bench, ms,
+    over the separable input offsets of implicit_gemm._split_taps): level 1's 62_conv_standard_2D 8.669 -> 7.873,
+    66_conv_standard_3D (3 channels, K 315) 2.134 -> 1.582; level 2's 47_Conv3d_Mish_Tanh 7.472 -> 4.812 (cuDNN
+    under the epilogue 5.018), 43 6.954 -> 5.972 (padded; cuDNN's 5.823), 31 6.542 -> 5.902, 17 6.880 -> 6.168, 32
+    13.138 -> 12.254. Slower: level 1's 80 (dilated) 7.846 -> 8.459, 54 (K 81) 0.845 -> 1.603; at 128 most ran
+    1.3-9x slower (43 48.9)."""
+    a, dims = node.attrs, len(node.shape) - 2
+    plain = node.fn == "conv" and dims in (2, 3) and not a["transposed"] and a["groups"] == 1 and \
+        set(a["stride"]) == {1} and set(a["dilation"]) == {1}
+    channels = p.get("tiles", "channels") == "channels" and p.get("BLOCK_K") == 32
+    return {"BLOCK_K": 64} if plain and channels and gemm_dims(node)[3] >= DEEP_K else {}
+
+
 def packed_default(node: Node) -> bool:
     """Whether a convolution reads its weight packed by default (implicit_gemm.packed_weight): a strided
     transposed one (phased), whose weight (C_in, C_out / groups, *window) puts a phase's taps a window apart

@@ -9,7 +9,7 @@ import pytest
 from agent.analysis import analyze
 from agent.templates import BY_NAME, base, matching
 from agent.templates.implicit_gemm import phase_ks, rows_fit, rows_smem, stacks
-from agent.templates.params import SMEM_BYTES, phased_pair, transposed_positions
+from agent.templates.params import SMEM_BYTES, deep_steps, phased_pair, transposed_positions
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -597,7 +597,7 @@ def get_init_inputs():
 '''
 
 
-def transposed_task(path: Path, conv: str, shape: str) -> Path:
+def conv_task(path: Path, conv: str, shape: str) -> Path:
     """UNSTRIDED at `path` with its convolution and input shape replaced."""
     path.write_text(UNSTRIDED.replace("nn.ConvTranspose2d(5, 6, (3, 2), padding=(1, 0))", conv)
                     .replace("(2, 5, 3, 7)", shape))
@@ -618,7 +618,7 @@ def test_an_unstrided_transposed_convolution_takes_positions_tiles_over_its_pack
     weight packed first (params.transposed_positions), and the channel tiles over the weight as it is second; at
     odd shapes (a dilated 3-D one, 40 channels in a 64-wide tile; a grouped one) both match the reference. 1-D,
     strided and 128-channel ones keep their defaults."""
-    task = transposed_task(tmp_path / "unstrided.py", conv, shape)
+    task = conv_task(tmp_path / "unstrided.py", conv, shape)
     a = analyze(str(task), small=True)
     t = BY_NAME["gemm"]
     first, second = t.variants(a)[:2]
@@ -651,7 +651,7 @@ def test_a_strided_transposed_2d_convolution_takes_paired_rows_tiles_over_the_ch
     stages; next the same in 256 x 64 tiles at K steps of 16, one element a program; then the interleaved tiles
     these replace. Both match the reference. Dilated, odd-batch, 256-channel and 3-D ones keep interleaved tiles, as
     does one whose window along a row is no wider than its stride (a tap a phase: unmeasured)."""
-    task = transposed_task(tmp_path / "phased.py", conv, shape)
+    task = conv_task(tmp_path / "phased.py", conv, shape)
     a = analyze(str(task), small=True)
     t = BY_NAME["gemm"]
     out = t.variants(a)
@@ -1066,3 +1066,34 @@ def test_fp32_dot_steps_of_a_convolution_split_each_operand_into_two_tf32_parts(
     for other in (outer, FIXTURES / "tpl_matmul.py"):
         assert t.default(analyze(str(other), small=True))["precision"] == "ieee"
     assert t.default(analyze(str(task), small=True, tf32=True))["precision"] == "tf32"
+
+
+@pytest.mark.parametrize("conv, shape, deep", [
+    ("nn.Conv3d(16, 24, 3, padding=1)", "(2, 16, 3, 4, 6)", True),  # K 432, padded
+    ("nn.Conv2d(32, 40, 3)", "(2, 32, 5, 9)", True),  # K 288
+    ("nn.Conv2d(32, 40, 3, dilation=2)", "(2, 32, 6, 9)", False),
+    ("nn.Conv2d(32, 40, 3, stride=2)", "(2, 32, 6, 9)", False),
+    ("nn.Conv2d(32, 40, 3, groups=2)", "(2, 32, 5, 9)", False),
+    ("nn.Conv2d(16, 40, 3, bias=False)", "(2, 16, 5, 9)", False),  # K 144
+    ("nn.Conv1d(32, 40, 9)", "(2, 32, 20)", False),
+])
+def test_a_plain_deep_convolution_takes_k_steps_of_64(conv, shape, deep, runner, tmp_path):
+    """params.deep_steps: the tf32x3 channel tiles of a 2-D or 3-D convolution at stride 1, undilated and
+    ungrouped, over K of at least 256 take K steps of 64 (the narrow 16 x 16 tiles still next). Its dot steps read
+    the input at a position's offset plus a column's (implicit_gemm._split_taps), a padded dim bounded by one
+    unsigned comparison, an unpadded one by none; at odd shapes (a 24-channel padded 3-D one over 7 steps, the last
+    ragged) it matches the reference. Dilated, strided, grouped, shallower and 1-D ones keep K steps of 32."""
+    task = conv_task(tmp_path / "deep.py", conv, shape)
+    a = analyze(str(task), small=True)
+    assert bool(deep_steps(a_conv(a), {"BLOCK_K": 32})) == deep
+    if not deep:
+        return
+    t = BY_NAME["gemm"]
+    first, second = t.variants(a)[:2]
+    assert (first["BLOCK_M"], first["BLOCK_K"], first["precision"]) == (128, 64, "tf32x3") and "tiles" not in first
+    assert (second["BLOCK_N"], second["BLOCK_K"]) == (16, 16)  # (at most the 256 rows there are)
+    source = t.render(a, first)
+    assert "ta = tl.load(x_pos[:, None] + xc[None, :], mask=" in source
+    assert (".to(tl.uint32) <" in source) == ("padding" in conv)  # the padded 3-D one's three dims
+    assert "padding" not in conv or "((a0[:, None] + b0[None, :]).to(tl.uint32) < 3)" in source
+    runner.run_ok(task, source)

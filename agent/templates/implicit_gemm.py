@@ -97,7 +97,7 @@ def _split_taps(attrs: dict, in_sizes: tuple, sx: tuple, last: bool) -> tuple[li
     for i, size in enumerate(in_sizes):
         s, pad, d = attrs["stride"][i], attrs["padding"][i], attrs["dilation"][i]
         if attrs["transposed"]:  # input = output + pad - tap * dilation (stride 1: a strided one is phased)
-            a, b, check = f"o{i} + {pad}", f"-kw{i}" if d == 1 else f"kw{i} * {-d}", True
+            a, b, check = f"o{i} + {pad}" if pad else f"o{i}", f"-kw{i}" if d == 1 else f"kw{i} * {-d}", True
         else:  # input = output * stride - pad + tap * dilation; without padding always inside the input
             a = (f"o{i}" if s == 1 else f"o{i} * {s}") + (f" - {pad}" if pad else "")
             b, check = f"kw{i}" if d == 1 else f"kw{i} * {d}", pad > 0

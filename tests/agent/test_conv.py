@@ -1082,7 +1082,7 @@ def test_a_plain_deep_convolution_takes_k_steps_of_64(conv, shape, deep, runner,
     ungrouped, over K of at least 256 take K steps of 64 (the narrow 16 x 16 tiles still next). Its dot steps read
     the input at a position's offset plus a column's (implicit_gemm._split_taps), a padded dim bounded by one
     unsigned comparison, an unpadded one by none; at odd shapes (a 24-channel padded 3-D one over 7 steps, the last
-    ragged) it matches the reference. Dilated, strided, grouped, shallower and 1-D ones keep K steps of 32."""
+    ragged) it matches the reference. Dilated, strided, grouped, shallower and 1-D ones do not take them."""
     task = conv_task(tmp_path / "deep.py", conv, shape)
     a = analyze(str(task), small=True)
     assert bool(deep_steps(a_conv(a), {"BLOCK_K": 32})) == deep
@@ -1091,7 +1091,7 @@ def test_a_plain_deep_convolution_takes_k_steps_of_64(conv, shape, deep, runner,
     t = BY_NAME["gemm"]
     first, second = t.variants(a)[:2]
     assert (first["BLOCK_M"], first["BLOCK_K"], first["precision"]) == (128, 64, "tf32x3") and "tiles" not in first
-    assert (second["BLOCK_N"], second["BLOCK_K"]) == (16, 16)  # (at most the 256 rows there are)
+    assert (second["BLOCK_N"], second["BLOCK_K"]) == (16, 16)  # the narrow tiles, as before
     source = t.render(a, first)
     assert "ta = tl.load(x_pos[:, None] + xc[None, :], mask=" in source
     assert (".to(tl.uint32) <" in source) == ("padding" in conv)  # the padded 3-D one's three dims

@@ -63,35 +63,16 @@ def _axes(last: bool) -> tuple[str, str]:
     return ("[None, :]", "[:, None]") if last else ("[:, None]", "[None, :]")
 
 
-def _input_taps(attrs: dict, in_sizes: tuple, last: bool) -> tuple[list[str], list[str]]:
-    """Per spatial dim, the input coordinate each (output position, tap) reads, and when it is valid."""
-    lines, conds = [], []
-    row, col = _axes(last)
-    for i, size in enumerate(in_sizes):
-        s, pad, d = attrs["stride"][i], attrs["padding"][i], attrs["dilation"][i]
-        tap = f"kw{i}{col}" if d == 1 else f"kw{i}{col} * {d}"
-        if not attrs["transposed"]:  # input = output * stride - pad + tap * dilation
-            pos = f"o{i}{row}" if s == 1 else f"o{i}{row} * {s}"
-            lines.append(f"i{i} = {pos} + {tap}" + (f" - {pad}" if pad else ""))
-            if pad:  # without padding every tap of a valid output lies inside the input
-                conds += [f"(i{i} >= 0)", f"(i{i} < {size})"]
-            continue
-        # transposed at stride 1 (a strided one is phased): output = input - pad + tap * dilation
-        lines.append(f"i{i} = o{i}{row} + {pad} - {tap}" if pad else f"i{i} = o{i}{row} - {tap}")
-        conds += [f"(i{i} >= 0)", f"(i{i} < {size})"]
-    return lines, conds
-
-
 def _split_taps(attrs: dict, in_sizes: tuple, sx: tuple, last: bool) -> tuple[list[str], list[str], list[str]]:
     """An unphased convolution's input offset as a sum of an output position's part and a (channel, tap)
-    column's, so that a dot step's [BLOCK_M, BLOCK_K] tile costs one add an element, where _input_taps forms
-    each input coordinate an element: lines naming the positions' part (xr, before the K loop), the columns'
-    (xc, in it), and the conditions keeping each padded dim's coordinate a{i} + b{i} inside the input, one
-    unsigned comparison each (a negative coordinate is a large unsigned one). On an H200 (session 63,
-    variants_bench at each task's channel tiles, K steps of 32, ms), against the coordinates an element: level 1's
-    80_conv_standard_2D (padded, dilated) 9.405 -> 7.891, 62 8.912 -> 8.712; level 2's 47_Conv3d_Mish_Tanh 8.367 ->
-    7.464, 31 6.693 -> 6.434, 32 13.820 -> 13.387. At two stages or over the packed weight these ran 1.03-2.5x
-    slower, as did rows tiles over the channels-last copy (31 12.62, 47 13.94, 43 10.24 at 128 x 128)."""
+    column's, so that a dot step's [BLOCK_M, BLOCK_K] tile costs one add an element, not each element's input
+    coordinates and bounds (about ten integer operations): lines naming the positions' part (xr, before the K
+    loop), the columns' (xc, in it), and the conditions keeping each padded dim's coordinate a{i} + b{i} inside
+    the input, one unsigned comparison each (a negative coordinate is a large unsigned one). On an H200 (session
+    63, variants_bench at each task's channel tiles, K steps of 32, ms), against the coordinates an element: level
+    1's 80_conv_standard_2D (padded, dilated) 9.405 -> 7.891, 62 8.912 -> 8.712; level 2's 47_Conv3d_Mish_Tanh
+    8.367 -> 7.464, 31 6.693 -> 6.434, 32 13.820 -> 13.387. At two stages or over the packed weight these ran
+    1.03-2.5x slower, as did rows tiles over the channels-last copy (31 12.62, 47 13.94, 43 10.24 at 128 x 128)."""
     row, col = _axes(last)
     head, body, conds, xr, xc = [], [], [], [], [f"ci * {sx[1]}"]
     for i, size in enumerate(in_sizes):
@@ -1072,25 +1053,24 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
             body += _split_index(kw, window, "kw")
         else:
             body += [f"kw{i} = kk * 0" for i in range(len(window))]
-        if bk == 1:
-            tap_lines, conds = _input_taps(attrs, tuple(x.shape[2:]), last)
-        else:  # dot steps: the input offsets in two parts (_split_taps)
-            head, tap_lines, conds = _split_taps(attrs, tuple(x.shape[2:]), sx, last)
-            lines += head
+        # dot steps (outer products are for phased ones: params.kernel_invalid), the input offsets in two parts
+        head, tap_lines, conds = _split_taps(attrs, tuple(x.shape[2:]), sx, last)
+        lines += head
         body += tap_lines
         k_extent, row_ok = str(K), f"(rm1 < {M})"
     bases, ci_stride = _bases(x, w, attrs["transposed"], xp, wp, cin_g, N, "rn1")
     lines += bases
-    split = not phased and bk > 1
-    if split:  # each position's input pointer, once
+    if not phased:  # each position's input pointer, once
         lines.append("x_pos = x_row + xr")
     if bk == 1:  # outer products: a K step per tap, its input channels unrolled
         body = _outer_body(body, len(spatial), len(window), sx, sw, ci_stride, cin_g, N, f"{row_ok}{row}", conds,
                            last)
         product, step, depth = "ta * tb", cin_g, "        "
     else:  # a dot step: [BLOCK_M, BLOCK_K] gathered (channel, tap) columns by [BLOCK_K, BLOCK_N] weights
-        a_off = " + ".join([f"ci{col} * {sx[1]}"] + [f"i{i} * {sx[2 + i]}" for i in range(len(spatial))])
-        a_ptr = f"x_pos{row} + xc{col}" if split else f"x_row{row} + {a_off}"
+        a_ptr = f"x_pos{row} + xc{col}"
+        if phased:  # each element's input coordinates (_phase_lines)
+            a_ptr = " + ".join([f"x_row{row}", f"ci{col} * {sx[1]}"] +
+                               [f"i{i} * {sx[2 + i]}" for i in range(len(spatial))])
         b_off = " + ".join([f"ci[:, None] * {ci_stride}"] +
                            [f"kw{i}[:, None] * {sw[2 + i]}" for i in range(len(window))])
         a_mask = " & ".join([f"{row_ok}{row}", f"(kk{col} < {k_extent})"] + conds)

@@ -63,7 +63,8 @@ def _axes(last: bool) -> tuple[str, str]:
     return ("[None, :]", "[:, None]") if last else ("[:, None]", "[None, :]")
 
 
-def _split_taps(attrs: dict, in_sizes: tuple, sx: tuple, last: bool) -> tuple[list[str], list[str], list[str]]:
+def _split_taps(attrs: dict, in_sizes: tuple, sx: tuple, last: bool,
+                one_tap: bool = False) -> tuple[list[str], list[str], list[str]]:
     """An unphased convolution's input offset as a sum of an output position's part and a (channel, tap)
     column's, so that a dot step's [BLOCK_M, BLOCK_K] tile costs one add an element, not each element's input
     coordinates and bounds (about ten integer operations): lines naming the positions' part (xr, before the K
@@ -72,8 +73,10 @@ def _split_taps(attrs: dict, in_sizes: tuple, sx: tuple, last: bool) -> tuple[li
     63, variants_bench at each task's channel tiles, K steps of 32, ms), against the coordinates an element: level
     1's 80_conv_standard_2D (padded, dilated) 9.405 -> 7.891, 62 8.912 -> 8.712; level 2's 47_Conv3d_Mish_Tanh
     8.367 -> 7.464, 31 6.693 -> 6.434, 32 13.820 -> 13.387. At two stages or over the packed weight these ran
-    1.03-2.5x slower, as did rows tiles over the channels-last copy (31 12.62, 47 13.94, 43 10.24 at 128 x 128)."""
-    row, col = _axes(last)
+    1.03-2.5x slower, as did rows tiles over the channels-last copy (31 12.62, 47 13.94, 43 10.24 at 128 x 128).
+    Where a K step takes one tap (`one_tap`: tap_steps), each b{i} is a scalar and each condition a vector over
+    the positions."""
+    row, col = ("", "") if one_tap else _axes(last)
     head, body, conds, xr, xc = [], [], [], [], [f"ci * {sx[1]}"]
     for i, size in enumerate(in_sizes):
         s, pad, d = attrs["stride"][i], attrs["padding"][i], attrs["dilation"][i]
@@ -1019,6 +1022,7 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
     bm, bn = gemm_block(p, "BLOCK_M", rows), gemm_block(p, "BLOCK_N", N)
     bk = 1 if p.get("BLOCK_K") == 1 else gemm_block(p, "BLOCK_K", k_most)
     last = conv_tiles(g, p) == "positions"
+    one_tap = bool(p.get("taps"))  # each K step BLOCK_K channels of one tap (params.tap_steps)
     row, col = _axes(last)
     sx, sw = x.strides, w.strides
     big = ".to(tl.int64)" if gen.big else ""
@@ -1043,7 +1047,10 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
         lines += [f"pid_g = tl.program_id(1){big}", f"rm1 = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){big}"]
         lines += _split_index("rm1", (kernel.domain[0],) + tuple(spatial), "q")  # q0: batch, q1..: output position
         lines += [f"o{i} = q{i + 1}" for i in range(len(spatial))]
-        if last:  # channels fastest along K
+        if one_tap:  # a K step takes BLOCK_K of one tap's channels: the tap t and its offsets are scalars
+            body = [f"t = k0 // {cin_g}", "ci = rk" if cin_g == bk else f"ci = k0 % {cin_g} + rk"]
+            kw = "t"
+        elif last:  # channels fastest along K
             body = ["kk = k0 + rk", f"ci = kk % {cin_g}" if cin_g > 1 else "ci = kk * 0"]
             kw = f"(kk // {cin_g})" if cin_g > 1 else "kk"
         else:  # taps fastest along K
@@ -1052,12 +1059,14 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
         if taps > 1:
             body += _split_index(kw, window, "kw")
         else:
-            body += [f"kw{i} = kk * 0" for i in range(len(window))]
+            body += [f"kw{i} = {'0' if one_tap else 'kk * 0'}" for i in range(len(window))]
         # dot steps (outer products are for phased ones: params.kernel_invalid), the input offsets in two parts
-        head, tap_lines, conds = _split_taps(attrs, tuple(x.shape[2:]), sx, last)
+        head, tap_lines, conds = _split_taps(attrs, tuple(x.shape[2:]), sx, last, one_tap)
         lines += head
         body += tap_lines
         k_extent, row_ok = str(K), f"(rm1 < {M})"
+        if one_tap:  # the tap's bounds, a vector over the positions
+            body.append(f"ok = {' & '.join([row_ok] + conds)}")
     bases, ci_stride = _bases(x, w, attrs["transposed"], xp, wp, cin_g, N, "rn1")
     lines += bases
     if not phased:  # each position's input pointer, once
@@ -1074,11 +1083,14 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
         b_off = " + ".join([f"ci[:, None] * {ci_stride}"] +
                            [f"kw{i}[:, None] * {sw[2 + i]}" for i in range(len(window))])
         a_mask = " & ".join([f"{row_ok}{row}", f"(kk{col} < {k_extent})"] + conds)
+        b_mask = f"(kk[:, None] < {k_extent}) & (rn1[None, :] < {N})"
+        if one_tap:  # every step's channels inside the input's (kernel_invalid): no mask along K
+            tap = " + ".join(f"kw{i} * {sw[2 + i]}" for i in range(len(window)))
+            b_off, a_mask, b_mask = f"ci[:, None] * {ci_stride} + ({tap})", f"ok{row}", f"rn1[None, :] < {N}"
         cast = dot_cast(x, w, p.get("operands", "input"))
         load = f"tl.load({a_ptr}, mask={a_mask}, other=0.0)"
         body += [f"ta = {f'tl.trans({load})' if last else load}{cast}",
-                 f"tb = tl.load(w_col[None, :] + {b_off}, mask=(kk[:, None] < {k_extent}) & (rn1[None, :] < {N}), "
-                 f"other=0.0){cast}"]
+                 f"tb = tl.load(w_col[None, :] + {b_off}, mask={b_mask}, other=0.0){cast}"]
         product, step, depth = f'tl.dot(ta, tb, input_precision="{p.get("precision", "ieee")}")', "BLOCK_K", "    "
         if hand_split(p):
             body += tf32_parts("ta") + weight_parts(p, "tb")

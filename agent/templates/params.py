@@ -246,6 +246,43 @@ def deep_steps(node: Node, p: dict) -> dict:
     return {"BLOCK_K": 64} if plain and channels and gemm_dims(node)[3] >= DEEP_K else {}
 
 
+def tap_steps(node: Node, p: dict) -> dict:
+    """{"taps": 1} where the dot steps of channel tiles `p` can each take BLOCK_K input channels of one tap
+    (taps_fit; BLOCK_K lowered to 32 or 16 where those divide a group's channels and p's does not), {} elsewhere.
+    Its K runs tap by tap, each tap's channels innermost: the tap and its input offset are scalars of the step,
+    its bounds a vector over the output positions, and an element of the gathered tile costs its pointer's add,
+    where taps fastest along K give each column its own tap, offset and bounds. Compiled for sm_90 on a CPU
+    (Triton 3.6, ptxas), level 1's 69_conv_transposed_2D (64 channels, 3x5 taps, 128 x 128 x 32 tiles at 8
+    warps): 830 SASS instructions a K step (629 integer, 12 tensor-core products) -> 412 (215), 238 -> 248
+    registers; 128 x 64 x 64: 792 -> 442. Steps of 64 over tiles of 128 x 64 or more take 8 warps: at 4, level 2's
+    54_Conv2d_Multiply_LeakyReLU_GELU spilled 520 bytes (592 without tap steps), at 8 none (219 registers, 432
+    instructions a step, 681 without). Over the 19 of levels 1-2's convolutions whose first Triton candidate is in
+    channel tiles, 1.6-3.4x fewer instructions per 32 of K (geomean 2.4x; some against K steps of 64 at 4 warps,
+    which spill); in positions tiles, whose threads each hold few columns, 1-2% fewer (level 1's 57, 65, 71):
+    taps_fit lets the search take them there, but no variant offers them. Not yet timed on a GPU, so it is a
+    variant, not a default."""
+    if not p.get("BLOCK_K", 32) > 1 or conv_tiles(node, p) != "channels":
+        return {}
+    for bk in (p.get("BLOCK_K", 32), 32, 16):
+        if taps_fit(node, {**p, "BLOCK_K": bk}):
+            out = {"taps": 1, **({"BLOCK_K": bk} if bk != p.get("BLOCK_K", 32) else {})}
+            if bk == 64 and p.get("BLOCK_M", 64) * p.get("BLOCK_N", 64) >= 128 * 64 and p.get("num_warps", 4) < 8:
+                out["num_warps"] = 8
+            return out
+    return {}
+
+
+def taps_fit(node: Node, p: dict) -> bool:
+    """Whether tiles `p` of a convolution can take tap steps (tap_steps): dot steps (BLOCK_K above 1) in channels
+    or positions tiles of an unphased convolution whose input channels a group BLOCK_K divides. Not a strided
+    transposed one: its phases' K loops (16 channels a step, few taps a phase) compiled for sm_90 to as many
+    instructions either way (level 2's 15, 26, 93; within 4%)."""
+    if node.fn != "conv" or phased(node) or conv_tiles(node, p) not in ("channels", "positions"):
+        return False
+    bk = p.get("BLOCK_K", 32)
+    return bk > 1 and (node.args[0].shape[1] // node.attrs["groups"]) % bk == 0
+
+
 def packed_default(node: Node) -> bool:
     """Whether a convolution reads its weight packed by default (implicit_gemm.packed_weight): a strided
     transposed one (phased), whose weight (C_in, C_out / groups, *window) puts a phase's taps a window apart
@@ -627,6 +664,7 @@ def kernel_space(kernel: Kernel) -> dict[str, list]:
             space["parts"] = ["registers", "hand"]  # tf32x3: Triton's split in every tl.dot, or each tile's once
             space["maxnreg"] = [128, 168, 0]  # a cap on a thread's registers, for more programs an SM (0: none)
             space["xlast"] = [0, 1]  # 1: rows tiles read a copy of the input, channels innermost (xlast_fits)
+            space["taps"] = [0, 1]  # 1: each dot step BLOCK_K channels of one tap (tap_steps)
         else:
             space["persistent"] = [0, 1]  # 1: split operands (tf32x3) read by TMA, a program per SM (kernels._gemm)
             space["parts"] = ["memory", "registers"]  # tf32x3's operands split once, or each tile at every K step
@@ -824,6 +862,9 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
             return "rows tiles in outer-product steps (BLOCK_K 1) are for at most 8 input channels a group"
         if p.get("packed") and kernel.nodes[0].fn != "conv":
             return "packed weights are for convolutions"
+        if p.get("taps") and not taps_fit(kernel.nodes[0], p):
+            return "taps (a K step of one tap's input channels) is for the dot steps of an unphased convolution's " \
+                   "channels or positions tiles, its input channels a group a multiple of BLOCK_K"
         if p.get("xlast") and not xlast_fits(kernel.nodes[0], p):
             return "xlast (the input copied with its channels innermost) is for rows tiles in unstacked dot steps " \
                    "over an input read whole, its spatial dims contiguous"

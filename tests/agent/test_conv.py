@@ -9,7 +9,7 @@ import pytest
 from agent.analysis import analyze
 from agent.templates import BY_NAME, base, matching
 from agent.templates.implicit_gemm import phase_ks, rows_fit, rows_smem, stacks
-from agent.templates.params import SMEM_BYTES, deep_steps, phased_pair, transposed_positions
+from agent.templates.params import SMEM_BYTES, deep_steps, phased_pair, tap_steps, transposed_positions
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -1097,3 +1097,58 @@ def test_a_plain_deep_convolution_takes_k_steps_of_64(conv, shape, deep, runner,
     assert (".to(tl.uint32) <" in source) == ("padding" in conv)  # the padded 3-D one's three dims
     assert "padding" not in conv or "((a0[:, None] + b0[None, :]).to(tl.uint32) < 3)" in source
     runner.run_ok(task, source)
+
+
+@pytest.mark.parametrize("conv, shape, positions", [
+    ("nn.Conv2d(32, 24, 3, padding=1)", "(2, 32, 5, 9)", False),  # K 288: deep steps, tap steps at 32
+    ("nn.Conv3d(16, 8, 3, padding=(1, 0, 1), dilation=(1, 2, 1))", "(2, 16, 3, 6, 5)", False),
+    ("nn.Conv1d(16, 8, 5, stride=2, padding=2)", "(2, 16, 13)", False),
+    ("nn.Conv2d(32, 24, 3, groups=2, bias=False)", "(2, 32, 5, 7)", False),  # 16 channels a group
+    ("nn.ConvTranspose2d(16, 24, (3, 2), padding=(1, 0))", "(2, 16, 3, 7)", True),  # first in positions tiles
+])
+def test_a_tap_step_takes_block_k_channels_of_one_tap(conv, shape, positions, runner, tmp_path):
+    """params.tap_steps: after a convolution's first Triton candidate in channel tiles (and the tiles tried beside
+    it) comes the same with each K step BLOCK_K input channels of one tap: the tap t, its offsets and its input
+    bounds (ok, a vector over the positions) are the step's, its channels ci the only column vector, and no mask
+    runs along K. Padded, dilated, strided, grouped and transposed ones match the reference, at one K step a tap
+    and at two (BLOCK_K 16 over 32 channels), and so does an unstrided transposed one's first candidate, in
+    positions tiles over its packed weight, with tap steps (which the search may take there)."""
+    task = conv_task(tmp_path / "taps.py", conv, shape)
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    vs = t.variants(a)
+    i = next(i for i, p in enumerate(vs) if p.get("taps"))
+    first = next(j for j, p in enumerate(vs) if p["impl"] == "triton" and p.get("tiles", "channels") == "channels")
+    assert first < i <= first + 2 and vs[i] == {**vs[first], **tap_steps(a_conv(a), vs[first])}
+    assert (vs[0].get("tiles") == "positions") == positions and sum(p.get("taps", 0) for p in vs) == 1
+    cin_g = int(conv.split("(")[1].split(",")[0]) // (2 if "groups=2" in conv else 1)
+    forms = [vs[i], {**vs[i], "BLOCK_K": 16}] + [{**vs[0], "taps": 1, "BLOCK_K": 16}] * positions
+    for params in forms:
+        source = t.render(a, params)
+        loop = source[source.index("for k0 in range("):source.index("rm = ")]
+        assert f"t = k0 // {cin_g}\n" in loop and "kk" not in loop
+        assert ("ci = rk" if params["BLOCK_K"] == cin_g else f"ci = k0 % {cin_g} + rk") in loop
+        load = "tl.load(x_pos[:, None] + xc[None, :], mask=ok[:, None], other=0.0)"
+        if params.get("tiles") == "positions":  # [K, positions], transposed for the product
+            load = "tl.trans(tl.load(x_pos[None, :] + xc[:, None], mask=ok[None, :], other=0.0))"
+        assert f"ta = {load}\n" in loop
+        runner.run_ok(task, source)
+
+
+@pytest.mark.parametrize("conv, shape, params, others", [
+    ("nn.ConvTranspose2d(16, 8, 3, stride=2)", "(2, 16, 3, 7)", {"tiles": "channels", "BLOCK_K": 16}, False),
+    ("nn.Conv2d(24, 8, 3)", "(2, 24, 5, 7)", {"BLOCK_K": 16}, False),  # no K step of 16 or 32 fits 24 channels
+    ("nn.Conv2d(32, 8, 3)", "(2, 32, 5, 7)", {"tiles": "rows", "BLOCK_K": 16}, True),  # its channel tiles can
+])
+def test_what_does_not_take_tap_steps(conv, shape, params, others, tmp_path):
+    """Tap steps need an unphased convolution's channels or positions tiles in dot steps whose BLOCK_K divides a
+    group's input channels: a strided transposed one, 24 channels in steps of 16 and rows tiles are refused, and no
+    variant of the first two offers them."""
+    task = conv_task(tmp_path / "no_taps.py", conv, shape)
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    assert any(p.get("taps") for p in t.variants(a)) == others
+    k = next(k for k in base.plan(a).kernels if k.kind == "gemm")
+    with pytest.raises(ValueError, match=r"taps \(a K step of one tap's input channels\) is for the dot steps"):
+        t.render(a, {**t.default(a), "impl": "triton", **params, "taps": 1})
+    assert tap_steps(k.nodes[0], {**t.default(a), **params}) == {}

@@ -1,0 +1,161 @@
+"""The GEMM kernel of a template's candidates as an H200 would run it, with no GPU: each candidate's
+`_gemm_kernel` compiled for sm_90 by the installed Triton (its bundled ptxas and nvdisasm), every argument but
+its meta-parameters an fp32 pointer, 16-byte aligned as Triton's launcher specializes them. Per candidate it
+prints the registers a thread, the bytes spilled, and the SASS instructions of the kernel's longest loop (its K
+loop): in all, integer ones and tensor-core products. These are counts, not times: they say where a kernel's
+instructions go, and a GPU says what they cost. Counts depend on the Triton version (the table names it): the
+H200 that times our kernels runs Triton 3.6, and a CPU's newer Triton can compile the same kernel to other code.
+
+    python benchmarks/sass_bench.py TASK.py [TASK.py ...] --template gemm [--variants 0,1] [--set NAME[@I]=KEY:VALUE,...]
+
+--variants and --set pick candidates as in variants_bench.py. A candidate the template refuses, or whose kernel
+does not compile, shows why in its row. Exit codes: 0; 2 for bad arguments (a missing task file, an unknown
+template, one that does not match a task, a malformed --set).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import triton  # noqa: E402
+
+from agent.analysis import analyze  # noqa: E402
+from agent.templates import BY_NAME  # noqa: E402
+from variants_bench import candidates, parse_set  # noqa: E402
+
+INTEGER = ("IMAD", "IADD", "ISETP", "LOP", "SHF", "LEA", "SEL", "VIADD", "VIMNMX", "IMNMX", "PLOP", "IABS", "SGXT",
+           "PRMT", "UIMAD", "UIADD", "UISETP", "ULOP", "USHF", "ULEA", "USEL")
+PRODUCTS = ("HMMA", "HGMMA")
+LAUNCH = re.compile(r"(_gemm_kernel\d+)\[.*?\]\((.*?)\)$", re.M)
+
+
+def launch_of(source: str) -> tuple[str, dict, dict]:
+    """The candidate's first GEMM kernel launch: its name, meta-parameters and compile options."""
+    m = LAUNCH.search(source)
+    if not m:
+        raise ValueError("the candidate launches no _gemm_kernel")
+    keywords = dict(kv.split("=") for kv in m.group(2).split(", ") if "=" in kv)
+    options = {k: int(keywords.pop(k)) for k in ("num_warps", "num_stages", "maxnreg") if k in keywords}
+    return m.group(1), {k: int(v) for k, v in keywords.items()}, options
+
+
+def sass(path: Path, name: str, meta: dict, options: dict) -> tuple[int, int, str]:
+    """Registers, spilled bytes and the SASS text of kernel `name` in the candidate at `path`, built for sm_90."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    jit = getattr(module, name)
+    signature = {a: "constexpr" if a in meta else "*fp32" for a in jit.arg_names}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(jit.arg_names) if a not in meta}
+    kernel = triton.compile(ASTSource(jit, signature, meta, aligned), target=GPUTarget("cuda", 90, 32),
+                            options=options)
+    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    ptx, cubin = path.with_suffix(".ptx"), path.with_suffix(".cubin")
+    ptx.write_text(kernel.asm["ptx"])
+    built = None
+    for ptxas in sorted(tools.glob("ptxas*"), reverse=True):  # as tools/compile_info: the newest reads newer PTX
+        run = subprocess.run([str(ptxas), "-v", "--gpu-name=sm_90a", str(ptx), "-o", str(cubin)],
+                             capture_output=True, text=True)
+        if run.returncode == 0:
+            built = run.stderr
+            break
+    if built is None:
+        raise RuntimeError(f"no ptxas in {tools} built the kernel")
+    registers = int(re.search(r"Used (\d+) registers", built).group(1))
+    spilled = re.search(r"(\d+) bytes spill stores", built)
+    text = subprocess.run([str(tools / "nvdisasm"), "-c", str(cubin)], capture_output=True, text=True,
+                          check=True).stdout
+    return registers, int(spilled.group(1)) if spilled else 0, text
+
+
+def longest_loop(text: str) -> Counter:
+    """The opcodes of the longest loop in SASS `text`: from a label to a branch back to it."""
+    code, at = [], {}
+    for line in text.splitlines():
+        label = re.match(r"\s*(\.L_x_\d+):", line)
+        if label:
+            at[label.group(1)] = len(code)
+            continue
+        ins = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)(.*?);", line)
+        if ins:
+            code.append((ins.group(1).split(".")[0], ins.group(2)))
+    loops = [code[at[t.group(0)]:i + 1] for i, (op, rest) in enumerate(code)
+             if op == "BRA" and (t := re.search(r"\.L_x_\d+", rest)) and at.get(t.group(0), i) < i]
+    return Counter(op for op, _ in max(loops, key=len, default=[]))
+
+
+def rows_for(task: Path, template, picks: list[int], sets: list, folder: Path) -> list[str]:
+    a = analyze(str(task), small=False, name=task.stem)
+    if not template.match(a):
+        raise ValueError(f"the {template.NAME} template does not match {task}")
+    rows = []
+    for n, (label, params) in enumerate(candidates(template.variants(a), picks, sets)):
+        shown = ", ".join(f"{k}={v}" for k, v in params.items())
+        try:
+            path = folder / f"{task.stem}_{n}.py"
+            path.write_text(template.render(a, params))
+            name, meta, options = launch_of(path.read_text())
+            registers, spilled, text = sass(path, name, meta, options)
+        except Exception as e:  # a refused render, or a kernel that does not compile
+            rows.append(f"| {task.stem} | {label} | – | – | – | {type(e).__name__}: {_first_line(e)} ({shown}) |")
+            continue
+        ops = longest_loop(text)
+        integer = sum(c for op, c in ops.items() if op.startswith(INTEGER))
+        products = sum(c for op, c in ops.items() if op in PRODUCTS)
+        rows.append(f"| {task.stem} | {label} | {registers} | {spilled} | {sum(ops.values())} ({integer}, {products})"
+                    f" | {shown} |")
+    return rows
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else "no message")[:200]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("tasks", nargs="+", help="task files (class Model, get_inputs, get_init_inputs)")
+    p.add_argument("--template", required=True, help=f"the template: {', '.join(sorted(BY_NAME))}")
+    p.add_argument("--variants", default="0,1", help="the template's variants by index (default 0,1)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME[@I]=KEY:VALUE,...",
+                   help="variant I (default 0) with these parameters replaced; repeatable")
+    args = p.parse_args()
+    template = BY_NAME.get(args.template)
+    if template is None:
+        p.error(f"no template {args.template!r}; the templates: {', '.join(sorted(BY_NAME))}")
+    missing = [t for t in args.tasks if not Path(t).is_file()]
+    if missing:
+        p.error(f"no task file {missing[0]}")
+    try:
+        picks = [int(i) for i in args.variants.split(",") if i]
+        sets = [parse_set(s) for s in args.set]
+    except ValueError as e:
+        p.error(str(e) if "--set" in str(e) else f"--variants {args.variants}: give indices, e.g. 0,1")
+    lines = [f"Compiled for sm_90 by Triton {triton.__version__} on this machine, no GPU: counts, not times.", "",
+             "| task | candidate | registers | spilled bytes | K-loop SASS (integer, tensor-core products) | "
+             "parameters, or why no figures |", "|---|---|---:|---:|---:|---|"]
+    with tempfile.TemporaryDirectory() as folder:
+        for task in args.tasks:
+            try:
+                lines += rows_for(Path(task), template, picks, sets, Path(folder))
+            except ValueError as e:
+                p.error(str(e))
+            print(f"{Path(task).stem}: done", file=sys.stderr, flush=True)
+    print("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""benchmarks/sass_bench.py on a CPU: a candidate's GEMM kernel compiled for sm_90 by the installed Triton, its
+registers, spills and K-loop instructions in a table; a refused render says why in its row, and bad arguments
+exit 2 with one sentence."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+SCRIPT = ROOT / "benchmarks" / "sass_bench.py"
+CONV = ROOT / "tests" / "agent" / "fixtures" / "conv_kinds_small.py"
+
+DEEP = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(32, 24, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def get_inputs():
+    return [torch.randn(2, 32, 5, 9)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+
+def test_tap_steps_take_fewer_integer_instructions_a_k_step(tmp_path):
+    """A 32-channel 3x3 convolution's channel tiles at K steps of 32, with and without tap steps (params.tap_steps):
+    both compile for sm_90 with the same tensor-core products a step, and tap steps take fewer integer
+    instructions in the K loop."""
+    task = tmp_path / "deep.py"
+    task.write_text(DEEP)
+    done = run(str(task), "--template", "gemm", "--variants", "", "--set", "plain=BLOCK_K:32",
+               "--set", "taps=BLOCK_K:32,taps:1", "--set", "odd=tiles:sideways")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Compiled for sm_90 by Triton ")
+    rows = {line.split(" | ")[1]: line.split(" | ") for line in done.stdout.splitlines() if line.startswith("| deep")}
+    assert list(rows) == ["plain", "taps", "odd"]
+    loops = {}
+    for label in ("plain", "taps"):
+        registers, spilled, loop = rows[label][2:5]
+        assert 0 < int(registers) <= 255 and int(spilled) >= 0
+        total, integer, products = (int(n) for n in loop.replace("(", "").replace(",", "").replace(")", "").split())
+        assert total > integer and products > 0
+        loops[label] = integer, products
+    assert loops["taps"][1] == loops["plain"][1] and loops["taps"][0] < loops["plain"][0]
+    assert "ValueError: Invalid parameters for the gemm template: tiles must be" in rows["odd"][5]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--template", "nope"], "no template 'nope'"),
+    (["--template", "gemm", "--set", "wide=BLOCK_N"], "--set 'wide=BLOCK_N': give NAME[@I]=KEY:VALUE"),
+    (["--template", "gemm", "--variants", "first"], "--variants first: give indices"),
+    (["--template", "pooling"], "the pooling template does not match"),
+])
+def test_bad_arguments_exit_2_with_one_sentence(args, says):
+    done = run(str(CONV), *args)
+    assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr
+    missing = run("no_such_task.py", "--template", "gemm")
+    assert missing.returncode == 2 and "no task file no_such_task.py" in missing.stderr

@@ -257,8 +257,8 @@ def tap_steps(node: Node, p: dict) -> dict:
     registers; 128 x 64 x 64: 792 -> 442. Steps of 64 over tiles of 128 x 64 or more take 8 warps: at 4, level 2's
     54_Conv2d_Multiply_LeakyReLU_GELU spilled 520 bytes (592 without tap steps), at 8 none (219 registers, 432
     instructions a step, 681 without). Over the 19 of levels 1-2's convolutions whose first Triton candidate is in
-    channel tiles, 1.6-3.4x fewer instructions per 32 of K (geomean 2.4x; some against K steps of 64 at 4 warps,
-    which spill); in positions tiles, whose threads each hold few columns, 1-2% fewer (level 1's 57, 65, 71):
+    channel tiles, against the same tiles without tap steps, 1.5-4.6x fewer K-loop instructions (geomean 2.6x;
+    benchmarks/sass_bench.py); in positions tiles, whose threads each hold few columns, 1-2% fewer (57, 65, 71):
     taps_fit lets the search take them there, but no variant offers them. Not yet timed on a GPU, so it is a
     variant, not a default."""
     if not p.get("BLOCK_K", 32) > 1 or conv_tiles(node, p) != "channels":

@@ -2,7 +2,8 @@
 `_gemm_kernel` compiled for sm_90 by the installed Triton (its bundled ptxas and nvdisasm), every argument but
 its meta-parameters an fp32 pointer, 16-byte aligned as Triton's launcher specializes them. Per candidate it
 prints the registers a thread, the bytes spilled, and the SASS instructions of the kernel's longest loop (its K
-loop): in all, integer ones and tensor-core products. These are counts, not times: they say where a kernel's
+loop; the whole kernel's, and the row says so, where the compiler unrolled every loop): in all, integer ones and
+tensor-core products. These are counts, not times: they say where a kernel's
 instructions go, and a GPU says what they cost. Counts depend on the Triton version (the table names it): the
 H200 that times our kernels runs Triton 3.6, and a CPU's newer Triton can compile the same kernel to other code.
 
@@ -80,8 +81,9 @@ def sass(path: Path, name: str, meta: dict, options: dict) -> tuple[int, int, st
     return registers, int(spilled.group(1)) if spilled else 0, text
 
 
-def longest_loop(text: str) -> Counter:
-    """The opcodes of the longest loop in SASS `text`: from a label to a branch back to it."""
+def longest_loop(text: str) -> tuple[Counter, bool]:
+    """The opcodes of the longest loop in SASS `text` (from a label to a branch back to it), and whether there is
+    one: where the compiler unrolled every loop, the whole kernel's."""
     code, at = [], {}
     for line in text.splitlines():
         label = re.match(r"\s*(\.L_x_\d+):", line)
@@ -93,7 +95,7 @@ def longest_loop(text: str) -> Counter:
             code.append((ins.group(1).split(".")[0], ins.group(2)))
     loops = [code[at[t.group(0)]:i + 1] for i, (op, rest) in enumerate(code)
              if op == "BRA" and (t := re.search(r"\.L_x_\d+", rest)) and at.get(t.group(0), i) < i]
-    return Counter(op for op, _ in max(loops, key=len, default=[]))
+    return Counter(op for op, _ in max(loops, key=len, default=code)), bool(loops)
 
 
 def rows_for(task: Path, template, picks: list[int], sets: list, folder: Path) -> list[str]:
@@ -111,11 +113,11 @@ def rows_for(task: Path, template, picks: list[int], sets: list, folder: Path) -
         except Exception as e:  # a refused render, or a kernel that does not compile
             rows.append(f"| {task.stem} | {label} | – | – | – | {type(e).__name__}: {_first_line(e)} ({shown}) |")
             continue
-        ops = longest_loop(text)
+        ops, loop = longest_loop(text)
         integer = sum(c for op, c in ops.items() if op.startswith(INTEGER))
         products = sum(c for op, c in ops.items() if op in PRODUCTS)
-        rows.append(f"| {task.stem} | {label} | {registers} | {spilled} | {sum(ops.values())} ({integer}, {products})"
-                    f" | {shown} |")
+        counts = f"{sum(ops.values())} ({integer}, {products})" + ("" if loop else ", no loop: the whole kernel")
+        rows.append(f"| {task.stem} | {label} | {registers} | {spilled} | {counts} | {shown} |")
     return rows
 
 

@@ -261,7 +261,7 @@ def tap_steps(node: Node, p: dict) -> dict:
     benchmarks/sass_bench.py); in positions tiles, whose threads each hold few columns, 1-2% fewer (57, 65, 71):
     taps_fit lets the search take them there, but no variant offers them. Not yet timed on a GPU, so it is a
     variant, not a default."""
-    if not p.get("BLOCK_K", 32) > 1 or conv_tiles(node, p) != "channels":
+    if node.fn != "conv" or not p.get("BLOCK_K", 32) > 1 or conv_tiles(node, p) != "channels":
         return {}
     for bk in (p.get("BLOCK_K", 32), 32, 16):
         if taps_fit(node, {**p, "BLOCK_K": bk}):

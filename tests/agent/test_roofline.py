@@ -697,3 +697,21 @@ def test_a_rows_tile_tries_two_batch_elements_a_program(tmp_path):
     b = analyze(str(odd), small=True)
     assert not [m for m in moves(b, t, {**t.default(b), "impl": "triton"}, measured(3.0, flops=1.0, nbytes=1e9),
                                  b.to_json()) if "SAMPLES" in m.reason]
+
+
+def test_a_convolution_in_channel_tiles_tries_tap_steps(tmp_path):
+    """A Triton convolution's channel tiles whose K steps can each take one tap's input channels try that
+    (params.tap_steps), once; positions tiles and a vendor convolution do not."""
+    task = tmp_path / "conv32.py"
+    task.write_text((FIXTURES / "conv_kinds_small.py").read_text().replace('kind = "conv2d"', 'kind = "conv1d"')
+                    .replace("nn.Conv1d(5, 7, 3, stride=2, padding=1, dilation=2), (n, 5, 19)",
+                             "nn.Conv1d(32, 8, 3, padding=1), (n, 32, 19)"))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["gemm"]
+    channels = {**t.default(a), "impl": "triton", "tiles": "channels", "BLOCK_K": 16}
+    found = [m for m in moves(a, t, channels, measured(2.5, flops=1e12), a.to_json())
+             if m.reason.endswith("(taps 0->1)")]
+    assert len(found) == 1 and found[0].params == {**channels, "taps": 1} and base.invalid(a, found[0].params) is None
+    assert not [m for m in moves(a, t, found[0].params, measured(2.5, flops=1e12), a.to_json()) if "taps" in m.reason]
+    for other in ({**channels, "tiles": "positions"}, {**channels, "impl": "torch"}):
+        assert not [m for m in moves(a, t, other, measured(2.5, flops=1e12), a.to_json()) if "taps" in m.reason]

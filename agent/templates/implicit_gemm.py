@@ -1080,13 +1080,14 @@ def render_conv(kernel: Kernel, name: str, p: dict) -> KernelCode:
         if phased:  # each element's input coordinates (_phase_lines)
             a_ptr = " + ".join([f"x_row{row}", f"ci{col} * {sx[1]}"] +
                                [f"i{i} * {sx[2 + i]}" for i in range(len(spatial))])
-        b_off = " + ".join([f"ci[:, None] * {ci_stride}"] +
-                           [f"kw{i}[:, None] * {sw[2 + i]}" for i in range(len(window))])
-        a_mask = " & ".join([f"{row_ok}{row}", f"(kk{col} < {k_extent})"] + conds)
-        b_mask = f"(kk[:, None] < {k_extent}) & (rn1[None, :] < {N})"
-        if one_tap:  # every step's channels inside the input's (kernel_invalid): no mask along K
+        if one_tap:  # the tap's weight offset a scalar; every step's channels inside the input's: no mask along K
             tap = " + ".join(f"kw{i} * {sw[2 + i]}" for i in range(len(window)))
             b_off, a_mask, b_mask = f"ci[:, None] * {ci_stride} + ({tap})", f"ok{row}", f"rn1[None, :] < {N}"
+        else:
+            b_off = " + ".join([f"ci[:, None] * {ci_stride}"] +
+                               [f"kw{i}[:, None] * {sw[2 + i]}" for i in range(len(window))])
+            a_mask = " & ".join([f"{row_ok}{row}", f"(kk{col} < {k_extent})"] + conds)
+            b_mask = f"(kk[:, None] < {k_extent}) & (rn1[None, :] < {N})"
         cast = dot_cast(x, w, p.get("operands", "input"))
         load = f"tl.load({a_ptr}, mask={a_mask}, other=0.0)"
         body += [f"ta = {f'tl.trans({load})' if last else load}{cast}",

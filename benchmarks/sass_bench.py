@@ -46,7 +46,16 @@ def launch_of(source: str) -> tuple[str, dict, dict]:
         raise ValueError("the candidate launches no _gemm_kernel")
     keywords = dict(kv.split("=") for kv in m.group(2).split(", ") if "=" in kv)
     options = {k: int(keywords.pop(k)) for k in ("num_warps", "num_stages", "maxnreg") if k in keywords}
-    return m.group(1), {k: int(v) for k, v in keywords.items()}, options
+    return m.group(1), {k: _value(k, v) for k, v in keywords.items()}, options
+
+
+def _value(name: str, text: str) -> int | bool:
+    """A meta-parameter's value as the launch on a GPU gives it: an int, or a tensor's .is_cuda (True there)."""
+    if text.endswith(".is_cuda"):
+        return True
+    if text.lstrip("-").isdigit():
+        return int(text)
+    raise ValueError(f"the launch gives meta-parameter {name} as {text}, which this bench cannot evaluate")
 
 
 def sass(path: Path, name: str, meta: dict, options: dict) -> tuple[int, int, str]:

@@ -1,6 +1,7 @@
 """benchmarks/sass_bench.py on a CPU: a candidate's GEMM kernel compiled for sm_90 by the installed Triton, its
 registers, spills and K-loop instructions in a table; a refused render says why in its row, and bad arguments
 exit 2 with one sentence."""
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -71,3 +72,18 @@ def test_bad_arguments_exit_2_with_one_sentence(args, says):
     assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr
     missing = run("no_such_task.py", "--template", "gemm")
     assert missing.returncode == 2 and "no task file no_such_task.py" in missing.stderr
+
+
+def test_a_launchs_meta_parameters_are_read_as_the_gpu_gives_them():
+    """Ints as they are, a tensor's .is_cuda as True (the special-function switch of a candidate's kernels); any
+    other host expression is refused in one sentence, not guessed."""
+    spec = importlib.util.spec_from_file_location("sass_bench", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    line = "        _gemm_kernel0[(264,)](x, w, buf, BLOCK_M=64, PROGRAMS=264, SFU=x.is_cuda, num_warps=4, num_stages=3)"
+    assert bench.launch_of(line) == ("_gemm_kernel0", {"BLOCK_M": 64, "PROGRAMS": 264, "SFU": True},
+                                     {"num_warps": 4, "num_stages": 3})
+    with pytest.raises(ValueError, match="gives meta-parameter ROWS as x.shape"):
+        bench.launch_of(line.replace("PROGRAMS=264", "ROWS=x.shape[0]"))
+    with pytest.raises(ValueError, match="launches no _gemm_kernel"):
+        bench.launch_of("_row_kernel0[(1,)](x, BLOCK=4)")

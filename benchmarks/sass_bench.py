@@ -1,6 +1,7 @@
 """The GEMM kernel of a template's candidates as an H200 would run it, with no GPU: each candidate's
 `_gemm_kernel` compiled for sm_90 by the installed Triton (its bundled ptxas and nvdisasm), every argument but
-its meta-parameters an fp32 pointer, 16-byte aligned as Triton's launcher specializes them. Per candidate it
+its meta-parameters an fp32 pointer, 16-byte aligned as Triton's launcher specializes them, or a TMA descriptor
+where the candidate makes one for it. Per candidate it
 prints the registers a thread, the bytes spilled, and the SASS instructions of the kernel's longest loop (its K
 loop; the whole kernel's, and the row says so, where the compiler unrolled every loop): in all, integer ones and
 tensor-core products. These are counts, not times: they say where a kernel's
@@ -37,16 +38,21 @@ INTEGER = ("IMAD", "IADD", "ISETP", "LOP", "SHF", "LEA", "SEL", "VIADD", "VIMNMX
            "PRMT", "UIMAD", "UIADD", "UISETP", "ULOP", "USHF", "ULEA", "USEL")
 PRODUCTS = ("HMMA", "HGMMA")
 LAUNCH = re.compile(r"(_gemm_kernel\d+)\[.*?\]\((.*?)\)$", re.M)
+DESCRIPTOR = re.compile(r"^\s*(\w+) = TensorDescriptor\(\w+, \[.*?\], \[.*?\], \[([\d, ]+)\]\)$", re.M)
 
 
-def launch_of(source: str) -> tuple[str, dict, dict]:
-    """The candidate's first GEMM kernel launch: its name, meta-parameters and compile options."""
+def launch_of(source: str) -> tuple[str, dict, dict, list[str]]:
+    """The candidate's first GEMM kernel launch: its name, meta-parameters, compile options and the Triton type of
+    each other argument (a TMA descriptor where the candidate makes one, else an fp32 pointer)."""
     m = LAUNCH.search(source)
     if not m:
         raise ValueError("the candidate launches no _gemm_kernel")
-    keywords = dict(kv.split("=") for kv in m.group(2).split(", ") if "=" in kv)
+    blocks = {name: block for name, block in DESCRIPTOR.findall(source)}
+    args = m.group(2).split(", ")
+    keywords = dict(kv.split("=") for kv in args if "=" in kv)
     options = {k: int(keywords.pop(k)) for k in ("num_warps", "num_stages", "maxnreg") if k in keywords}
-    return m.group(1), {k: _value(k, v) for k, v in keywords.items()}, options
+    types = [f"tensordesc<fp32[{blocks[a]}]>" if a in blocks else "*fp32" for a in args if "=" not in a]
+    return m.group(1), {k: _value(k, v) for k, v in keywords.items()}, options, types
 
 
 def _value(name: str, text: str) -> int | bool:
@@ -58,8 +64,9 @@ def _value(name: str, text: str) -> int | bool:
     raise ValueError(f"the launch gives meta-parameter {name} as {text}, which this bench cannot evaluate")
 
 
-def sass(path: Path, name: str, meta: dict, options: dict) -> tuple[int, int, str]:
-    """Registers, spilled bytes and the SASS text of kernel `name` in the candidate at `path`, built for sm_90."""
+def sass(path: Path, name: str, meta: dict, options: dict, types: list[str]) -> tuple[int, int, str]:
+    """Registers, spilled bytes and the SASS text of kernel `name` in the candidate at `path`, built for sm_90
+    with `types` its other arguments'."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -67,8 +74,9 @@ def sass(path: Path, name: str, meta: dict, options: dict) -> tuple[int, int, st
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     jit = getattr(module, name)
-    signature = {a: "constexpr" if a in meta else "*fp32" for a in jit.arg_names}
-    aligned = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(jit.arg_names) if a not in meta}
+    others = iter(types)
+    signature = {a: "constexpr" if a in meta else next(others) for a in jit.arg_names}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(jit.arg_names) if signature[a] == "*fp32"}
     kernel = triton.compile(ASTSource(jit, signature, meta, aligned), target=GPUTarget("cuda", 90, 32),
                             options=options)
     tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -117,8 +125,7 @@ def rows_for(task: Path, template, picks: list[int], sets: list, folder: Path) -
         try:
             path = folder / f"{task.stem}_{n}.py"
             path.write_text(template.render(a, params))
-            name, meta, options = launch_of(path.read_text())
-            registers, spilled, text = sass(path, name, meta, options)
+            registers, spilled, text = sass(path, *launch_of(path.read_text()))
         except Exception as e:  # a refused render, or a kernel that does not compile
             rows.append(f"| {task.stem} | {label} | – | – | – | {type(e).__name__}: {_first_line(e)} ({shown}) |")
             continue

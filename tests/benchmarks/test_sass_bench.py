@@ -76,13 +76,16 @@ def test_bad_arguments_exit_2_with_one_sentence(args, says):
 
 def test_a_launchs_meta_parameters_are_read_as_the_gpu_gives_them():
     """Ints as they are, a tensor's .is_cuda as True (the special-function switch of a candidate's kernels); any
-    other host expression is refused in one sentence, not guessed."""
+    other host expression is refused in one sentence, not guessed. An argument the candidate made a TMA
+    descriptor for is one, of its block's shape; the others are fp32 pointers."""
     spec = importlib.util.spec_from_file_location("sass_bench", SCRIPT)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    line = "        _gemm_kernel0[(264,)](x, w, buf, BLOCK_M=64, PROGRAMS=264, SFU=x.is_cuda, num_warps=4, num_stages=3)"
+    line = "        _gemm_kernel0[(264,)](x, w_desc, buf, BLOCK_M=64, PROGRAMS=264, SFU=x.is_cuda, num_warps=4, num_stages=3)"
     assert bench.launch_of(line) == ("_gemm_kernel0", {"BLOCK_M": 64, "PROGRAMS": 264, "SFU": True},
-                                     {"num_warps": 4, "num_stages": 3})
+                                     {"num_warps": 4, "num_stages": 3}, ["*fp32"] * 3)
+    made = "        w_desc = TensorDescriptor(w, [64, 32], [32, 1], [16, 32])\n"  # a TMA descriptor for w
+    assert bench.launch_of(made + line)[3] == ["*fp32", "tensordesc<fp32[16, 32]>", "*fp32"]
     with pytest.raises(ValueError, match="gives meta-parameter ROWS as x.shape"):
         bench.launch_of(line.replace("PROGRAMS=264", "ROWS=x.shape[0]"))
     with pytest.raises(ValueError, match="launches no _gemm_kernel"):

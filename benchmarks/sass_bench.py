@@ -1,12 +1,12 @@
 """The GEMM kernel of a template's candidates as an H200 would run it, with no GPU: each candidate's
 `_gemm_kernel` compiled for sm_90 by the installed Triton (its bundled ptxas and nvdisasm), every argument but
 its meta-parameters an fp32 pointer, 16-byte aligned as Triton's launcher specializes them, or a TMA descriptor
-where the candidate makes one for it. Per candidate it
-prints the registers a thread, the bytes spilled, and the SASS instructions of the kernel's longest loop (its K
-loop; the whole kernel's, and the row says so, where the compiler unrolled every loop): in all, integer ones and
-tensor-core products. These are counts, not times: they say where a kernel's
-instructions go, and a GPU says what they cost. Counts depend on the Triton version (the table names it): the
-H200 that times our kernels runs Triton 3.6, and a CPU's newer Triton can compile the same kernel to other code.
+where the candidate makes one for it. Per candidate it prints the registers a thread, the bytes spilled, and the
+SASS instructions of the kernel's longest loop (its K loop; the whole kernel's, and the row says so, where the
+compiler unrolled every loop): in all, integer ones and tensor-core products. These are counts, not times: they
+say where a kernel's instructions go, and a GPU says what they cost. Counts depend on the Triton version (the
+table names it): the H200 that times our kernels runs Triton 3.6, and a CPU's newer Triton can compile the same
+kernel to other code.
 
     python benchmarks/sass_bench.py TASK.py [TASK.py ...] --template gemm [--variants 0,1] [--set NAME[@I]=KEY:VALUE,...]
 

@@ -8,7 +8,8 @@ A result without a GPU timing, or at its floor (agent/graph.py floor_bar, the se
 The rules look at the Triton kernel with the most device time (EvalResult.kernel_ms; without a profile, the
 template's main kernel), in this order:
   spills    its registers spill (EvalResult.compile), not under a cap of its own (maxnreg): more warps, then a
-            smaller tile (a convolution: a narrower K tile, then more warps)
+            smaller tile (a convolution: a narrower K tile, then more warps; but a plain deep one's K steps of 64
+            more warps first)
   registers a Triton convolution, or a held split (COOP: each program holds its chunk through the row's
             combine, so the chunks an SM holds are its data in flight), whose floor is its bytes
             (tools/profile.bytes_bound) and whose registers, not its shared memory, hold it to fewer programs
@@ -58,9 +59,9 @@ from agent.templates.codegen import SM_SMEM_BYTES, next_pow2, register_programs
 from agent.templates.gemm import persistent_pays, vendor_loses
 from agent.templates.implicit_gemm import conv_tiles, gemm_dims, outer_steps
 from agent.templates.kernels import looped_passes, online_pairs
-from agent.templates.params import (MAX_PER_SM, SMS, gemm_tiles, held_split, interleaved_tiles, kernel_default,
-                                    kernel_invalid, kernel_space, l2_groups, lag_split, lanes, online_form, persistent,
-                                    rows_form, sizes, tap_steps)
+from agent.templates.params import (MAX_PER_SM, SMS, deep_steps, gemm_tiles, held_split, interleaved_tiles,
+                                    kernel_default, kernel_invalid, kernel_space, l2_groups, lag_split, lanes,
+                                    online_form, persistent, rows_form, sizes, tap_steps)
 from agent.templates.schedule import Kernel
 from agent.templates.split_operands import pays
 from agent.templates.stats_epilogue import Pool, Stats, recompute_pays, stats_pair
@@ -183,8 +184,13 @@ def _spills(kernel: Kernel, p: dict, result: EvalResult, i: int) -> list[tuple[d
     if smaller:
         out.append((smaller, f"{fact}: try a smaller tile ({_words(p, smaller)})"))
     # a convolution's registers go to its gathered [K, M] index tiles: a narrower K first (on one H100, level 2's
-    # 3-channel transposed convolutions ran 1.4-1.9x faster at BLOCK_K 16 than 32, slower at 8 warps)
-    return out[::-1] if kernel.layout == "gemm" and kernel.nodes[0].fn == "conv" else out
+    # 3-channel transposed convolutions ran 1.4-1.9x faster at BLOCK_K 16 than 32, slower at 8 warps); but not
+    # a plain deep one's K steps of 64 (params.deep_steps), which spill and still win: on an H200 (session 63)
+    # level 1's 62 ran 8.669 ms at K 32, 7.873 at K 64 on 4 warps and 7.656 on 8, the search's pick there and on
+    # level 2's 54
+    conv = kernel.layout == "gemm" and kernel.nodes[0].fn == "conv"
+    deep = conv and p.get("BLOCK_K") == 64 and deep_steps(kernel.nodes[0], {**p, "BLOCK_K": 32})
+    return out[::-1] if conv and not deep else out
 
 
 def _registers(kernel: Kernel, p: dict, result: EvalResult, i: int) -> list[tuple[dict, str]]:

@@ -31,8 +31,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import triton  # noqa: E402
 
 from agent.analysis import analyze  # noqa: E402
-from agent.templates import BY_NAME  # noqa: E402
-from variants_bench import candidates, parse_set  # noqa: E402
+from variants_bench import add_picks, candidates, first_line, picked  # noqa: E402
 
 INTEGER = ("IMAD", "IADD", "ISETP", "LOP", "SHF", "LEA", "SEL", "VIADD", "VIMNMX", "IMNMX", "PLOP", "IABS", "SGXT",
            "PRMT", "UIMAD", "UIADD", "UISETP", "ULOP", "USHF", "ULEA", "USEL")
@@ -127,7 +126,7 @@ def rows_for(task: Path, template, picks: list[int], sets: list, folder: Path) -
             path.write_text(template.render(a, params))
             registers, spilled, text = sass(path, *launch_of(path.read_text()))
         except Exception as e:  # a refused render, or a kernel that does not compile
-            rows.append(f"| {task.stem} | {label} | – | – | – | {type(e).__name__}: {_first_line(e)} ({shown}) |")
+            rows.append(f"| {task.stem} | {label} | – | – | – | {type(e).__name__}: {first_line(e)} ({shown}) |")
             continue
         ops, loop = longest_loop(text)
         integer = sum(c for op, c in ops.items() if op.startswith(INTEGER))
@@ -137,30 +136,11 @@ def rows_for(task: Path, template, picks: list[int], sets: list, folder: Path) -
     return rows
 
 
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return (text.splitlines()[0] if text else "no message")[:200]
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("tasks", nargs="+", help="task files (class Model, get_inputs, get_init_inputs)")
-    p.add_argument("--template", required=True, help=f"the template: {', '.join(sorted(BY_NAME))}")
-    p.add_argument("--variants", default="0,1", help="the template's variants by index (default 0,1)")
-    p.add_argument("--set", action="append", default=[], metavar="NAME[@I]=KEY:VALUE,...",
-                   help="variant I (default 0) with these parameters replaced; repeatable")
+    add_picks(p, "0,1")
     args = p.parse_args()
-    template = BY_NAME.get(args.template)
-    if template is None:
-        p.error(f"no template {args.template!r}; the templates: {', '.join(sorted(BY_NAME))}")
-    missing = [t for t in args.tasks if not Path(t).is_file()]
-    if missing:
-        p.error(f"no task file {missing[0]}")
-    try:
-        picks = [int(i) for i in args.variants.split(",") if i]
-        sets = [parse_set(s) for s in args.set]
-    except ValueError as e:
-        p.error(str(e) if "--set" in str(e) else f"--variants {args.variants}: give indices, e.g. 0,1")
+    template, picks, sets = picked(p, args)
     lines = [f"Compiled for sm_90 by Triton {triton.__version__} on this machine, no GPU: counts, not times.", "",
              "| task | candidate | registers | spilled bytes | K-loop SASS (integer, tensor-core products) | "
              "parameters, or why no figures |", "|---|---|---:|---:|---:|---|"]

@@ -111,7 +111,7 @@ def rows_for(task: Path, template, picks: list[int], sets: list, small: bool, co
             cand.load_state_dict(model.state_dict(), strict=False)
             found.append((row, cand))
         except Exception as e:  # a refused render, or a candidate that cannot be built
-            row.note = f"{type(e).__name__}: {_first_line(e)}"
+            row.note = f"{type(e).__name__}: {first_line(e)}"
             found.append((row, None))
     calls = [(row, None if fn is None else lambda fn=fn: fn(*inputs)) for row, fn in found]
     return [(row, call if call is not None and _checked(row, call, golden) else None) for row, call in calls]
@@ -125,7 +125,7 @@ def _checked(row: Row, call, golden: torch.Tensor) -> bool:
         try:
             out = call()
         except Exception as e:
-            row.note = f"{type(e).__name__}: {_first_line(e)}"
+            row.note = f"{type(e).__name__}: {first_line(e)}"
             return False
     row.error = rel_err(out, golden)
     if any(FALLBACK in str(w.message) for w in caught):
@@ -133,7 +133,7 @@ def _checked(row: Row, call, golden: torch.Tensor) -> bool:
     return True
 
 
-def _first_line(e: Exception) -> str:
+def first_line(e: Exception) -> str:
     text = str(e).strip()
     return (text.splitlines()[0] if text else "no message")[:200]
 
@@ -168,18 +168,19 @@ def table(rows: list[Row], gpu: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_picks(p: argparse.ArgumentParser, variants: str) -> None:
+    """The arguments that pick a template's candidates over task files (this bench's and sass_bench.py's), with
+    `variants` the default indices."""
     p.add_argument("tasks", nargs="+", help="task files (class Model, get_inputs, get_init_inputs)")
     p.add_argument("--template", required=True, help=f"the template: {', '.join(sorted(BY_NAME))}")
-    p.add_argument("--variants", default="0,1,2", help="the template's variants by index (default 0,1,2)")
+    p.add_argument("--variants", default=variants, help=f"the template's variants by index (default {variants})")
     p.add_argument("--set", action="append", default=[], metavar="NAME[@I]=KEY:VALUE,...",
                    help="variant I (default 0) with parameters replaced; again for each")
-    p.add_argument("--compile", action="store_true", help="time torch.compile too (GPU)")
-    p.add_argument("--reps", type=int, default=1, help="rounds of timing, every row once a round (default 1)")
-    p.add_argument("--small", action="store_true", help="the tasks at their SMALL_SHAPES")
-    p.add_argument("--kernels", action="store_true", help="each row's GPU time split over its kernels (GPU)")
-    args = p.parse_args()
+
+
+def picked(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[object, list[int], list]:
+    """The template, variant indices and parameter sets add_picks' arguments name; p.error (exit 2, one
+    sentence) for an unknown template, a missing task file or a malformed --variants or --set."""
     template = BY_NAME.get(args.template)
     if template is None:
         p.error(f"no template {args.template!r}; the templates: {', '.join(sorted(BY_NAME))}")
@@ -190,7 +191,20 @@ def main() -> int:
         picks = [int(i) for i in args.variants.split(",") if i]
         sets = [parse_set(s) for s in args.set]
     except ValueError as e:
-        p.error(str(e) if "--set" in str(e) else f"--variants {args.variants}: give indices, e.g. 0,1,2")
+        example = p.get_default("variants")
+        p.error(str(e) if "--set" in str(e) else f"--variants {args.variants}: give indices, e.g. {example}")
+    return template, picks, sets
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_picks(p, "0,1,2")
+    p.add_argument("--compile", action="store_true", help="time torch.compile too (GPU)")
+    p.add_argument("--reps", type=int, default=1, help="rounds of timing, every row once a round (default 1)")
+    p.add_argument("--small", action="store_true", help="the tasks at their SMALL_SHAPES")
+    p.add_argument("--kernels", action="store_true", help="each row's GPU time split over its kernels (GPU)")
+    args = p.parse_args()
+    template, picks, sets = picked(p, args)
     gpu = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"  # interpreted: no GPU times
     device = torch.device("cuda" if gpu else "cpu")
     if gpu:

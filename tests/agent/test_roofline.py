@@ -197,15 +197,10 @@ def test_a_spilling_convolution_narrows_its_k_tile_first(tmp_path):
     assert out[1].params["num_warps"] == 8 and out[1].params["BLOCK_M"] == start["BLOCK_M"]
 
 
-def test_a_plain_deep_convolution_spilling_at_k_steps_of_64_tries_more_warps_first(tmp_path):
+def test_a_plain_deep_convolution_spilling_at_k_steps_of_64_tries_more_warps_first():
     """K steps of 64 over a plain deep convolution (params.deep_steps) spill at 4 warps and still beat steps of
     32: more warps come before the narrower K tile; at K steps of 32 the narrower tile still comes first."""
-    task = tmp_path / "deep.py"
-    task.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
-                    "        super().__init__()\n        self.conv = nn.Conv2d(32, 24, 3, padding=1)\n\n"
-                    "    def forward(self, x):\n        return self.conv(x)\n\n\ndef get_inputs():\n"
-                    "    return [torch.randn(2, 32, 5, 9)]\n\n\ndef get_init_inputs():\n    return []\n")
-    a = analyze(str(task), small=True)
+    a = analysis_of("conv_deep_small")
     t = BY_NAME["gemm"]
     start = {**t.default(a), "impl": "triton"}
     assert (start["BLOCK_K"], start["num_warps"]) == (64, 4)  # deep steps

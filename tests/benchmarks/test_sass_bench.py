@@ -11,44 +11,22 @@ import pytest
 ROOT = Path(__file__).parents[2]
 SCRIPT = ROOT / "benchmarks" / "sass_bench.py"
 CONV = ROOT / "tests" / "agent" / "fixtures" / "conv_kinds_small.py"
-
-DEEP = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(32, 24, 3, padding=1)
-
-    def forward(self, x):
-        return self.conv(x)
-
-
-def get_inputs():
-    return [torch.randn(2, 32, 5, 9)]
-
-
-def get_init_inputs():
-    return []
-'''
+DEEP = ROOT / "tests" / "agent" / "fixtures" / "conv_deep_small.py"
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600, cwd=ROOT)
 
 
-def test_tap_steps_take_fewer_integer_instructions_a_k_step(tmp_path):
+def test_tap_steps_take_fewer_integer_instructions_a_k_step():
     """A 32-channel 3x3 convolution's channel tiles at K steps of 32, with and without tap steps (params.tap_steps):
     both compile for sm_90 with the same tensor-core products a step, and tap steps take fewer integer
     instructions in the K loop."""
-    task = tmp_path / "deep.py"
-    task.write_text(DEEP)
-    done = run(str(task), "--template", "gemm", "--variants", "", "--set", "plain=BLOCK_K:32",
+    done = run(str(DEEP), "--template", "gemm", "--variants", "", "--set", "plain=BLOCK_K:32",
                "--set", "taps=BLOCK_K:32,taps:1", "--set", "odd=tiles:sideways")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Compiled for sm_90 by Triton ")
-    rows = {line.split(" | ")[1]: line.split(" | ") for line in done.stdout.splitlines() if line.startswith("| deep")}
+    rows = {line.split(" | ")[1]: line.split(" | ") for line in done.stdout.splitlines() if line.startswith("| conv_deep_small")}
     assert list(rows) == ["plain", "taps", "odd"]
     loops = {}
     for label in ("plain", "taps"):

@@ -6,13 +6,14 @@ the reduced dims removed). Nodes join the current kernel while they fit these le
 a new kernel, and values crossing kernels are stored to a buffer and read back as leaves over it (so any
 view or broadcast of them is just strides). Pointwise nodes of leaves alone are never scheduled: every
 kernel that reads one recomputes it at its own positions (broadcasting included), so a chain of broadcast
-operands costs no buffer. A GEMM kernel takes a pointwise epilogue over its output, and a convolution's
-kernel whose tiles hold every output channel (`channels`) a reduction over them too; a "torch_gemm" kernel
-is a vendor GEMM run on the host, its epilogue a Triton kernel reading its buffer. A piece of a cat that a
-kernel of its own computes, read by nothing else, is stored straight into its place in the cat's buffer
-(cat_in_place): the cat's kernel then stores only its other positions. An output that is a reshape of a
-computed value's whole buffer, read by nothing else (an einsum's GEMM output as the 4-D result), takes that
-buffer as its own, and the forward returns a view of it, not a copy (`views`; off under dynamic shapes).
+operands costs no buffer; one that is returned is stored by a kernel over its shape that computes it at every
+element anyway (`reader`), else by a flat kernel of its own. A GEMM kernel takes a pointwise epilogue over its
+output, and a convolution's kernel whose tiles hold every output channel (`channels`) a reduction over them
+too; a "torch_gemm" kernel is a vendor GEMM run on the host, its epilogue a Triton kernel reading its buffer.
+A piece of a cat that a kernel of its own computes, read by nothing else, is stored straight into its place in
+the cat's buffer (cat_in_place): the cat's kernel then stores only its other positions. An output that is a
+reshape of a computed value's whole buffer, read by nothing else (an einsum's GEMM output as the 4-D result),
+takes that buffer as its own, and the forward returns a view of it, not a copy (`views`; off under dynamic shapes).
 
     kernels, buffers = schedule(program, split_k=1)
 """
@@ -127,6 +128,9 @@ class _Scheduler:
         for out in self.p.outputs:
             if out in self.home:
                 self.store(out)
+            elif out in self.inline and (k := self.reader(out)) is not None:  # stored where it is computed
+                self.join(k, self.member(out, k), out, "full")
+                self.store(out)
             elif out in self.inline:
                 k = final.get(out.numel)
                 if k is None:
@@ -147,6 +151,23 @@ class _Scheduler:
             if isinstance(n, Node) and n.attrs.get("cat"):
                 self.cat_in_place(n)
         return self.kernels, self.buffers
+
+    def reader(self, out: Node) -> Kernel | None:
+        """A tile kernel over `out`'s shape that computes `out` (pointwise of leaves) at each of its elements: it
+        stores `out` too, where a flat kernel of its own would read its leaves again. A decoder layer's residual
+        add and RMSNorm, h = x + residual returned beside the norm of h, read x and residual twice so: 6 tensors'
+        bytes against 4."""
+        for k in self.kernels:
+            if k.kind != "tile" or tuple(k.domain) != tuple(out.shape) or k.box or k.store_when or k.has_window:
+                continue
+            stack = [a for m in k.nodes if k.level[m] == "full" or m.op == "reduce" for a in m.args]
+            while stack:
+                a = stack.pop()
+                if a is out:
+                    return k
+                if isinstance(a, Node) and a.op == "pw" and a in self.inline:
+                    stack += a.args
+        return None
 
     def reshaped(self, out: Node) -> Node | None:
         """The stored node whose whole buffer output `out`, a chain of views each read once, reads in its own

@@ -1,5 +1,7 @@
-"""LLM-shaped ops in bf16 (RMSNorm, LayerNorm, softmax, cross-entropy over a 32k and a 128k vocabulary,
-SwiGLU, GeGLU, rotary embedding; two tokens x hidden shapes each): kernelwright's kernel beside eager PyTorch,
+"""LLM-shaped ops in bf16, two tokens x hidden shapes each: RMSNorm, LayerNorm, softmax, cross-entropy over a
+32k and a 128k vocabulary, SwiGLU, GeGLU, rotary embedding, and the other forward ops Liger-Kernel has a kernel
+for (a residual add with RMSNorm, DyT, PolyNorm, the KL, Jensen-Shannon and total variation distances between
+next-token distributions, and the LM head with its cross-entropy). Kernelwright's kernel beside eager PyTorch,
 torch.compile and, when `liger_kernel` imports (pip install -e '.[bench]'), Liger-Kernel, all timed in this
 one process, each with its relative error against an fp32 run of the same task on the same (bf16) values.
 
@@ -7,18 +9,20 @@ The tasks are written by this script into a temporary folder and built as a user
 `kernelwright batch FOLDER --dtype bfloat16 --budget N` (the optimize search of every task, no LLM, no
 knowledge store), into OUT/runs; a second call resumes that build. Then each task's OUT/runs/TASK/best.py is
 timed here with tools/profile.time_call (GPU time, L2 flushed before each call), the host's time per call
-beside it (tools/profile.host_us), and the floor is the task's bytes over the device's measured copy bandwidth.
+beside it (tools/profile.host_us), and the floor is the task's bytes over the device's measured copy bandwidth
+(the LM head's, its products at the measured bf16 matmul rate, whichever takes longer).
 Beside the floor, a device copy that moves as many bytes (half read, half written) is timed the same way: what
 moving those bytes takes at this size. At a few tens of MB it is well above the floor (a 4096x4096 bf16 copy ran
 at 1.32x it on an H200), so kw/copy says how far a kernel is from the best a memory-bound one can do there. An
 op that only reads (cross-entropy) does no better than the copy after the flush every figure uses, which leaves
 the L2's lines dirty: on an H200 (session 54) a pass summing 4096x32000 bf16 logits (262 MB) took 0.0700 ms, the
 copy 0.0667 (the floor about 0.062; after a flush that only reads, 0.0617 and 0.0631).
-Prints one table and writes OUT/llm_ops.md and OUT/llm_ops.json. About 10 minutes on one H100/H200 with the
-defaults (the build runs one task per GPU here). GPU only: on a machine without CUDA it says so and exits 2.
+Prints one table and writes OUT/llm_ops.md and OUT/llm_ops.json. The build gives a task 24 s by default (one
+task per GPU here); the first seven ops' 14 tasks took about 10 minutes on one H100/H200, build and timing, so
+give a call under a time limit fewer --ops. GPU only: on a machine without CUDA it says so and exits 2.
 
     python benchmarks/llm_ops_bench.py --out benchmarks/results/llm_ops [--ops rmsnorm,cross_entropy]
-        [--budget 3] [--build-seconds 330]
+        [--budget 3] [--build-seconds S]
 """
 from __future__ import annotations
 
@@ -159,6 +163,132 @@ def get_inputs():
 def get_init_inputs():
     return []
 ''', [(2048, 4096), (8192, 4096)]),
+    "add_rmsnorm": ('''class Model(nn.Module):
+    """A decoder layer's residual add and RMSNorm: h = x + residual, then h / sqrt(mean(h^2) + eps) * weight;
+    returns the normed h and h (the next residual)."""
+    def __init__(self, hidden):
+        super().__init__()
+        self.weight = nn.Parameter(1.0 + 0.1 * torch.randn(hidden))
+
+    def forward(self, x, residual):
+        h = x + residual
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight, h
+
+
+def get_inputs():
+    return [torch.randn(tokens, hidden), torch.randn(tokens, hidden)]
+
+
+def get_init_inputs():
+    return [hidden]
+''', [(4096, 4096), (16384, 8192)]),
+    "dyt": ('''class Model(nn.Module):
+    """DyT, the norm-free transformer's stand-in for LayerNorm: gamma * tanh(alpha * x) + beta."""
+    def __init__(self, hidden):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.full((1,), 0.5))
+        self.gamma = nn.Parameter(1.0 + 0.1 * torch.randn(hidden))
+        self.beta = nn.Parameter(0.1 * torch.randn(hidden))
+
+    def forward(self, x):
+        return self.gamma * torch.tanh(self.alpha * x) + self.beta
+
+
+def get_inputs():
+    return [torch.randn(tokens, hidden)]
+
+
+def get_init_inputs():
+    return [hidden]
+''', [(4096, 4096), (16384, 8192)]),
+    "poly_norm": ('''class Model(nn.Module):
+    """PolyNorm: w0 * n(x^3) + w1 * n(x^2) + w2 * n(x) + b, where n(u) = u / sqrt(mean(u^2) + eps) over the hidden
+    size."""
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.tensor([0.3, 0.4, 0.5]))
+        self.bias = nn.Parameter(torch.tensor(0.1))
+
+    def forward(self, x):
+        def n(u):
+            return u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight[0] * n(x ** 3) + self.weight[1] * n(x ** 2) + self.weight[2] * n(x) + self.bias
+
+
+def get_inputs():
+    return [torch.randn(tokens, hidden)]
+
+
+def get_init_inputs():
+    return []
+''', [(4096, 4096), (16384, 8192)]),
+    "kl_div": ('''class Model(nn.Module):
+    """Distillation's KL divergence: a teacher's next-token probabilities against a student's log-probabilities
+    over the vocabulary (hidden = vocabulary size), summed over it and averaged over tokens."""
+    def forward(self, log_q, p):
+        return F.kl_div(log_q, p, reduction="batchmean")
+
+
+def get_inputs():
+    return [torch.log_softmax(2.0 * torch.randn(tokens, hidden), -1),
+            torch.softmax(2.0 * torch.randn(tokens, hidden), -1)]
+
+
+def get_init_inputs():
+    return []
+''', [(4096, 32000), (2048, 128256)]),
+    "jsd": ('''class Model(nn.Module):
+    """Jensen-Shannon divergence between a student's and a teacher's next-token distributions, both given as
+    log-probabilities over the vocabulary (hidden = vocabulary size), averaged over tokens."""
+    def forward(self, log_q, log_p):
+        q, p = log_q.exp(), log_p.exp()
+        log_m = (0.5 * (p + q)).log()
+        return (0.5 * p * (log_p - log_m) + 0.5 * q * (log_q - log_m)).sum(-1).mean()
+
+
+def get_inputs():
+    return [torch.log_softmax(2.0 * torch.randn(tokens, hidden), -1),
+            torch.log_softmax(2.0 * torch.randn(tokens, hidden), -1)]
+
+
+def get_init_inputs():
+    return []
+''', [(4096, 32000), (2048, 128256)]),
+    "tvd": ('''class Model(nn.Module):
+    """Total variation distance between two next-token distributions over the vocabulary (hidden = vocabulary
+    size), averaged over tokens."""
+    def forward(self, p, q):
+        return 0.5 * (p - q).abs().sum(-1).mean()
+
+
+def get_inputs():
+    return [torch.softmax(2.0 * torch.randn(tokens, hidden), -1), torch.softmax(2.0 * torch.randn(tokens, hidden), -1)]
+
+
+def get_init_inputs():
+    return []
+''', [(4096, 32000), (2048, 128256)]),
+    "linear_cross_entropy": ('''VOCAB = 128256
+
+
+class Model(nn.Module):
+    """A language model's head and its loss: hidden states projected to a 128k vocabulary (Llama 3's), then the
+    mean cross-entropy of the next tokens."""
+    def __init__(self, hidden):
+        super().__init__()
+        self.lm_head = nn.Linear(hidden, VOCAB, bias=False)
+
+    def forward(self, h, labels):
+        return F.cross_entropy(self.lm_head(h), labels)
+
+
+def get_inputs():
+    return [torch.randn(tokens, hidden), torch.randint(0, VOCAB, (tokens,))]
+
+
+def get_init_inputs():
+    return [hidden]
+''', [(4096, 4096), (8192, 4096)]),
 }
 
 
@@ -190,6 +320,20 @@ def liger_fn(op: str, model: torch.nn.Module):
     if op == "softmax":
         from liger_kernel.transformers.softmax import LigerSoftmax
         return LigerSoftmax()
+    if op == "add_rmsnorm":
+        return lambda x, residual: lf.liger_fused_add_rms_norm(x, residual, model.weight, 1e-6)
+    if op == "dyt":
+        return lambda x: lf.liger_dyt(x, model.alpha, model.gamma, model.beta)
+    if op == "poly_norm":
+        return lambda x: lf.liger_poly_norm(x, model.weight, model.bias, 1e-6)
+    if op == "kl_div":
+        return lambda log_q, p: lf.liger_kl_div(log_q, p, reduction="batchmean")
+    if op == "jsd":
+        return lambda log_q, log_p: lf.liger_jsd(log_q, log_p, beta=0.5)
+    if op == "tvd":
+        return lambda p, q: lf.liger_tvd(p, q, reduction="batchmean")
+    if op == "linear_cross_entropy":
+        return lambda h, labels: lf.liger_fused_linear_cross_entropy(h, model.lm_head.weight, labels)
     raise ImportError(f"no Liger kernel for {op}")
 
 
@@ -222,7 +366,7 @@ def rel_err(out, ref) -> float:
 
 def measure(op: str, shape: tuple[int, int], module, best: Path | None, ceilings: dict) -> Row:
     """One task's row: every implementation timed on the same bf16 inputs and checked against fp32."""
-    from tools.profile import count_work, host_us, time_call
+    from tools.profile import count_work, floor_ms, host_us, time_call
     from tools.task import import_file
     row = Row(op, f"{shape[0]}x{shape[1]}")
     dev = torch.device("cuda")
@@ -232,8 +376,8 @@ def measure(op: str, shape: tuple[int, int], module, best: Path | None, ceilings
     inputs = [x.to(dev, torch.bfloat16) if x.is_floating_point() else x.to(dev) for x in module.get_inputs()]
     with torch.no_grad():
         ref = copy.deepcopy(model).float()(*[x.float() if x.is_floating_point() else x for x in inputs])
-    _, nbytes = count_work(model, inputs)
-    row.floor_ms = nbytes / ceilings["copy_bytes_per_s"] * 1e3
+    flops, nbytes = count_work(model, inputs)
+    row.floor_ms = floor_ms(flops, nbytes, ceilings, "matmul_half_flops")  # the LM head's products set its own
     src = torch.randn(int(nbytes) // 4, device=dev, dtype=torch.bfloat16)  # 2-byte elements, read once, written once
     dst = torch.empty_like(src)
     row.copy_ms = time_call(lambda: dst.copy_(src), dev).median_ms
@@ -304,6 +448,7 @@ def table(rows: list[Row]) -> list[str]:
 # time for the process's start, which the first task by name pays: on an H200 (session 29) cross-entropy over
 # 2048x128256, first by name, got one evaluation in a share of 20 and of 26 s where the others got two to four
 WARM_UP_S = 60.0
+TASK_SECONDS = 24.0  # the build's default share a task: 14 tasks took 330 s in sessions 40 and 54
 
 
 def build(tasks: Path, runs: Path, budget: int, seconds: float) -> int:
@@ -327,8 +472,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="output folder: OUT/runs (the build), OUT/llm_ops.md, OUT/llm_ops.json")
     p.add_argument("--ops", default=",".join(TASKS), help=f"comma-separated ops (default all: {','.join(TASKS)})")
     p.add_argument("--budget", type=int, default=3, help="evaluations per task in the build (default 3)")
-    p.add_argument("--build-seconds", type=float, default=330.0,
-                   help="seconds for the build, shared equally by the tasks (default 330)")
+    p.add_argument("--build-seconds", type=float, default=None,
+                   help=f"seconds for the build, shared equally by the tasks (default {TASK_SECONDS:.0f} a task)")
     args = p.parse_args(argv)
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     unknown = [o for o in ops if o not in TASKS]
@@ -351,7 +496,8 @@ def main(argv: list[str] | None = None) -> int:
             for shape in TASKS[op][1]:
                 names[(op, shape)] = task_name(op, shape)
                 (Path(tmp) / f"{names[(op, shape)]}.py").write_text(task_source(op, shape))
-        code = build(Path(tmp), out / "runs", args.budget, args.build_seconds)
+        seconds = args.build_seconds or TASK_SECONDS * len(names)
+        code = build(Path(tmp), out / "runs", args.budget, seconds)
         print(f"build exited {code} (its log: {out / 'build.log'})", flush=True)
         ceilings = device_ceilings(cache_dir())
         for (op, shape), name in names.items():

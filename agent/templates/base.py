@@ -57,6 +57,12 @@ def plan(analysis: TaskAnalysis, params: dict | None = None) -> Plan:
     kernels, buffers = schedule(program, split_k=params.get("SPLIT_K", 1), torch_gemm=params.get("impl") == "torch",
                                 channels=channels, views=shapes_of(params) != "dynamic")
     primary = max(range(len(kernels)), key=lambda i: (work(kernels[i]), -i))
+    reductions = [i for i, k in enumerate(kernels) if k.layout in ("row", "col")]
+    if kernels[primary].layout == "flat" and reductions and \
+            not any(n.op in ("gemm", "window", "scan", "rnn", "attention") for n in program.nodes):
+        # a flat kernel beside reductions (a cat returned with a row's sum): no template takes it as the tuned
+        # kernel, and the reduction is the one worth tuning, a flat kernel's defaults running near the copy
+        primary = max(reductions, key=lambda i: (work(kernels[i]), -i))
     if kernels[primary].kind == "torch_gemm":  # the tunable kernel is then the largest Triton one
         rest = [i for i, k in enumerate(kernels) if k.kind != "torch_gemm"]
         if not rest:

@@ -71,6 +71,11 @@ def var_mean(x, dims=None, *, correction=None, keepdim=False):
     return v, mean
 
 
+def std_mean(x, dims=None, *, correction=None, keepdim=False):
+    v, mean = var_mean(x, dims, correction=correction, keepdim=keepdim)
+    return torch.sqrt(v), mean
+
+
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     dims = _dims(x, dim)
     if ord == 2:
@@ -221,6 +226,7 @@ DECOMPOSITIONS = {
     aten.var.correction: var,
     aten.std.correction: std,
     aten.var_mean.correction: var_mean,
+    aten.std_mean.correction: std_mean,
     aten.linalg_vector_norm.default: vector_norm,
     aten.native_layer_norm.default: layer_norm,
     aten.native_group_norm.default: group_norm,

@@ -49,6 +49,10 @@ def test_rolls_over_dims_and_of_the_flattened_tensor(runner):
     assert "torch.roll" not in source.split("class ModelNew")[1]
 
 
+def test_standard_deviations_and_means_in_one_call(runner):
+    check("low_std_mean", runner)  # torch.std_mean had no lowering: "No template lowers aten.std_mean.correction"
+
+
 def test_attention_split_views_and_heads_of_a_computed_value(runner):
     a = analyze(str(FIXTURES / "low_attention.py"), small=True)
     fns = {n.fn for n in lower(a).nodes}

@@ -547,6 +547,11 @@ class Gen(Reductions):
             return scope.cache[m]
         if m in self.top.cache:
             return self.top.cache[m]
+        if m.op == "view" and m.args[0] not in self.k.level:  # a reshape of a pointwise node of leaves (an output
+            e = self.inline(m, m.shape, level)  # of pixel_shuffle: a permuted copy reshaped), recomputed here
+            self.kinds[m] = e.kind
+            scope.cache[m] = e.code
+            return e.code
         if m.op == "view":
             name = self.value(m.args[0])
             self.kinds[m] = self.kinds[m.args[0]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch._decomp
 
 aten = torch.ops.aten
 
@@ -74,6 +75,14 @@ def var_mean(x, dims=None, *, correction=None, keepdim=False):
 def std_mean(x, dims=None, *, correction=None, keepdim=False):
     v, mean = var_mean(x, dims, correction=correction, keepdim=keepdim)
     return torch.sqrt(v), mean
+
+
+def mv(a, v):
+    return torch.sum(a * v, [1])
+
+
+def trace(x):
+    return torch.sum(torch.diagonal(x))
 
 
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
@@ -227,6 +236,8 @@ DECOMPOSITIONS = {
     aten.std.correction: std,
     aten.var_mean.correction: var_mean,
     aten.std_mean.correction: std_mean,
+    aten.mv.default: mv,
+    aten.trace.default: trace,
     aten.linalg_vector_norm.default: vector_norm,
     aten.native_layer_norm.default: layer_norm,
     aten.native_group_norm.default: group_norm,
@@ -241,3 +252,13 @@ DECOMPOSITIONS = {
     aten.nll_loss_forward.default: nll_loss_forward,
     aten.binary_cross_entropy.default: binary_cross_entropy,
 }
+
+# torch's own decompositions (Inductor's) of ops with no lowering here, into indexed loads, views, products and
+# pointwise ops that have one: resampling (nearest, linear, cubic, a sampling grid), pixel (un)shuffle, im2col,
+# GLU, the batched and vector forms of addmm, renorm and two margin losses
+DECOMPOSITIONS.update(torch._decomp.get_decompositions([
+    aten.upsample_nearest1d, aten.upsample_nearest2d, aten.upsample_nearest3d, aten._upsample_nearest_exact1d,
+    aten._upsample_nearest_exact2d, aten._upsample_nearest_exact3d, aten.upsample_linear1d,
+    aten.upsample_bilinear2d, aten.upsample_trilinear3d, aten.upsample_bicubic2d, aten.grid_sampler_2d,
+    aten.pixel_shuffle, aten.pixel_unshuffle, aten.im2col, aten.glu, aten.baddbmm, aten.addmv, aten.addr,
+    aten.renorm, aten.margin_ranking_loss, aten.soft_margin_loss]))

@@ -231,7 +231,7 @@ EMPTY = {"empty", "empty_like", "new_empty", "empty_strided", "empty_permuted"} 
 RANDOM = {"bernoulli", "rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "normal", "uniform",
           "native_dropout", "multinomial", "randperm", "exponential", "geometric", "cauchy", "log_normal",
           "rrelu_with_noise"}
-GATHERS = {"index_select", "embedding", "gather", "index"}
+GATHERS = {"index_select", "embedding", "gather", "index", "_unsafe_index"}
 REDUCE = {"sum": "sum", "amax": "max", "amin": "min", "prod": "prod", "argmax": "argmax", "argmin": "argmin"}
 POOLS = {"max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool2d", "avg_pool3d", "_adaptive_avg_pool2d",
          "_adaptive_avg_pool3d", "adaptive_max_pool2d", "adaptive_max_pool3d"}
@@ -550,7 +550,7 @@ class _Builder:
             src, idx = args[0], args[1]
             src_dims, index_dims = (-1,) * len(idx.shape) + (1,), (0,)
             indices = [self.reshaped(idx, tuple(idx.shape) + (1,))]
-        elif base == "index":
+        elif base in ("index", "_unsafe_index"):
             src, given = args[0], list(args[1])
             at = [j for j, t in enumerate(given) if t is not None]
             if any(given[j].dtype == torch.bool for j in at):

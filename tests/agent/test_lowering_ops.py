@@ -53,6 +53,15 @@ def test_standard_deviations_and_means_in_one_call(runner):
     check("low_std_mean", runner)  # torch.std_mean had no lowering: "No template lowers aten.std_mean.correction"
 
 
+@pytest.mark.parametrize("task, template", [("low_resample", "elementwise"), ("low_row_ops", "rowwise"),
+                                            ("low_gemm_ops", "gemm")])
+def test_ops_lowered_through_decompositions(task, template, runner):
+    """Each of these ops had no lowering ("No template lowers aten.upsample_nearest2d.default", ... aten.mv)."""
+    a = analyze(str(FIXTURES / f"{task}.py"), small=True)
+    assert [t.NAME for t in matching(a)] == [template]
+    check(task, runner)
+
+
 def test_attention_split_views_and_heads_of_a_computed_value(runner):
     a = analyze(str(FIXTURES / "low_attention.py"), small=True)
     fns = {n.fn for n in lower(a).nodes}

@@ -490,7 +490,7 @@ def _axes(node) -> list[int] | None:
     dims = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
     if base == "native_layer_norm":
         return list(range(rank - len(node.args[1]), rank))
-    if base == "linalg_vector_norm":
+    if base in ("linalg_vector_norm", "norm"):  # the order first (aten.norm.ScalarOpt_dim of pairwise_distance)
         dims = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim")
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
         return list(range(rank))

@@ -190,13 +190,18 @@ def smooth_l1_loss(a, b, reduction=1, beta=1.0):
 
 
 def nll_loss_forward(logp, target, weight, reduction, ignore_index):
-    if weight is not None or logp.dim() != 2:
-        raise NotImplementedError("class weights and non-2-D inputs")
-    classes = torch.arange(logp.shape[1], device=logp.device).view(1, -1)
-    picked = torch.sum(torch.where(classes == target.view(-1, 1), logp, 0.0), [1])
-    valid = (target != ignore_index).to(logp.dtype)  # PyTorch's total weight has the input's dtype
-    loss = -picked * valid
-    total = torch.sum(valid)
+    """Classes along dim 1 of logp (dim 0 of a single sample's), any dims after them (nll_loss2d's too); each
+    target's class weight read where it is not ignored."""
+    at = 0 if logp.dim() == 1 else 1
+    classes = torch.arange(logp.shape[at], device=logp.device).view([-1] + [1] * (logp.dim() - at - 1))
+    picked = torch.sum(torch.where(classes == target.unsqueeze(at), logp, 0.0), [at])
+    valid = target != ignore_index
+    if weight is None:
+        weights = valid.to(logp.dtype)  # PyTorch's total weight has the input's dtype
+    else:
+        weights = torch.where(valid, weight[torch.where(valid, target, 0)], 0.0).to(logp.dtype)
+    loss = -picked * weights
+    total = torch.sum(weights)
     if reduction == 1:
         return torch.sum(loss) / total, total
     if reduction == 2:
@@ -250,6 +255,7 @@ DECOMPOSITIONS = {
     aten.huber_loss.default: huber_loss,
     aten.smooth_l1_loss.default: smooth_l1_loss,
     aten.nll_loss_forward.default: nll_loss_forward,
+    aten.nll_loss2d_forward.default: nll_loss_forward,
     aten.binary_cross_entropy.default: binary_cross_entropy,
 }
 
@@ -262,3 +268,11 @@ DECOMPOSITIONS.update(torch._decomp.get_decompositions([
     aten.upsample_bilinear2d, aten.upsample_trilinear3d, aten.upsample_bicubic2d, aten.grid_sampler_2d,
     aten.pixel_shuffle, aten.pixel_unshuffle, aten.im2col, aten.glu, aten.baddbmm, aten.addmv, aten.addr,
     aten.renorm, aten.margin_ranking_loss, aten.soft_margin_loss]))
+DECOMPOSITIONS.update(torch._decomp.get_decompositions([  # these overloads only: the others lower as they are
+    aten.col2im.default, aten.fill_.Scalar, aten.fill_.Tensor, aten.fill.Scalar, aten.new_zeros.default,
+    aten.multi_margin_loss.default, aten.hinge_embedding_loss.default, aten.log_sigmoid_forward.default,
+    aten.binary_cross_entropy_with_logits.default, aten.linalg_cross.default, aten.dist.default, aten.norm.Scalar,
+    aten.norm.ScalarOpt_dim, aten.channel_shuffle.default, aten.aminmax.default, aten.any.default, aten.any.dim,
+    aten.any.dims, aten.all.default, aten.all.dim, aten.all.dims, aten.count_nonzero.default,
+    aten.count_nonzero.dim_IntList, aten.floor_divide.default, aten.floor_divide.Scalar, aten.repeat.default,
+    aten.nansum.default, aten.sinc.default]))

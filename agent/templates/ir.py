@@ -329,10 +329,13 @@ class _Builder:
         if base.endswith("_") and base not in ("_", "__"):
             if isinstance(args[0], Leaf) and args[0].kind == "tensor" and args[0].base not in self.buffers:
                 raise Unsupported(f"The forward modifies a tensor in place ({target}) that it did not create.")
-            if base == "copy_" and isinstance(args[0], Leaf):  # state kept for the next call, not bookkeeping
+            if base == "copy_" and isinstance(args[0], Leaf) and args[0].kind == "tensor":  # state for the next call
                 raise Unsupported(f"The forward overwrites the module's state ({args[0].base}) on every call, so "
                                   "its result depends on how many calls came before it.")
-            result = self.call_op(base.rstrip("_"), target, args, kwargs, v)
+            if base == "copy_":  # into a tensor the forward made (a fill's): the source, broadcast and cast
+                result = self.add("pw", "cast", [args[1]], v.shape, v.dtype, dtype=v.dtype)
+            else:
+                result = self.call_op(base.rstrip("_"), target, args, kwargs, v)
             self.env[node.args[0]] = result  # later readers of the mutated tensor see the new value
             return result
         return self.call_op(base, target, args, kwargs, v)

@@ -54,7 +54,8 @@ def test_standard_deviations_and_means_in_one_call(runner):
 
 
 @pytest.mark.parametrize("task, template", [("low_resample", "elementwise"), ("low_row_ops", "rowwise"),
-                                            ("low_gemm_ops", "gemm")])
+                                            ("low_gemm_ops", "gemm"), ("low_losses", "axis_reduce"),
+                                            ("low_reductions_more", "rowwise")])
 def test_ops_lowered_through_decompositions(task, template, runner):
     """Each of these ops had no lowering ("No template lowers aten.upsample_nearest2d.default", ... aten.mv)."""
     a = analyze(str(FIXTURES / f"{task}.py"), small=True)
@@ -191,6 +192,23 @@ def test_random_numbers_are_refused():
     a = analyze(str(FIXTURES / "low_random.py"), small=True)
     assert matching(a) == []
     assert "not deterministic" in unsupported_reason(a)
+
+
+def test_state_overwritten_every_call_is_refused_and_a_fill_of_a_made_tensor_is_not(tmp_path):
+    """A copy into the module's own tensor carries state to the next call; one into a tensor the forward made
+    (the fill inside hinge_embedding_loss) is the forward's own work."""
+    task = tmp_path / "task.py"
+    task.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                    "    def __init__(self):\n        super().__init__()\n"
+                    "        self.register_buffer('running', torch.zeros(8))\n\n"
+                    "    def forward(self, x):\n        self.running.copy_(x.mean(0))\n"
+                    "        return x - self.running\n\n\n"
+                    "def get_inputs():\n    return [torch.randn(4, 8)]\n\n\ndef get_init_inputs():\n    return []\n")
+    a = analyze(str(task), small=True)
+    assert matching(a) == [] and "overwrites the module's state" in unsupported_reason(a)
+    task.write_text(task.read_text().replace("self.running.copy_(x.mean(0))\n        return x - self.running",
+                                             "return nn.functional.hinge_embedding_loss(x, torch.sign(x))"))
+    assert unsupported_reason(analyze(str(task), small=True)) is None
 
 
 def test_functions_keep_their_digits_near_zero(runner):

@@ -225,6 +225,8 @@ POINTWISE = {
     "bitwise_not": lambda a, kw: E(f"({a[0].code} == 0)", "b") if a[0].kind == "b" else E(f"(~{a[0].code})", "i"),
     "bitwise_and": lambda a, kw: E(f"({a[0].code} & {a[1].code})", "b" if a[0].kind == a[1].kind == "b" else "i"),
     "bitwise_or": lambda a, kw: E(f"({a[0].code} | {a[1].code})", "b" if a[0].kind == a[1].kind == "b" else "i"),
+    "bitwise_xor": lambda a, kw: E(f"({a[0].code} ^ {a[1].code})", "b" if a[0].kind == a[1].kind == "b" else "i"),
+    "round": lambda a, kw: E(_round(f(a[0]), _arg(a, 1, kw, "decimals", 0)), "f"),
     "isnan": lambda a, kw: E(f"({a[0].code} != {a[0].code})", "b"),
     "isinf": lambda a, kw: E(f"(tl.abs({f(a[0])}) == float(\"inf\"))", "b"),
     "lerp": lambda a, kw: E(f"({f(a[0])} + {f(a[2])} * ({f(a[1])} - {f(a[0])}))", "f"),
@@ -263,6 +265,15 @@ POINTWISE = {
 }
 
 
+def _round(x: str, decimals: int) -> str:
+    """To the nearest integer, ties to even (torch.round), after scaling by 10 ** decimals as PyTorch does: a
+    product then a quotient, or for negative decimals a quotient then a product."""
+    if decimals == 0:
+        return f"_rint({x})"
+    scale = float(10 ** abs(decimals))
+    return f"(_rint({x} * {scale!r}) / {scale!r})" if decimals > 0 else f"(_rint({x} / {scale!r}) * {scale!r})"
+
+
 def _logit_clamp(a, kw) -> str:
     eps = _arg(a, 1, kw, "eps", None)
     return f(a[0]) if eps is None else f"tl.minimum(tl.maximum({f(a[0])}, {eps!r}), {1.0 - eps!r})"
@@ -281,6 +292,12 @@ def _nan_to_num(x: str, nan, posinf, neginf) -> str:
 # Taylor terms of exp to x**9 where |x| < 0.5, and log(1 + x) = 2 atanh(s), s = x / (2 + x), to s**15 where
 # |x| < 0.5; both under 2e-9 of the value there, and exp or log is well conditioned elsewhere.
 HELPERS = {
+    # below 2 ** 23 an fp32 sum with 2 ** 23 keeps no fraction: the addition rounds it off, ties to even
+    "_rint": '''@triton.jit
+def _rint(x):
+    r = (tl.abs(x) + 8388608.0) - 8388608.0
+    return tl.where(tl.abs(x) < 8388608.0, tl.where(x < 0, -r, r), x)
+''',
     "_expm1": '''@triton.jit
 def _expm1(x):
     p = 1.0 + x * 0.1111111111111111

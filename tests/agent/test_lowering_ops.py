@@ -194,6 +194,14 @@ def test_random_numbers_are_refused():
     assert "not deterministic" in unsupported_reason(a)
 
 
+def test_rounding_is_exact_and_ties_go_to_even(runner):
+    """torch.round had no lowering; its results must be PyTorch's exactly, not within a tolerance."""
+    a = analyze(str(FIXTURES / "low_round.py"), small=True)
+    t = matching(a)[0]
+    out = runner.run(FIXTURES / "low_round.py", t.render(a, t.default(a)))
+    assert out["error"] is None and out["rel_errors"] == [0.0, 0.0, 0.0] and out["exact"] == [True, True], out
+
+
 def test_state_overwritten_every_call_is_refused_and_a_fill_of_a_made_tensor_is_not(tmp_path):
     """A copy into the module's own tensor carries state to the next call; one into a tensor the forward made
     (the fill inside hinge_embedding_loss) is the forward's own work."""

@@ -85,6 +85,29 @@ def trace(x):
     return torch.sum(torch.diagonal(x))
 
 
+TOPK_MOST = 16  # the largest k taken as k reductions over the row (a router's experts, not a sampler's vocabulary)
+
+
+def topk(x, k, dim=-1, largest=True, sorted=True):
+    """The k largest (smallest) along `dim` as k rounds of a max and its first index, each round's element then
+    left out: torch.topk's values in order; its indices too where no two values tie (its choice among ties is
+    its own)."""
+    if k > TOPK_MOST or not sorted:
+        raise NotImplementedError(f"a top-k is built for k of at most {TOPK_MOST}, sorted; this one has k {k}"
+                                  f"{'' if sorted else ', unsorted'}")
+    dim = dim % max(x.dim(), 1)
+    at = torch.arange(x.shape[dim], device=x.device).view([-1] + [1] * (x.dim() - dim - 1))
+    left = x if largest else -x
+    values, indices = [], []
+    for _ in range(k):
+        i = torch.argmax(left, dim, True)
+        values.append(torch.amax(left, [dim], True))
+        indices.append(i)
+        left = torch.where(at == i, -math.inf, left)
+    out = torch.cat(values, dim)
+    return (out if largest else -out), torch.cat(indices, dim)
+
+
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     dims = _dims(x, dim)
     if ord == 2:
@@ -242,6 +265,7 @@ DECOMPOSITIONS = {
     aten.var_mean.correction: var_mean,
     aten.std_mean.correction: std_mean,
     aten.mv.default: mv,
+    aten.topk.default: topk,
     aten.trace.default: trace,
     aten.linalg_vector_norm.default: vector_norm,
     aten.native_layer_norm.default: layer_norm,

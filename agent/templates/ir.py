@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import math
 import operator
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -163,6 +164,9 @@ def lower(analysis: TaskAnalysis) -> Program:
             traced = trace(analysis.module, meta=not analysis.small, decompositions=DECOMPOSITIONS,
                            dtype=analysis.dtype)
         except Exception as e:
+            refused = re.search(r"NotImplementedError: ([^()]+)\)", str(e))  # a decomposition's (decomps.py)
+            if refused:
+                raise Unsupported(f"{refused.group(1)[0].upper()}{refused.group(1)[1:]}.") from None
             raise Unsupported(f"The task could not be traced for the templates ({type(e).__name__}: "
                               f"{str(e).splitlines()[0][:200] if str(e) else ''}).") from None
         program, refused = None, ""

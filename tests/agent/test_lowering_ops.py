@@ -55,7 +55,8 @@ def test_standard_deviations_and_means_in_one_call(runner):
 
 @pytest.mark.parametrize("task, template", [("low_resample", "elementwise"), ("low_row_ops", "rowwise"),
                                             ("low_gemm_ops", "gemm"), ("low_losses", "axis_reduce"),
-                                            ("low_reductions_more", "rowwise")])
+                                            ("low_reductions_more", "rowwise"), ("low_topk", "axis_reduce"),
+                                            ("low_router", "gemm")])
 def test_ops_lowered_through_decompositions(task, template, runner):
     """Each of these ops had no lowering ("No template lowers aten.upsample_nearest2d.default", ... aten.mv)."""
     a = analyze(str(FIXTURES / f"{task}.py"), small=True)
@@ -192,6 +193,13 @@ def test_random_numbers_are_refused():
     a = analyze(str(FIXTURES / "low_random.py"), small=True)
     assert matching(a) == []
     assert "not deterministic" in unsupported_reason(a)
+
+
+def test_a_top_k_past_its_bound_is_refused_in_a_sentence(tmp_path):
+    task = tmp_path / "task.py"
+    task.write_text((FIXTURES / "low_topk.py").read_text().replace("torch.topk(x, 5, dim=1)", "torch.topk(x, 20, dim=1)"))
+    a = analyze(str(task), small=True)
+    assert unsupported_reason(a) == "A top-k is built for k of at most 16, sorted; this one has k 20."
 
 
 def test_rounding_is_exact_and_ties_go_to_even(runner):

@@ -299,4 +299,5 @@ DECOMPOSITIONS.update(torch._decomp.get_decompositions([  # these overloads only
     aten.norm.ScalarOpt_dim, aten.channel_shuffle.default, aten.aminmax.default, aten.any.default, aten.any.dim,
     aten.any.dims, aten.all.default, aten.all.dim, aten.all.dims, aten.count_nonzero.default,
     aten.count_nonzero.dim_IntList, aten.floor_divide.default, aten.floor_divide.Scalar, aten.repeat.default,
-    aten.nansum.default, aten.sinc.default]))
+    aten.nansum.default, aten.sinc.default, aten.eye.default, aten.eye.m, aten.linspace.default,
+    aten.logspace.default]))

@@ -56,7 +56,7 @@ def test_standard_deviations_and_means_in_one_call(runner):
 @pytest.mark.parametrize("task, template", [("low_resample", "elementwise"), ("low_row_ops", "rowwise"),
                                             ("low_gemm_ops", "gemm"), ("low_losses", "axis_reduce"),
                                             ("low_reductions_more", "rowwise"), ("low_topk", "axis_reduce"),
-                                            ("low_router", "gemm")])
+                                            ("low_router", "gemm"), ("low_constants", "elementwise")])
 def test_ops_lowered_through_decompositions(task, template, runner):
     """Each of these ops had no lowering ("No template lowers aten.upsample_nearest2d.default", ... aten.mv)."""
     a = analyze(str(FIXTURES / f"{task}.py"), small=True)

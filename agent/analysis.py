@@ -407,6 +407,11 @@ def analyze(task_source_or_path: str, small: bool, *, shapes: dict | None = None
     module, source, overrides = load_task(task_source_or_path, small, shapes)
     traced = trace(module, meta=not small, dtype=dtype)
     gm = traced.gm
+    for node in gm.graph.nodes:
+        v = node.meta.get("val")
+        if isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in v.shape):
+            raise TraceError(f"The forward makes a tensor whose size depends on its input's values ({node.target}), "
+                             "which a kernel of fixed shapes cannot compute.")
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     used = [(role, n) for role, n in zip(traced.roles, placeholders) if n.users]
     inputs = [_info(r[1], n) for r, n in used if r[0] == "input"]

@@ -85,6 +85,19 @@ def trace(x):
     return torch.sum(torch.diagonal(x))
 
 
+def dot(a, b):
+    return torch.sum(a * b)
+
+
+def rot90(x, k=1, dims=(0, 1)):
+    k, (d0, d1) = k % 4, dims
+    if k == 1:
+        return torch.transpose(torch.flip(x, [d1]), d0, d1)
+    if k == 2:
+        return torch.flip(x, [d0, d1])
+    return torch.flip(torch.transpose(x, d0, d1), [d1]) if k == 3 else x
+
+
 TOPK_MOST = 16  # the largest k taken as k reductions over the row (a router's experts, not a sampler's vocabulary)
 
 
@@ -267,6 +280,8 @@ DECOMPOSITIONS = {
     aten.mv.default: mv,
     aten.topk.default: topk,
     aten.trace.default: trace,
+    aten.dot.default: dot,
+    aten.rot90.default: rot90,
     aten.linalg_vector_norm.default: vector_norm,
     aten.native_layer_norm.default: layer_norm,
     aten.native_group_norm.default: group_norm,
@@ -300,4 +315,6 @@ DECOMPOSITIONS.update(torch._decomp.get_decompositions([  # these overloads only
     aten.any.dims, aten.all.default, aten.all.dim, aten.all.dims, aten.count_nonzero.default,
     aten.count_nonzero.dim_IntList, aten.floor_divide.default, aten.floor_divide.Scalar, aten.repeat.default,
     aten.nansum.default, aten.sinc.default, aten.eye.default, aten.eye.m, aten.linspace.default,
-    aten.logspace.default]))
+    aten.logspace.default, aten.reflection_pad1d.default, aten.reflection_pad2d.default,
+    aten.reflection_pad3d.default, aten.replication_pad1d.default, aten.replication_pad2d.default,
+    aten.replication_pad3d.default]))

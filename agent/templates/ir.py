@@ -241,6 +241,32 @@ POOLS = {"max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool2d", "av
          "_adaptive_avg_pool3d", "adaptive_max_pool2d", "adaptive_max_pool3d"}
 
 
+def _read_around(node, into) -> bool:
+    """Whether `into`, a view that `node` writes in place, views a tensor read after `node` other than through
+    `into`: the write would have to reach it too (a circular pad's edges copied into slices of the padded
+    tensor, the convolution then reading the whole). A write into a tensor no one reads around it is a new
+    value of `into`."""
+    views = ORDER_VIEWS | STRIDED_VIEWS | SPLIT_VIEWS | {"getitem"}
+    root = into
+    while root.op == "call_function" and _base_name(root.target) in views:
+        root = root.args[0]
+    if root is into:
+        return False
+    order = {n: i for i, n in enumerate(node.graph.nodes)}
+    stack, seen = [root], set()
+    while stack:
+        m = stack.pop()
+        if m is into or m in seen:
+            continue
+        seen.add(m)
+        for u in m.users:
+            if u.op == "call_function" and _base_name(u.target) in views:
+                stack.append(u)
+            elif order[u] > order[node]:
+                return True
+    return False
+
+
 class _Builder:
     def __init__(self, traced, module=None):
         self.t, self.module = traced, module  # the task module: attention masks may read the model's values
@@ -284,10 +310,12 @@ class _Builder:
                 flat = torch.utils._pytree.tree_leaves(node.args[0])
                 spec = self.t.out_spec
                 outputs = [self.env[a] if isinstance(a, torch.fx.Node) else a for a in flat]
-        for o in outputs:
-            if not isinstance(o, Node):
-                raise Unsupported("The forward returns an input, a constant or a view of one, which the "
-                                  "templates do not copy.")
+        for i, o in enumerate(outputs):  # an input or a view of one (a transposed copy): copied into its output
+            if isinstance(o, Leaf):
+                outputs[i] = self.add("pw", "cast", [o], o.shape, o.dtype, dtype=o.dtype)
+            elif not isinstance(o, Node):
+                raise Unsupported("The forward returns a value that is not a tensor, which the templates do not "
+                                  "build.")
         from agent.templates.attention_match import fuse_attention  # (they build on this module's IR)
         from agent.templates.attention_mask import ModelState
         self.nodes = fuse_attention(self.nodes, outputs, ModelState(self.t, self.module))
@@ -333,6 +361,10 @@ class _Builder:
         if base.endswith("_") and base not in ("_", "__"):
             if isinstance(args[0], Leaf) and args[0].kind == "tensor" and args[0].base not in self.buffers:
                 raise Unsupported(f"The forward modifies a tensor in place ({target}) that it did not create.")
+            into = node.args[0]
+            if isinstance(into, torch.fx.Node) and _read_around(node, into):
+                raise Unsupported(f"The forward writes in place through a view ({target} into "
+                                  f"{_base_name(into.target)}), which the templates do not build.")
             if base == "copy_" and isinstance(args[0], Leaf) and args[0].kind == "tensor":  # state for the next call
                 raise Unsupported(f"The forward overwrites the module's state ({args[0].base}) on every call, so "
                                   "its result depends on how many calls came before it.")

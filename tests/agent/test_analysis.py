@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.analysis import analyze, load_task
+from agent.analysis import TraceError, analyze, load_task
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -86,3 +86,14 @@ def test_to_json_is_plain_and_complete():
 def test_rejects_a_file_without_the_kernelbench_names():
     with pytest.raises(ValueError, match="get_inputs"):
         analyze("import torch\nclass Model: pass\n", small=True)
+
+
+def test_a_size_that_depends_on_input_values_is_refused_in_a_sentence():
+    source = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, i):\n"
+              "        return torch.bincount(i, minlength=10)\n\n\ndef get_inputs():\n"
+              "    return [torch.randint(0, 10, (50,))]\n\n\ndef get_init_inputs():\n    return []\n")
+    with pytest.raises(TraceError) as caught:
+        analyze(source, small=True)
+    said = str(caught.value)
+    assert said == ("The forward makes a tensor whose size depends on its input's values (aten.bincount.default), "
+                    "which a kernel of fixed shapes cannot compute.")

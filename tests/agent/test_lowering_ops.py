@@ -56,7 +56,8 @@ def test_standard_deviations_and_means_in_one_call(runner):
 @pytest.mark.parametrize("task, template", [("low_resample", "elementwise"), ("low_row_ops", "rowwise"),
                                             ("low_gemm_ops", "gemm"), ("low_losses", "axis_reduce"),
                                             ("low_reductions_more", "rowwise"), ("low_topk", "axis_reduce"),
-                                            ("low_router", "gemm"), ("low_constants", "elementwise")])
+                                            ("low_router", "gemm"), ("low_constants", "elementwise"),
+                                            ("low_copies", "axis_reduce"), ("low_pads", "gemm")])
 def test_ops_lowered_through_decompositions(task, template, runner):
     """Each of these ops had no lowering ("No template lowers aten.upsample_nearest2d.default", ... aten.mv)."""
     a = analyze(str(FIXTURES / f"{task}.py"), small=True)
@@ -195,9 +196,19 @@ def test_random_numbers_are_refused():
     assert "not deterministic" in unsupported_reason(a)
 
 
+def test_a_write_through_a_view_is_refused_in_a_sentence(tmp_path):
+    """A circular pad writes its wrapped edges into slices of the padded tensor: lowered as if the slices were
+    new tensors, the convolution read the padded tensor never written."""
+    task = tmp_path / "task.py"
+    task.write_text((FIXTURES / "low_pads.py").read_text().replace('padding_mode="reflect"', 'padding_mode="circular"'))
+    assert unsupported_reason(analyze(str(task), small=True)) == \
+        "The forward writes in place through a view (aten.copy_.default into slice), which the templates do not build."
+
+
 def test_a_top_k_past_its_bound_is_refused_in_a_sentence(tmp_path):
     task = tmp_path / "task.py"
-    task.write_text((FIXTURES / "low_topk.py").read_text().replace("torch.topk(x, 5, dim=1)", "torch.topk(x, 20, dim=1)"))
+    source = (FIXTURES / "low_topk.py").read_text()
+    task.write_text(source.replace("torch.topk(x, 5, dim=1)", "torch.topk(x, 20, dim=1)"))
     a = analyze(str(task), small=True)
     assert unsupported_reason(a) == "A top-k is built for k of at most 16, sorted; this one has k 20."
 

@@ -15,6 +15,7 @@ import math
 import torch
 
 from agent.templates.codegen import KernelCode, next_pow2
+from agent.templates.ir import Leaf
 from agent.templates.schedule import Kernel
 
 GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
@@ -88,15 +89,25 @@ def render_rnn(kernel: Kernel, name: str, p: dict) -> KernelCode:
     out = kernel.stores[node]
     state = (layers * dirs, batch, hidden)
     temps = {f"{out}_h": (state, torch.float32), f"{out}_c": (state, torch.float32)}
-    args = {x.base: "x", h0.base: "h0"} | ({c0.base: "c0"} if c0 is not None else {})
+    host, args = [], {x.base: "x"}
+    for role, s in (("h0", h0), ("c0", c0)):  # an initial state the forward makes (zeros where none is passed):
+        if s is not None and s.kind == "const":  # a state buffer filled with it
+            temps[f"{out}_{role}"] = (state, torch.float32)
+            host.append(f"{out}_{role}.fill_({s.value!r})")
+        elif s is not None:
+            args[s.base] = role
     args |= {w.base: f"w{i}" for i, w in enumerate(weights)}
+
+    def first(role: str, s: Leaf, i: int) -> str:  # the pointer and offset of layer-direction i's initial state
+        at = i * batch * hidden
+        return f"{out}_{role}, {at}" if s.kind == "const" else f"{{{role}}}, {s.offset + at}"
+
     xs = tuple(x.strides)
     # (time stride, batch stride) of the input and of each layer's output sequence (batch-first or not)
     t_x, b_x = (xs[1], xs[0]) if a["batch_first"] else (xs[0], xs[1])
     seq = (steps, batch, dirs * hidden)
     width = dirs * hidden
     last_t, last_b = (width, steps * width) if a["batch_first"] else (batch * width, width)
-    host = []
     for layer in range(layers - 1):  # sequence buffers between layers, time-major
         temps[f"{out}_seq{layer % 2}"] = (seq, torch.float32)
     for layer in range(layers):
@@ -109,9 +120,9 @@ def render_rnn(kernel: Kernel, name: str, p: dict) -> KernelCode:
             bih, bhh = (w[2], w[3]) if per == 4 else (w[0], w[0])
             t = "s" if d == 0 else f"{steps - 1} - s"
             prev = "t - 1" if d == 0 else "t + 1"
-            c_first = f"{{c0}}, {c0.offset + i * batch * hidden}" if c0 is not None else f"{out}_c, 0"
+            c_first = first("c0", c0, i) if c0 is not None else f"{out}_c, 0"
             host += [f"for s in range({steps}):", f"    t = {t}",
-                     f"    hp, h_off, h_row = ({{h0}}, {h0.offset + i * batch * hidden}, {hidden}) if s == 0 else "
+                     f"    hp, h_off, h_row = ({first('h0', h0, i)}, {hidden}) if s == 0 else "
                      f"({dst[0]}, ({prev}) * {dst[1]} + {d * hidden}, {dst[2]})",
                      f"    cp, c_off = ({c_first}) if s == 0 else ({out}_c, {i * batch * hidden})",
                      f"    {name}[({math.ceil(hidden / block_h)},)]({src[0]}, {src[4]} + t * {src[1]}, {src[2]}, "

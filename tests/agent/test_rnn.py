@@ -37,3 +37,18 @@ def test_a_long_sequence_traces_as_one_op():
     a = analyze(str(FIXTURES / "rnn_kinds.py"), small=False, shapes={"steps": 2048, "hidden": 512})
     assert time.monotonic() - start < 20
     assert sum(1 for o in a.ops if o.kind == "recurrent") == 1
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_layers_called_without_an_initial_state_start_from_zeros(kind, runner, tmp_path):
+    """No h0 (nor c0): PyTorch starts from zeros, a constant the candidate fills a state buffer with; it
+    rendered an empty argument before."""
+    task = tmp_path / f"rnn_{kind}_zeros.py"
+    source = (FIXTURES / "rnn_kinds.py").read_text().replace('kind = "lstm"', f'kind = "{kind}"')
+    task.write_text(source.replace("self.rnn(x, (h0, c0))", "self.rnn(x)").replace("self.rnn(x, h0)", "self.rnn(x)"))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["rnn"]
+    candidate = t.render(a, t.default(a))
+    assert ".fill_(0)" in candidate and check_source(candidate, task.read_text()) is None
+    out = runner.run(task, candidate)
+    assert out["error"] is None and all(e <= 1e-5 for e in out["rel_errors"]), out

@@ -247,8 +247,10 @@ def _read_around(node, into) -> bool:
     tensor, the convolution then reading the whole). A write into a tensor no one reads around it is a new
     value of `into`."""
     views = ORDER_VIEWS | STRIDED_VIEWS | SPLIT_VIEWS | {"getitem"}
-    root = into
+    root, piece = into, {}  # piece: a split on the way up -> the index of the piece `into` lies in
     while root.op == "call_function" and _base_name(root.target) in views:
+        if _base_name(root.target) == "getitem":
+            piece[root.args[0]] = root.args[1]
         root = root.args[0]
     if root is into:
         return False
@@ -260,6 +262,8 @@ def _read_around(node, into) -> bool:
             continue
         seen.add(m)
         for u in m.users:
+            if m in piece and u.args[1] != piece[m]:  # another piece of the split: it shares no element
+                continue
             if u.op == "call_function" and _base_name(u.target) in views:
                 stack.append(u)
             elif order[u] > order[node]:
@@ -613,8 +617,17 @@ class _Builder:
         return self.add("pw", "gather", [src] + indices, shape, v.dtype, src_dims=src_dims, index_dims=index_dims)
 
     def matmul(self, a, b, v) -> Value:
-        """A GEMM node; a product with one output row or column becomes a multiply and a reduction."""
+        """A GEMM node; a product with one output row or column becomes a multiply and a reduction, and one with
+        a constant operand (an LSTM cell's zero state times its weight) the other's sums over K times it."""
         m, n = a.shape[-2], b.shape[-1]
+        for const, other, k in ((a, b, -2), (b, a, -1)):
+            if isinstance(const, Leaf) and const.kind == "const":
+                if const.value == 0:
+                    return Leaf(self.fresh("c"), tuple(v.shape), v.dtype, kind="const", value=0,
+                                strides=(0,) * len(v.shape))
+                keep = tuple(1 if j == len(other.shape) + k else d for j, d in enumerate(other.shape))
+                sums = self.add("reduce", "sum", [other], keep, v.dtype, dims=(len(other.shape) + k,), keepdim=True)
+                return self.add("pw", "mul", [sums, const.value], v.shape, v.dtype)
         if not (isinstance(a, Leaf) and isinstance(b, Leaf) and (n == 1 or m == 1)):
             return self.add("gemm", "mm", [a, b], v.shape, v.dtype)
         batch = a.shape[:-2]

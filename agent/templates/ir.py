@@ -317,6 +317,8 @@ class _Builder:
         for i, o in enumerate(outputs):  # an input or a view of one (a transposed copy): copied into its output
             if isinstance(o, Leaf):
                 outputs[i] = self.add("pw", "cast", [o], o.shape, o.dtype, dtype=o.dtype)
+            elif o is None:  # the indices of a max pool (pool)
+                raise Unsupported("The forward returns a max pool's indices, which the templates do not compute.")
             elif not isinstance(o, Node):
                 raise Unsupported("The forward returns a value that is not a tensor, which the templates do not "
                                   "build.")

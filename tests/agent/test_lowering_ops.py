@@ -207,6 +207,16 @@ def test_a_write_through_a_view_is_refused_in_a_sentence(tmp_path):
         "The forward writes in place through a view (aten.copy_.default into slice), which the templates do not build."
 
 
+def test_a_max_pool_s_indices_are_refused_in_a_sentence(tmp_path):
+    task = tmp_path / "task.py"
+    task.write_text((FIXTURES / "low_topk.py").read_text().replace(
+        "        v, i = torch.topk(x, 5, dim=1)\n        s, j = torch.topk(x, 3, dim=-1, largest=False)\n"
+        "        return v, i, s * 2.0, j",
+        "        return nn.functional.max_pool2d(x, 2, return_indices=True)[1]"))
+    assert unsupported_reason(analyze(str(task), small=True)) == \
+        "The forward returns a max pool's indices, which the templates do not compute."
+
+
 def test_a_top_k_past_its_bound_is_refused_in_a_sentence(tmp_path):
     task = tmp_path / "task.py"
     source = (FIXTURES / "low_topk.py").read_text()

@@ -85,6 +85,20 @@ def trace(x):
     return torch.sum(torch.diagonal(x))
 
 
+def cdist(x1, x2, p, compute_mode=None):
+    """Each pair's p-norm distance from the pair's differences, every one formed in the kernel that sums them."""
+    d = torch.abs(x1.unsqueeze(-2) - x2.unsqueeze(-3))
+    if p == 2:
+        return torch.sqrt(torch.sum(d * d, [-1]))
+    if p == 1:
+        return torch.sum(d, [-1])
+    if p == math.inf:
+        return torch.amax(d, [-1])
+    if p == 0:
+        return torch.sum((d != 0).to(x1.dtype), [-1])
+    return torch.pow(torch.sum(torch.pow(d, p), [-1]), 1.0 / p)
+
+
 def dot(a, b):
     return torch.sum(a * b)
 
@@ -281,6 +295,7 @@ DECOMPOSITIONS = {
     aten.topk.default: topk,
     aten.trace.default: trace,
     aten.dot.default: dot,
+    aten._cdist_forward.default: cdist,
     aten.rot90.default: rot90,
     aten.linalg_vector_norm.default: vector_norm,
     aten.native_layer_norm.default: layer_norm,
@@ -317,4 +332,4 @@ DECOMPOSITIONS.update(torch._decomp.get_decompositions([  # these overloads only
     aten.nansum.default, aten.sinc.default, aten.eye.default, aten.eye.m, aten.linspace.default,
     aten.logspace.default, aten.reflection_pad1d.default, aten.reflection_pad2d.default,
     aten.reflection_pad3d.default, aten.replication_pad1d.default, aten.replication_pad2d.default,
-    aten.replication_pad3d.default]))
+    aten.replication_pad3d.default, aten._euclidean_dist.default]))

@@ -100,6 +100,13 @@ def _div(a, kw):
     return E(q, "f")
 
 
+def _nan(kind: str) -> str:
+    """tl.maximum and tl.minimum return NaN where an operand is NaN with this, as PyTorch's relu, clamp, hardtanh
+    and maximum do; without it they return the other operand (Triton's default, torch.fmax's). On an H200's PTX:
+    max.NaN.f32 for max.f32. Integers have no NaN."""
+    return ", propagate_nan=tl.PropagateNan.ALL" if kind == "f" else ""
+
+
 def _clamp(a, kw):
     x = a[0]
     lo = a[1] if len(a) > 1 and a[1] is not None else kw.get("min")
@@ -108,9 +115,9 @@ def _clamp(a, kw):
     hi = lit(hi) if isinstance(hi, (int, float)) else hi
     code, kind = x.code, _num(x, *(v for v in (lo, hi) if v is not None))
     if lo is not None:
-        code = f"tl.maximum({code}, {lo.code})"
+        code = f"tl.maximum({code}, {lo.code}{_nan(kind)})"
     if hi is not None:
-        code = f"tl.minimum({code}, {hi.code})"
+        code = f"tl.minimum({code}, {hi.code}{_nan(kind)})"
     return E(code, kind)
 
 
@@ -190,16 +197,17 @@ POINTWISE = {
     "sign": _unary("tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, 0.0))"),
     "sgn": _unary("tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, 0.0))"),
     "pow": _pow,
-    "relu": lambda a, kw: E(f"tl.maximum({a[0].code}, 0)", _num(a[0])),
+    "relu": lambda a, kw: E(f"tl.maximum({a[0].code}, 0{_nan(_num(a[0]))})", _num(a[0])),
     "gelu": _gelu,
     "silu": _unary("({x} * _sigmoid({x}))"),
     "mish": _unary("_mish({x})"),
     "softplus": lambda a, kw: E(_softplus(f(a[0]), _arg(a, 1, kw, "beta", 1.0), _arg(a, 2, kw, "threshold", 20.0)), "f"),
     # a sixth as a product, not a division (div.full.f32: about 8 instructions; 1 ulp of difference at most)
     "hardswish": _unary("({x} * tl.minimum(tl.maximum({x} + 3.0, 0.0), 6.0) * 0.16666666666666666)"),
-    "hardsigmoid": _unary("tl.minimum(tl.maximum({x} * 0.16666666666666666 + 0.5, 0.0), 1.0)"),
-    "hardtanh": lambda a, kw: E(f"tl.minimum(tl.maximum({f(a[0])}, {_arg(a, 1, kw, 'min_val', -1.0)!r}), "
-                                f"{_arg(a, 2, kw, 'max_val', 1.0)!r})", "f"),
+    "hardsigmoid": _unary("tl.minimum(tl.maximum({x} * 0.16666666666666666 + 0.5, 0.0" + _nan("f") + "), 1.0"
+                          + _nan("f") + ")"),
+    "hardtanh": lambda a, kw: _clamp([E(f(a[0]), "f"), lit(float(_arg(a, 1, kw, "min_val", -1.0))),
+                                      lit(float(_arg(a, 2, kw, "max_val", 1.0)))], {}),
     "leaky_relu": lambda a, kw: E(f"tl.where({f(a[0])} > 0, {f(a[0])}, {f(a[0])} * "
                                   f"{_arg(a, 1, kw, 'negative_slope', 0.01)!r})", "f"),
     "elu": lambda a, kw: E(_elu(f(a[0]), _arg(a, 1, kw, "alpha", 1.0), _arg(a, 2, kw, "scale", 1.0),
@@ -211,8 +219,8 @@ POINTWISE = {
     "clamp": _clamp,
     "clamp_min": lambda a, kw: _clamp([a[0], a[1], None], kw),
     "clamp_max": lambda a, kw: _clamp([a[0], None, a[1]], kw),
-    "maximum": lambda a, kw: E(f"tl.maximum({a[0].code}, {a[1].code})", _num(a[0], a[1])),
-    "minimum": lambda a, kw: E(f"tl.minimum({a[0].code}, {a[1].code})", _num(a[0], a[1])),
+    "maximum": lambda a, kw: E(f"tl.maximum({a[0].code}, {a[1].code}{_nan(_num(a[0], a[1]))})", _num(a[0], a[1])),
+    "minimum": lambda a, kw: E(f"tl.minimum({a[0].code}, {a[1].code}{_nan(_num(a[0], a[1]))})", _num(a[0], a[1])),
     "fmax": lambda a, kw: E(f"tl.maximum({a[0].code}, {a[1].code})", _num(a[0], a[1])),
     "fmin": lambda a, kw: E(f"tl.minimum({a[0].code}, {a[1].code})", _num(a[0], a[1])),
     "where": lambda a, kw: E(f"tl.where({b(a[0])}, {a[1].code}, {a[2].code})", _num(a[1], a[2])),

@@ -225,6 +225,13 @@ def test_a_top_k_past_its_bound_is_refused_in_a_sentence(tmp_path):
     assert unsupported_reason(a) == "A top-k is built for k of at most 16, sorted; this one has k 20."
 
 
+def test_nan_goes_through_relu_clamp_and_maximum_as_in_pytorch(runner):
+    """Triton's tl.maximum returns the operand that is not NaN; PyTorch's relu, clamp and maximum return NaN. The
+    evaluator's masked trial (-inf in a row) made a graph convolution's NaNs vanish in its ReLU."""
+    source = check("low_nan", runner)
+    assert source.count("propagate_nan=tl.PropagateNan.ALL") >= 9
+
+
 def test_rounding_is_exact_and_ties_go_to_even(runner):
     """torch.round had no lowering; its results must be PyTorch's exactly, not within a tolerance."""
     a = analyze(str(FIXTURES / "low_round.py"), small=True)

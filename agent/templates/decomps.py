@@ -99,6 +99,17 @@ def cdist(x1, x2, p, compute_mode=None):
     return torch.pow(torch.sum(torch.pow(d, p), [-1]), 1.0 / p)
 
 
+def trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """nn.Bilinear's product: the three tensors each unsqueezed at their expand dims to one rank, multiplied and
+    summed over `sumdim`, each product formed in the kernel that sums it."""
+    def widened(t, dims):
+        for d in sorted(dims):
+            t = t.unsqueeze(d)
+        return t
+    out = widened(i1, expand1) * widened(i2, expand2) * widened(i3, expand3)
+    return torch.sum(out, list(sumdim)) if sumdim else out
+
+
 def dot(a, b):
     return torch.sum(a * b)
 
@@ -295,6 +306,7 @@ DECOMPOSITIONS = {
     aten.topk.default: topk,
     aten.trace.default: trace,
     aten.dot.default: dot,
+    aten._trilinear.default: trilinear,
     aten._cdist_forward.default: cdist,
     aten.rot90.default: rot90,
     aten.linalg_vector_norm.default: vector_norm,

@@ -58,7 +58,8 @@ def test_standard_deviations_and_means_in_one_call(runner):
                                             ("low_reductions_more", "rowwise"), ("low_topk", "axis_reduce"),
                                             ("low_router", "gemm"), ("low_constants", "elementwise"),
                                             ("low_copies", "axis_reduce"), ("low_pads", "gemm"),
-                                            ("low_cells", "gemm"), ("low_cdist", "gemm")])
+                                            ("low_cells", "gemm"), ("low_cdist", "gemm"),
+                                            ("low_bilinear", "rowwise")])
 def test_ops_that_had_no_lowering(task, template, runner):
     """Each of these tasks had no template ("No template lowers aten.upsample_nearest2d.default", ... aten.mv),
     or (the cells) a candidate that did not parse; most lower through decompositions (decomps.py)."""

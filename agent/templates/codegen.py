@@ -907,23 +907,33 @@ class Gen(Reductions):
 
     # --- scans -------------------------------------------------------------------------------------
     def scan(self, m: Node) -> str:
+        """A running sum, product, max or min along the axis; over a row in chunks, each chunk's scan joined
+        with the carry of the chunks before it."""
         v = self.reduce_input(m)
-        neutral = "1.0" if m.fn == "cumprod" else "0.0"
+        neutral, combine = SCANS[m.fn]
         src = f"tl.where(mask, {f(v) if m.dtype.is_floating_point else v.code}, {neutral})"
         rev = m.attrs["reverse"] != self.flip
         out = self.fresh("s")
-        fn = "tl.cumprod" if m.fn == "cumprod" else "tl.cumsum"
+        if m.fn in ("cumsum", "cumprod"):
+            call = f"tl.{m.fn}({{}}, axis={self.axis}, reverse={rev})"
+            join = "{} + {}" if m.fn == "cumsum" else "{} * {}"
+        else:
+            call, join = f"tl.associative_scan({{}}, {self.axis}, {combine}, reverse={rev})", combine + "({}, {})"
         if self.body is self.top:
-            self.body.lines.append(f"{out} = {fn}({src}, axis={self.axis}, reverse={rev})")
+            self.body.lines.append(f"{out} = {call.format(src)}")
             return out
         carry, vv = self.fresh("carry"), self.fresh("vv")
         self.top.lines.append(f"{carry} = tl.full({self.tile('red')}, {neutral}, tl.float32)")
-        total = (f"tl.reduce({vv}, {self.axis}, _mul_combine, keep_dims=True)" if m.fn == "cumprod"
-                 else f"tl.sum({vv}, axis={self.axis}, keep_dims=True)")
-        op = "*" if m.fn == "cumprod" else "+"
-        self.body.lines += [f"{vv} = {src}", f"{out} = {fn}({vv}, axis={self.axis}, reverse={rev}) {op} {carry}",
-                            f"{carry} = {carry} {op} {total}"]
+        total = (f"tl.sum({vv}, axis={self.axis}, keep_dims=True)" if m.fn == "cumsum"
+                 else f"tl.reduce({vv}, {self.axis}, {combine}, keep_dims=True)")
+        self.body.lines += [f"{vv} = {src}", f"{out} = {join.format(call.format(vv), carry)}",
+                            f"{carry} = {join.format(carry, total)}"]
         return out
+
+
+SCANS = {  # a scan's neutral element and the combine function (pointwise_ops.HELPERS) that joins two of them
+    "cumsum": ("0.0", None), "cumprod": ("1.0", "_mul_combine"), "cummax": ('float("-inf")', "_max_combine"),
+    "cummin": ('float("inf")', "_min_combine")}
 
 
 def _divisor(attrs: dict, axes: list[_Axis]) -> str:

@@ -330,6 +330,9 @@ class _Builder:
             if node in live:
                 order.append(node)
                 live.update(a for a in node.inputs if isinstance(a, Node))
+        if any(n.fn.endswith("_indices") for n in order):
+            raise Unsupported("The forward uses the indices of a running max or min, which the templates do not "
+                              "compute.")
         return Program(order[::-1], outputs, spec, list(self.t.arg_names), self.bases, float_base)
 
     def constant(self, tensor) -> Leaf:
@@ -419,10 +422,14 @@ class _Builder:
             return self.add("pw", fn, args, v.shape, v.dtype, attrs=kwargs)
         if base in REDUCE or base in ("mean", "max", "min"):
             return self.reduce(base, args, kwargs, v)
-        if base in ("cumsum", "cumprod"):
-            x = args[0]
-            return self.add("scan", base, [x], v.shape, v.dtype, dims=(args[1] % max(len(x.shape), 1),),
-                            reverse=False)
+        if base in ("cumsum", "cumprod", "cummax", "cummin"):
+            x, dims = args[0], (args[1] % max(len(args[0].shape), 1),)
+            if base not in ("cumsum", "cumprod") and not x.dtype.is_floating_point:
+                raise Unsupported(f"A running {base[3:]} of integers is not built.")
+            if base in ("cummax", "cummin"):  # (values, indices); the indices refused where read (build)
+                return (self.add("scan", base, [x], v[0].shape, v[0].dtype, dims=dims, reverse=False),
+                        self.add("scan", base + "_indices", [x], v[1].shape, torch.int64, dims=dims, reverse=False))
+            return self.add("scan", base, [x], v.shape, v.dtype, dims=dims, reverse=False)
         if base in ("mm", "bmm"):
             return self.matmul(args[0], args[1], v)
         if base == "addmm":

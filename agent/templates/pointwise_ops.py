@@ -405,6 +405,15 @@ def _pairs(u, s):
 def _mul_combine(a, b):
     return a * b
 ''',
+    # a running max and min keep a NaN from where it appears on, as torch.cummax and cummin do
+    "_max_combine": '''@triton.jit
+def _max_combine(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+''',
+    "_min_combine": '''@triton.jit
+def _min_combine(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+''',
     "_sum3": '''@triton.jit
 def _sum3(a0, b0, c0, a1, b1, c1):
     return a0 + a1, b0 + b1, c0 + c1

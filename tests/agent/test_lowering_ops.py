@@ -59,7 +59,7 @@ def test_standard_deviations_and_means_in_one_call(runner):
                                             ("low_router", "gemm"), ("low_constants", "elementwise"),
                                             ("low_copies", "axis_reduce"), ("low_pads", "gemm"),
                                             ("low_cells", "gemm"), ("low_cdist", "gemm"),
-                                            ("low_bilinear", "rowwise")])
+                                            ("low_bilinear", "rowwise"), ("low_scans_more", "scan")])
 def test_ops_that_had_no_lowering(task, template, runner):
     """Each of these tasks had no template ("No template lowers aten.upsample_nearest2d.default", ... aten.mv),
     or (the cells) a candidate that did not parse; most lower through decompositions (decomps.py)."""
@@ -216,6 +216,14 @@ def test_a_max_pool_s_indices_are_refused_in_a_sentence(tmp_path):
         "        return nn.functional.max_pool2d(x, 2, return_indices=True)[1]"))
     assert unsupported_reason(analyze(str(task), small=True)) == \
         "The forward returns a max pool's indices, which the templates do not compute."
+
+
+def test_a_running_max_s_indices_are_refused_in_a_sentence(tmp_path):
+    task = tmp_path / "task.py"
+    task.write_text((FIXTURES / "low_scans_more.py").read_text().replace("torch.cummin(cube, 1)[0]",
+                                                                         "torch.cummin(cube, 1)[1]"))
+    assert unsupported_reason(analyze(str(task), small=True)) == \
+        "The forward uses the indices of a running max or min, which the templates do not compute."
 
 
 def test_a_top_k_past_its_bound_is_refused_in_a_sentence(tmp_path):

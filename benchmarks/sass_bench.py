@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import triton  # noqa: E402
 
 from agent.analysis import analyze  # noqa: E402
+from tools.compile_info import compiled, ptxas_usage  # noqa: E402
 from variants_bench import add_picks, candidates, first_line, picked  # noqa: E402
 
 INTEGER = ("IMAD", "IADD", "ISETP", "LOP", "SHF", "LEA", "SEL", "VIADD", "VIMNMX", "IMNMX", "PLOP", "IABS", "SGXT",
@@ -65,36 +66,20 @@ def _value(name: str, text: str) -> int | bool:
 
 def sass(path: Path, name: str, meta: dict, options: dict, types: list[str]) -> tuple[int, int, str]:
     """Registers, spilled bytes and the SASS text of kernel `name` in the candidate at `path`, built for sm_90
-    with `types` its other arguments'."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
+    with `types` its other arguments' (its pointers 16-byte aligned) as tools/compile_info builds a launch."""
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     jit = getattr(module, name)
     others = iter(types)
     signature = {a: "constexpr" if a in meta else next(others) for a in jit.arg_names}
-    aligned = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(jit.arg_names) if signature[a] == "*fp32"}
-    kernel = triton.compile(ASTSource(jit, signature, meta, aligned), target=GPUTarget("cuda", 90, 32),
-                            options=options)
-    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-    ptx, cubin = path.with_suffix(".ptx"), path.with_suffix(".cubin")
-    ptx.write_text(kernel.asm["ptx"])
-    built = None
-    for ptxas in sorted(tools.glob("ptxas*"), reverse=True):  # as tools/compile_info: the newest reads newer PTX
-        run = subprocess.run([str(ptxas), "-v", "--gpu-name=sm_90a", str(ptx), "-o", str(cubin)],
-                             capture_output=True, text=True)
-        if run.returncode == 0:
-            built = run.stderr
-            break
-    if built is None:
-        raise RuntimeError(f"no ptxas in {tools} built the kernel")
-    registers = int(re.search(r"Used (\d+) registers", built).group(1))
-    spilled = re.search(r"(\d+) bytes spill stores", built)
-    text = subprocess.run([str(tools / "nvdisasm"), "-c", str(cubin)], capture_output=True, text=True,
-                          check=True).stdout
-    return registers, int(spilled.group(1)) if spilled else 0, text
+    aligned = [a for a in jit.arg_names if signature[a] == "*fp32"]
+    kernel = compiled({"signature": signature, "constexprs": meta, "options": options, "divisible": aligned}, jit)
+    cubin = path.with_suffix(".cubin")
+    registers, spilled = ptxas_usage(kernel.asm["ptx"], cubin)
+    nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+    text = subprocess.run([str(nvdisasm), "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return registers, spilled, text
 
 
 def longest_loop(text: str) -> tuple[Counter, bool]:

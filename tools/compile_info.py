@@ -157,7 +157,7 @@ def _compile_sm90(spec: dict, module) -> KernelInfo:
     jit = getattr(module, spec["function"])
     jit = getattr(jit, "fn", jit) if not hasattr(jit, "arg_names") else jit  # an autotuned kernel wraps one
     kernel = compiled(spec, jit)
-    registers, spills = _ptxas_usage(kernel.asm["ptx"])
+    registers, spills = ptxas_usage(kernel.asm["ptx"])
     return KernelInfo(spec["name"], registers, spills, kernel.metadata.shared, kernel.metadata.num_warps,
                       kernel.metadata.num_stages)
 
@@ -195,7 +195,9 @@ def _triton_type(value) -> str:
     raise TypeError(f"argument of type {type(value).__name__}")
 
 
-def _ptxas_usage(ptx: str) -> tuple[int, int]:
+def ptxas_usage(ptx: str, cubin: Path | None = None) -> tuple[int, int]:
+    """Registers a thread and bytes spilled, as ptxas builds `ptx` for sm_90a (into `cubin` where given: its SASS
+    for nvdisasm, benchmarks/sass_bench.py)."""
     import triton
     bin_dir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
     with tempfile.TemporaryDirectory() as tmp:
@@ -203,7 +205,7 @@ def _ptxas_usage(ptx: str) -> tuple[int, int]:
         Path(src).write_text(ptx)
         errors = []
         for ptxas in sorted(bin_dir.glob("ptxas*"), reverse=True):  # ptxas-blackwell reads newer PTX
-            r = subprocess.run([str(ptxas), "-v", "--gpu-name=sm_90a", src, "-o", os.devnull],
+            r = subprocess.run([str(ptxas), "-v", "--gpu-name=sm_90a", src, "-o", str(cubin or os.devnull)],
                                capture_output=True, text=True, timeout=120)
             if r.returncode == 0:
                 regs = re.search(r"Used (\d+) registers", r.stderr)

@@ -116,7 +116,7 @@ def test_a_launch_capping_its_registers_is_compiled_under_that_cap(tmp_path):
     sm_90 takes the cap from the recorded launch, so it reports the registers and spills the GPU would get."""
     import importlib.util
 
-    from tools.compile_info import _ptxas_usage
+    from tools.compile_info import ptxas_usage
 
     (tmp_path / "scale_kernel.py").write_text(SCALE)
     spec = importlib.util.spec_from_file_location("scale_kernel", tmp_path / "scale_kernel.py")
@@ -127,6 +127,6 @@ def test_a_launch_capping_its_registers_is_compiled_under_that_cap(tmp_path):
     for cap in (None, 64):  # 4096 elements in one warp: 128 a thread, held at once
         kwargs = {"BLOCK": 4096, "num_warps": 1, **({"maxnreg": cap} if cap else {})}
         spec = _signature("scale", Launch("scale", module.scale, _light((x, x.clone())), kwargs, None))
-        usage[cap] = _ptxas_usage(_ptx(module.scale, spec))
+        usage[cap] = ptxas_usage(_ptx(module.scale, spec))
     assert usage[None][0] > 128 and usage[None][1] == 0
     assert usage[64][0] <= 64 and usage[64][1] > 0, usage  # held under the cap, the rest spilled

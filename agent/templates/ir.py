@@ -385,6 +385,10 @@ class _Builder:
             return result
         return self.call_op(base, target, args, kwargs, v)
 
+    def filled(self, v, value) -> Leaf:
+        """A constant of v's shape and dtype: `value` at every element, inlined where it is read."""
+        return Leaf(self.fresh("c"), tuple(v.shape), v.dtype, kind="const", value=value, strides=(0,) * len(v.shape))
+
     def call_op(self, base, target, args, kwargs, v):
         if base in IDENTITY or (base == "_to_copy" and kwargs.get("dtype", args[0].dtype) == args[0].dtype):
             return args[0]
@@ -394,8 +398,7 @@ class _Builder:
                 value = args[0] if base == "scalar_tensor" else args[1]
             if v.dtype == torch.bool:  # a boolean 1 is True: `~1` would be -2, never false
                 value = bool(value)
-            return Leaf(self.fresh("c"), tuple(v.shape), v.dtype, kind="const", value=value,
-                        strides=(0,) * v.dim())
+            return self.filled(v, value)
         if base == "arange":
             nums = [a for a in args if isinstance(a, (int, float))]
             start, step = (nums[0], nums[2] if len(nums) > 2 else 1) if len(nums) >= 2 else (0, 1)
@@ -404,8 +407,7 @@ class _Builder:
         if base in ORDER_VIEWS | STRIDED_VIEWS | SPLIT_VIEWS or base == "flip":
             return self.view(target, base, args, kwargs, v)
         if base in EMPTY:
-            return Leaf(self.fresh("c"), tuple(v.shape), v.dtype, kind="const", value=False if v.dtype == torch.bool
-                        else 0, strides=(0,) * v.dim())
+            return self.filled(v, False if v.dtype == torch.bool else 0)
         if base in RANDOM:
             raise Unsupported(f"The forward draws random numbers ({target}, e.g. dropout in training mode), so the "
                               f"reference is not deterministic.")
@@ -632,8 +634,7 @@ class _Builder:
         for const, other, k in ((a, b, -2), (b, a, -1)):
             if isinstance(const, Leaf) and const.kind == "const":
                 if const.value == 0:
-                    return Leaf(self.fresh("c"), tuple(v.shape), v.dtype, kind="const", value=0,
-                                strides=(0,) * len(v.shape))
+                    return self.filled(v, 0)
                 keep = tuple(1 if j == len(other.shape) + k else d for j, d in enumerate(other.shape))
                 sums = self.add("reduce", "sum", [other], keep, v.dtype, dims=(len(other.shape) + k,), keepdim=True)
                 return self.add("pw", "mul", [sums, const.value], v.shape, v.dtype)

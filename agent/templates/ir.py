@@ -241,11 +241,11 @@ POOLS = {"max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool2d", "av
          "_adaptive_avg_pool3d", "adaptive_max_pool2d", "adaptive_max_pool3d"}
 
 
-def _read_around(node, into) -> bool:
+def _read_around(node, into, order: dict) -> bool:
     """Whether `into`, a view that `node` writes in place, views a tensor read after `node` other than through
     `into`: the write would have to reach it too (a circular pad's edges copied into slices of the padded
     tensor, the convolution then reading the whole). A write into a tensor no one reads around it is a new
-    value of `into`."""
+    value of `into`. `order`: each node's place in the graph."""
     views = ORDER_VIEWS | STRIDED_VIEWS | SPLIT_VIEWS | {"getitem"}
     root, piece = into, {}  # piece: a split on the way up -> the index of the piece `into` lies in
     while root.op == "call_function" and _base_name(root.target) in views:
@@ -254,7 +254,6 @@ def _read_around(node, into) -> bool:
         root = root.args[0]
     if root is into:
         return False
-    order = {n: i for i, n in enumerate(node.graph.nodes)}
     stack, seen = [root], set()
     while stack:
         m = stack.pop()
@@ -305,6 +304,7 @@ class _Builder:
             self.env[ph] = leaf
             if role == "input" and v.is_floating_point() and float_base is None:
                 float_base = base
+        self.order = {n: i for i, n in enumerate(gm.graph.nodes)}  # for writes in place (_read_around)
         for node in gm.graph.nodes:
             if node.op == "get_attr":
                 self.env[node] = self.constant(getattr(gm, node.target))
@@ -371,7 +371,7 @@ class _Builder:
             if isinstance(args[0], Leaf) and args[0].kind == "tensor" and args[0].base not in self.buffers:
                 raise Unsupported(f"The forward modifies a tensor in place ({target}) that it did not create.")
             into = node.args[0]
-            if isinstance(into, torch.fx.Node) and _read_around(node, into):
+            if isinstance(into, torch.fx.Node) and _read_around(node, into, self.order):
                 raise Unsupported(f"The forward writes in place through a view ({target} into "
                                   f"{_base_name(into.target)}), which the templates do not build.")
             if base == "copy_" and isinstance(args[0], Leaf) and args[0].kind == "tensor":  # state for the next call

@@ -204,8 +204,7 @@ POINTWISE = {
     "softplus": lambda a, kw: E(_softplus(f(a[0]), _arg(a, 1, kw, "beta", 1.0), _arg(a, 2, kw, "threshold", 20.0)), "f"),
     # a sixth as a product, not a division (div.full.f32: about 8 instructions; 1 ulp of difference at most)
     "hardswish": _unary("({x} * tl.minimum(tl.maximum({x} + 3.0, 0.0), 6.0) * 0.16666666666666666)"),
-    "hardsigmoid": _unary("tl.minimum(tl.maximum({x} * 0.16666666666666666 + 0.5, 0.0" + _nan("f") + "), 1.0"
-                          + _nan("f") + ")"),
+    "hardsigmoid": lambda a, kw: _clamp([E(f"{f(a[0])} * 0.16666666666666666 + 0.5", "f"), lit(0.0), lit(1.0)], {}),
     "hardtanh": lambda a, kw: _clamp([E(f(a[0]), "f"), lit(float(_arg(a, 1, kw, "min_val", -1.0))),
                                       lit(float(_arg(a, 2, kw, "max_val", 1.0)))], {}),
     "leaky_relu": lambda a, kw: E(f"tl.where({f(a[0])} > 0, {f(a[0])}, {f(a[0])} * "

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from agent.templates.special_fns import SPECIAL
+
 
 @dataclass(frozen=True)
 class E:
@@ -267,6 +269,17 @@ POINTWISE = {
     "_prelu_kernel": lambda a, kw: E(f"tl.where({f(a[0])} > 0, {f(a[0])}, {f(a[1])} * {f(a[0])})", "f"),
     "deg2rad": _unary("({x} * 0.017453292519943295)"),
     "rad2deg": _unary("({x} * 57.29577951308232)"),
+    "atan": _unary("_atan({x})"),
+    "asin": _unary("_atan2({x}, tl.sqrt((1.0 - {x}) * (1.0 + {x})))"),
+    "acos": _unary("_atan2(tl.sqrt((1.0 - {x}) * (1.0 + {x})), {x})"),
+    "atan2": lambda a, kw: E(f"_atan2({f(a[0])}, {f(a[1])})", "f"),
+    "erfinv": _unary("_erfinv({x})"),
+    "lgamma": _unary("_lgamma({x})"),
+    "digamma": _unary("_digamma({x})"),
+    "i0": _unary("_i0({x})"),
+    "special_i0e": _unary("_i0e({x})"),
+    "special_erfcx": _unary("_erfcx({x})"),
+    "special_log_ndtr": _unary("_log_ndtr({x})"),
     "nan_to_num": lambda a, kw: E(_nan_to_num(f(a[0]), _arg(a, 1, kw, "nan", 0.0), _arg(a, 2, kw, "posinf", None),
                                               _arg(a, 3, kw, "neginf", None)), "f"),
 }
@@ -417,6 +430,7 @@ def _min_combine(a, b):
 def _sum3(a0, b0, c0, a1, b1, c1):
     return a0 + a1, b0 + b1, c0 + c1
 ''',
+    **SPECIAL,
 }
 
 

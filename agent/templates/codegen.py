@@ -910,9 +910,11 @@ class Gen(Reductions):
         """A running sum, product, max or min along the axis; over a row in chunks, each chunk's scan joined
         with the carry of the chunks before it."""
         v = self.reduce_input(m)
+        rev = m.attrs["reverse"] != self.flip
+        if m.fn == "logcumsumexp":
+            return self.log_scan(v, rev)
         neutral, combine = SCANS[m.fn]
         src = f"tl.where(mask, {f(v) if m.dtype.is_floating_point else v.code}, {neutral})"
-        rev = m.attrs["reverse"] != self.flip
         out = self.fresh("s")
         if m.fn in ("cumsum", "cumprod"):
             call = f"tl.{m.fn}({{}}, axis={self.axis}, reverse={rev})"
@@ -928,6 +930,28 @@ class Gen(Reductions):
                  else f"tl.reduce({vv}, {self.axis}, {combine}, keep_dims=True)")
         self.body.lines += [f"{vv} = {src}", f"{out} = {join.format(call.format(vv), carry)}",
                             f"{carry} = {join.format(carry, total)}"]
+        return out
+
+    def log_scan(self, v: E, rev: bool) -> str:
+        """log(cumsum(exp(x))) as a scan of pairs (running max m, sum of exp(x - m)), the value m + log(sum): no
+        exp overflows, and a term far below the running max still adds to a sum of order one (a sum of exps
+        lost every term under half an ulp of the running total: at -1e4, all of them)."""
+        m, s, out = self.fresh("lm"), self.fresh("ls"), self.fresh("s")
+        x = f"tl.where(mask, {f(v)}, -float(\"inf\"))"
+        call = f"tl.associative_scan(({{}}, {{}}), {self.axis}, _lse_combine, reverse={rev})"
+        if self.body is self.top:
+            xv = self.fresh("lx")
+            self.body.lines += [f"{xv} = {x}", f"{m}, {s} = {call.format(xv, f'tl.zeros_like({xv}) + 1.0')}",
+                                f"{out} = {m} + tl.log({s})"]
+            return out
+        cm, cs, xv, one, tm, ts = (self.fresh(p) for p in ("cm", "cs", "lx", "one", "tm", "ts"))
+        self.top.lines += [f"{cm} = tl.full({self.tile('red')}, -float(\"inf\"), tl.float32)",
+                           f"{cs} = tl.zeros({self.tile('red')}, tl.float32)"]
+        self.body.lines += [
+            f"{xv} = {x}", f"{one} = tl.zeros_like({xv}) + 1.0", f"{m}, {s} = {call.format(xv, one)}",
+            f"{tm}, {ts} = tl.reduce(({xv}, {one}), {self.axis}, _lse_combine, keep_dims=True)",
+            f"{m}, {s} = _lse_combine({cm}, {cs}, {m}, {s})", f"{out} = {m} + tl.log({s})",
+            f"{cm}, {cs} = _lse_combine({cm}, {cs}, {tm}, {ts})"]
         return out
 
 

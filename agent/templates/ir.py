@@ -424,7 +424,7 @@ class _Builder:
             return self.add("pw", fn, args, v.shape, v.dtype, attrs=kwargs)
         if base in REDUCE or base in ("mean", "max", "min"):
             return self.reduce(base, args, kwargs, v)
-        if base in ("cumsum", "cumprod", "cummax", "cummin"):
+        if base in ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"):
             x, dims = args[0], (args[1] % max(len(args[0].shape), 1),)
             if base not in ("cumsum", "cumprod") and not x.dtype.is_floating_point:
                 raise Unsupported(f"A running {base[3:]} of integers is not built.")

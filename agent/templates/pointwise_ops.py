@@ -426,6 +426,15 @@ def _max_combine(a, b):
 def _min_combine(a, b):
     return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
 ''',
+    # two (max, sum of exp(x - max)) pairs as one: the larger max, each sum scaled to it (by 1 where its own
+    # max is that max, also where both are infinite)
+    "_lse_combine": '''@triton.jit
+def _lse_combine(m1, s1, m2, s2):
+    m = tl.maximum(m1, m2, propagate_nan=tl.PropagateNan.ALL)
+    a = tl.where(m1 == m, 1.0, tl.exp(m1 - m))
+    b = tl.where(m2 == m, 1.0, tl.exp(m2 - m))
+    return m, s1 * a + s2 * b
+''',
     "_sum3": '''@triton.jit
 def _sum3(a0, b0, c0, a1, b1, c1):
     return a0 + a1, b0 + b1, c0 + c1

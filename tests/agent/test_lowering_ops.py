@@ -226,6 +226,17 @@ def test_a_max_pool_s_indices_are_refused_in_a_sentence(tmp_path):
         "The forward returns a max pool's indices, which the templates do not compute."
 
 
+def test_a_running_log_sum_exp_in_one_block_and_in_chunks(runner):
+    """logcumsumexp had no lowering. It scans (running max, sum of exps below it) pairs: a sum of exps at -1e4
+    lost every term; in chunks, the carry joins each chunk's total, reduced from the chunk's own elements."""
+    check("low_logcumsumexp", runner)
+    a = analyze(str(FIXTURES / "low_logcumsumexp.py"), small=True)
+    t = matching(a)[0]
+    looped = [p for p in t.variants(a) if p["mode"] == "looped"]
+    assert looped and "_lse_combine" in t.render(a, looped[0])
+    runner.run_ok(FIXTURES / "low_logcumsumexp.py", t.render(a, looped[0]), bound=2e-5)
+
+
 def test_a_running_max_s_indices_are_refused_in_a_sentence(tmp_path):
     task = tmp_path / "task.py"
     task.write_text((FIXTURES / "low_scans_more.py").read_text().replace("torch.cummin(cube, 1)[0]",

@@ -18,13 +18,14 @@ from agent.templates.stats_epilogue import requested
 PLAN_KEYS = ("SPLIT_K", "impl", "precision")  # parameters that change the schedule or the GEMM itself
 PRODUCT_KEYS = ("precision", "operands")  # how every tl.dot of the plan multiplies, whichever kernel is tuned
 EPILOGUE_FORMS = ("stats", "recompute")  # a Triton convolution's alone (stats_epilogue): refused without one
-# How the kernels take a log, an exp or a sigmoid (params["logs"]): "sfu", the special function unit's log2 times
-# ln 2 on a GPU (pointwise_ops' _log: within 2**-21.41 of ln x on [0.5, 2], 3 units in the last place elsewhere),
-# its 2^x flushing subnormal results to zero (_exp) and its reciprocal (_sigmoid), the default; "libdevice",
-# tl.log (about 30 instructions), tl.exp (6) and tl.sigmoid (about 11). The evaluator judges either against the
-# math.
+# How the kernels take a log, an exp, a sigmoid or a tanh (params["logs"]): "sfu", the special function unit's log2
+# times ln 2 on a GPU (pointwise_ops' _log: within 2**-21.41 of ln x on [0.5, 2], 3 units in the last place
+# elsewhere), its 2^x flushing subnormal results to zero (_exp), that and its reciprocal (_sigmoid, _fast_tanh), the
+# default; "libdevice", tl.log (about 30 instructions), tl.exp (6), tl.sigmoid (about 11) and _tanh (about 30).
+# The evaluator judges either against the math.
 LOGS = ("sfu", "libdevice")
-LOG_FNS = ("log", "log10", "xlogy", "sigmoid", "silu", "exp", "softplus", "logaddexp", "sinh", "cosh", "gelu")
+LOG_FNS = ("log", "log10", "xlogy", "sigmoid", "silu", "exp", "softplus", "logaddexp", "sinh", "cosh", "gelu",
+           "tanh")
 
 
 @dataclass

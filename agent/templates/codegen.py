@@ -905,6 +905,28 @@ class Gen(Reductions):
             self.body.cache[key] = name
         return self.body.cache[key]
 
+    # --- scatters ----------------------------------------------------------------------------------
+    def scatter(self, m: Node, buf: str) -> str:
+        """The store (fn "set") or atomic add (fn "add") of each of the values at its place in the target's
+        buffer: along each target dim, this kernel's index along a domain dim, or an index's value (below zero
+        counted from the end, as index_put counts it)."""
+        shape = m.attrs["shape"]
+        terms = []
+        for d, (t, stride) in enumerate(zip(m.attrs["target"], contiguous_strides(shape))):
+            if shape[d] == 1:
+                continue
+            if isinstance(t, int):
+                i = self.dim_index(t)
+            else:
+                i = self.hoist("ix", self.arg(m.args[2 + t[1]], m, "full").code)
+                i = f"tl.where({i} < 0, {i} + {shape[d]}, {i})"
+            terms.append(f"({i}) * {stride}")
+        address = f"{self.ptr(buf)} + {' + '.join(terms) or '0'}"
+        value = self.arg(m.args[1], m, "full").code
+        value = f"({value} + tl.zeros_like(offs)).to({self.ptr(buf)}.dtype.element_ty)"
+        op = "tl.atomic_add" if m.fn == "add" else "tl.store"
+        return f"{op}({address}, {value}, mask=mask)"
+
     # --- scans -------------------------------------------------------------------------------------
     def scan(self, m: Node) -> str:
         """A running sum, product, max or min along the axis; over a row in chunks, each chunk's scan joined
@@ -913,6 +935,8 @@ class Gen(Reductions):
         rev = m.attrs["reverse"] != self.flip
         if m.fn == "logcumsumexp":
             return self.log_scan(v, rev)
+        if m.fn in ("sort", "sort_indices"):
+            return self.sort(m, v)
         neutral, combine = SCANS[m.fn]
         src = f"tl.where(mask, {f(v) if m.dtype.is_floating_point else v.code}, {neutral})"
         out = self.fresh("s")
@@ -952,6 +976,30 @@ class Gen(Reductions):
             f"{tm}, {ts} = tl.reduce(({xv}, {one}), {self.axis}, _lse_combine, keep_dims=True)",
             f"{m}, {s} = _lse_combine({cm}, {cs}, {m}, {s})", f"{out} = {m} + tl.log({s})",
             f"{cm}, {cs} = _lse_combine({cm}, {cs}, {tm}, {ts})"]
+        return out
+
+    def sort(self, m: Node, v: E) -> str:
+        """A row sorted in one block by tl.sort, of int64s: each element's order-keeping int32 key (its bits, a
+        negative's magnitude bits flipped; zeros as +0, NaN as +NaN, above +inf where PyTorch puts it; all
+        bits flipped to sort descending) over its index, so that equal values keep their order and the index
+        comes out beside its value. Lanes past the row sort last. The values and the indices share one sort."""
+        flip = "~" if m.attrs["descending"] else ""
+        key = ("sort", m.args[0], flip)
+        if key not in self.top.cache:
+            x, b, k, s = (self.fresh(p) for p in ("sx", "sb", "sk", "ss"))
+            self.body.lines += [
+                f"{x} = {f(v)}",
+                f"{b} = tl.where({x} != {x}, 0x7FC00000, tl.where({x} == 0, 0, {x}.to(tl.int32, bitcast=True)))",
+                f"{k} = tl.where(mask, {flip}tl.where({b} < 0, {b} ^ 0x7FFFFFFF, {b}), 0x7FFFFFFF)",
+                f"{s} = tl.sort(({k}.to(tl.int64) << 32) | (rr + tl.zeros_like({k})).to(tl.int64), dim={self.axis})"]
+            self.top.cache[key] = s
+        s, out = self.top.cache[key], self.fresh("s")
+        if m.fn == "sort_indices":
+            self.body.lines.append(f"{out} = {s} & 0xFFFFFFFF")
+            return out
+        k = self.fresh("sk")
+        self.body.lines += [f"{k} = {flip}({s} >> 32).to(tl.int32)",
+                            f"{out} = tl.where({k} < 0, {k} ^ 0x7FFFFFFF, {k}).to(tl.float32, bitcast=True)"]
         return out
 
 
@@ -1040,6 +1088,9 @@ def store_lines(gen: Gen, stores: list, red_mask: str = "rmask") -> None:
     for the buffer is the member's place in another buffer (a piece of a cat), and a member with a condition
     (Kernel.store_when) is stored only where it holds."""
     for m, buf in stores:
+        if m.op == "scatter":
+            gen.body.lines.append(gen.scatter(m, buf))
+            continue
         level = gen.k.level[m]
         value = gen.value(m)  # first: it names the temporaries the address may reuse
         mask = "mask" if level == "full" else red_mask

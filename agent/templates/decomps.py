@@ -292,7 +292,111 @@ def roll(x, shifts, dims=()):
     return out
 
 
+def pad_circular(x, pad):
+    """Each padded dim as the concatenation of its last `before` entries, itself and its first `after` (pad lists
+    the last dim's pair first, as F.pad does)."""
+    if any(p < 0 for p in pad):
+        raise NotImplementedError("circular padding by a negative amount (a crop) is not built")
+    out = x
+    for i in range(len(pad) // 2):
+        d, before, after = x.dim() - 1 - i, pad[2 * i], pad[2 * i + 1]
+        size = out.shape[d]
+        pieces = [torch.narrow(out, d, size - before, before)] if before else []
+        pieces += [out] + ([torch.narrow(out, d, 0, after)] if after else [])
+        out = torch.cat(pieces, d) if len(pieces) > 1 else out
+    return out
+
+
+def rrelu_with_noise(x, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
+    """In eval mode a leaky ReLU whose slope is the mean of the bounds; in training its slopes are random, and the
+    op is left as it is (ir.RANDOM refuses it)."""
+    if training:
+        return NotImplemented
+    return torch.where(x >= 0, x, x * ((lower + upper) / 2))
+
+
+def median_dim(x, dim=-1, keepdim=False):
+    """The lower middle of a sort along dim; where the row holds NaN, its first NaN (sorted last, in order),
+    as PyTorch's median gives."""
+    d = dim % max(x.dim(), 1)
+    v, i = torch.sort(x, d)
+    nans = torch.isnan(x).sum(d, keepdim=True)
+    at = torch.where(nans > 0, x.shape[d] - nans, (x.shape[d] - 1) // 2)
+    v, i = torch.gather(v, d, at), torch.gather(i, d, at)
+    return (v, i) if keepdim else (v.squeeze(d), i.squeeze(d))
+
+
+BUCKETS_MOST = 1024  # the most boundaries a bucketize or searchsorted compares each value with
+
+
+def _below(values, boundaries, right: bool, out_int32: bool):
+    """How many of the sorted boundaries (last dim) lie below each value (at or below, `right`): the count of
+    boundaries a binary search passes, NaNs sorted last as PyTorch's search takes them, by comparing with each."""
+    if boundaries.shape[-1] > BUCKETS_MOST:
+        raise NotImplementedError(f"a bucketize or searchsorted compares each value with at most {BUCKETS_MOST} "
+                                  f"boundaries; this one has {boundaries.shape[-1]}")
+    passed = ~(values[..., None] < boundaries) if right else ~(values[..., None] <= boundaries)
+    return passed.sum(-1, dtype=torch.int32 if out_int32 else torch.int64)
+
+
+def bucketize(x, boundaries, *, out_int32=False, right=False):
+    return _below(x, boundaries, right, out_int32)
+
+
+def searchsorted(seq, values, *, out_int32=False, right=False, side=None, sorter=None):
+    if sorter is not None:
+        seq = torch.gather(seq, -1, sorter)
+    return _below(values, seq if seq.dim() == 1 else seq.unsqueeze(-2), right or side == "right", out_int32)
+
+
+def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                  per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    """Sums (mode 0) or means (mode 1) of bags of weight's rows: each index's bag is the count of offsets at or
+    below its position, less one; its row, weighted, is added into that bag. (output, offset2bag, bag_size,
+    max_indices), the last three only as PyTorch shapes them: no lowering reads them but the output."""
+    if mode == 2:
+        raise NotImplementedError("an embedding_bag in max mode is not built")
+    bags = offsets.shape[0] - (1 if include_last_offset else 0)
+    bag = _below(torch.arange(indices.shape[0], device=indices.device), offsets, True, False) - 1
+    rows = weight[indices]
+    kept = (indices != padding_idx).to(weight.dtype) if padding_idx >= 0 else torch.ones_like(bag, dtype=weight.dtype)
+    weights = kept if per_sample_weights is None else kept * per_sample_weights
+    out = weight.new_zeros((bags, weight.shape[1])).index_add(0, bag, rows * weights[:, None])
+    if mode == 1:
+        out = out / weight.new_zeros((bags,)).index_add(0, bag, kept).clamp_min(1.0)[:, None]
+    return out, bag, torch.zeros_like(offsets), torch.zeros_like(offsets)
+
+
+def histc(x, bins=100, min=0, max=0):
+    """Counts of x's elements in `bins` equal bins over [min, max] (over the data's range where both are 0, widened
+    by 1 each way where that is one value): each element's bin (x - min) bins / (max - min), the top edge in the
+    last bin, atomically added to (index_add); elements outside the range add zero."""
+    x = x.flatten()
+    lo, hi = (x.min(), x.max()) if min == max else (x.new_tensor(float(min)), x.new_tensor(float(max)))
+    if min == max:
+        lo, hi = torch.where(lo == hi, lo - 1, lo), torch.where(lo == hi, hi + 1, hi)
+    inside = (x >= lo) & (x <= hi)
+    at = ((x - lo) * bins / (hi - lo)).to(torch.int64).clamp(0, bins - 1)
+    return x.new_zeros((bins,)).index_add(0, at, inside.to(x.dtype))
+
+
+def max_unpool2d(x, indices, output_size):
+    """Each value stored at its index in a zero plane of output_size (max_pool2d's indices, per plane)."""
+    n, c = x.shape[:2]
+    out = x.new_zeros((n, c, math.prod(output_size)))
+    return out.scatter(2, indices.flatten(2), x.flatten(2)).view(n, c, *output_size)
+
+
 DECOMPOSITIONS = {
+    aten.histc.default: histc,
+    aten._embedding_bag.default: embedding_bag,
+    aten._embedding_bag_forward_only.default: embedding_bag,
+    aten.max_unpool2d.default: max_unpool2d,
+    aten.bucketize.Tensor: bucketize,
+    aten.searchsorted.Tensor: searchsorted,
+    aten.median.dim: median_dim,
+    aten._pad_circular.default: pad_circular,
+    aten.rrelu_with_noise.default: rrelu_with_noise,
     aten._softmax.default: softmax,
     aten.roll.default: roll,
     aten._log_softmax.default: log_softmax,

@@ -230,7 +230,10 @@ ORDER_VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expan
 STRIDED_VIEWS = {"permute", "t", "transpose", "select", "slice", "as_strided", "diagonal", "unfold"}
 SPLIT_VIEWS = {"unbind", "split", "split_with_sizes", "unsafe_split", "unsafe_split_with_sizes", "chunk",
                "unsafe_chunk", "tensor_split"}  # one view per piece
+VIEWS = ORDER_VIEWS | STRIDED_VIEWS | SPLIT_VIEWS | {"getitem"}  # ops whose result shares its input's memory
 IDENTITY = {"detach", "alias", "clone", "lift_fresh_copy", "contiguous", "lift_fresh"}
+SCAN_FNS = ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp")  # running ops; a sort is a "scan" node too
+SORT_MOST = 4096  # the longest row a sort holds in one block
 EMPTY = {"empty", "empty_like", "new_empty", "empty_strided", "empty_permuted"}  # unspecified contents: zeros
 RANDOM = {"bernoulli", "rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "normal", "uniform",
           "native_dropout", "multinomial", "randperm", "exponential", "geometric", "cauchy", "log_normal",
@@ -246,9 +249,8 @@ def _read_around(node, into, order: dict) -> bool:
     `into`: the write would have to reach it too (a circular pad's edges copied into slices of the padded
     tensor, the convolution then reading the whole). A write into a tensor no one reads around it is a new
     value of `into`. `order`: each node's place in the graph."""
-    views = ORDER_VIEWS | STRIDED_VIEWS | SPLIT_VIEWS | {"getitem"}
     root, piece = into, {}  # piece: a split on the way up -> the index of the piece `into` lies in
-    while root.op == "call_function" and _base_name(root.target) in views:
+    while root.op == "call_function" and _base_name(root.target) in VIEWS:
         if _base_name(root.target) == "getitem":
             piece[root.args[0]] = root.args[1]
         root = root.args[0]
@@ -263,9 +265,40 @@ def _read_around(node, into, order: dict) -> bool:
         for u in m.users:
             if m in piece and u.args[1] != piece[m]:  # another piece of the split: it shares no element
                 continue
-            if u.op == "call_function" and _base_name(u.target) in views:
+            if u.op == "call_function" and _base_name(u.target) in VIEWS:
                 stack.append(u)
             elif order[u] > order[node]:
+                return True
+    return False
+
+
+def _slices_up(into) -> list | None:
+    """The slices (of step 1) from `into` up to the tensor they view, `into` first; None where `into` is no view
+    or another kind of view is on the way."""
+    chain = []
+    while isinstance(into, torch.fx.Node) and into.op == "call_function" and _base_name(into.target) in VIEWS:
+        if _base_name(into.target) != "slice" or (len(into.args) > 4 and into.args[4] != 1):
+            return None
+        chain.append(into)
+        into = into.args[0]
+    return chain or None
+
+
+def _stale_view(node, chain: list, order: dict) -> bool:
+    """Whether a write by `node` through `chain` (_slices_up) leaves a stale view read after it: one made before
+    the write, off the chain, so that its value is the tensor's before the write. The tensor itself, the chain's
+    slices and views made after the write are read at their new values (_Builder.write_back)."""
+    root = chain[-1].args[0]
+    stack, seen = [root], set()
+    while stack:
+        m = stack.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        for u in m.users:
+            if u.op == "call_function" and _base_name(u.target) in VIEWS and order[u] < order[node]:
+                stack.append(u)
+            elif order[u] > order[node] and not (m is root or m in chain):
                 return True
     return False
 
@@ -330,7 +363,7 @@ class _Builder:
             if node in live:
                 order.append(node)
                 live.update(a for a in node.inputs if isinstance(a, Node))
-        if any(n.fn.endswith("_indices") for n in order):
+        if any(n.fn in ("cummax_indices", "cummin_indices") for n in order):
             raise Unsupported("The forward uses the indices of a running max or min, which the templates do not "
                               "compute.")
         return Program(order[::-1], outputs, spec, list(self.t.arg_names), self.bases, float_base)
@@ -355,6 +388,8 @@ class _Builder:
 
     def arg(self, a):
         if isinstance(a, torch.fx.Node):
+            if self.env[a] is None:  # the indices of a max pool (pool)
+                raise Unsupported("The forward uses a max pool's indices, which the templates do not compute.")
             return self.env[a]
         if isinstance(a, (list, tuple)):
             return type(a)(self.arg(x) for x in a)
@@ -371,7 +406,9 @@ class _Builder:
             if isinstance(args[0], Leaf) and args[0].kind == "tensor" and args[0].base not in self.buffers:
                 raise Unsupported(f"The forward modifies a tensor in place ({target}) that it did not create.")
             into = node.args[0]
-            if isinstance(into, torch.fx.Node) and _read_around(node, into, self.order):
+            chain = _slices_up(into)
+            if chain and _stale_view(node, chain, self.order) or not chain and isinstance(into, torch.fx.Node) \
+                    and _read_around(node, into, self.order):
                 raise Unsupported(f"The forward writes in place through a view ({target} into "
                                   f"{_base_name(into.target)}), which the templates do not build.")
             if base == "copy_" and isinstance(args[0], Leaf) and args[0].kind == "tensor":  # state for the next call
@@ -382,8 +419,124 @@ class _Builder:
             else:
                 result = self.call_op(base.rstrip("_"), target, args, kwargs, v)
             self.env[node.args[0]] = result  # later readers of the mutated tensor see the new value
+            if chain:
+                self.write_back(chain, result)
             return result
         return self.call_op(base, target, args, kwargs, v)
+
+    def write_back(self, chain: list, value: Value) -> None:
+        """A write of `value` through slices of a tensor (_slices_up) as new values of the slices above it and of
+        the tensor: going up, each parent's current value with the written range along the slice's dim replaced,
+        a cat of three pieces (a circular pad copies its edges into slices of the padded tensor this way)."""
+        root = chain[-1].args[0]
+        current = {root: self.env[root]}
+        for sl in reversed(chain):
+            current[sl] = self.view(sl.target, "slice", [current[sl.args[0]], *self.arg(list(sl.args[1:]))], {},
+                                    _val(sl))
+        for sl in chain:
+            parent, d = current[sl.args[0]], sl.args[1] % len(_val(sl).shape)
+            size, length = parent.shape[d], value.shape[d]
+            start = sl.args[2] if len(sl.args) > 2 and sl.args[2] is not None else 0
+            start = min(max(start + size if start < 0 else start, 0), size)  # as Python's slices clamp it
+            pieces = [self.narrowed(parent, d, 0, start), value,
+                      self.narrowed(parent, d, start + length, size - start - length)]
+            value = self.cat("cat", [pieces, d], {}, _val(sl.args[0]))
+            self.env[sl.args[0]] = value
+
+    def sort(self, args, kwargs, v) -> tuple:
+        """Values and indices of a sort along a dim, each a "scan" node over the row (codegen.sort); a dim other
+        than the last is moved last and back, as tl.sort sorts along a tile's last axis."""
+        x = args[0]
+        dim = (args[1] if len(args) > 1 else kwargs.get("dim", -1)) % max(len(x.shape), 1)
+        descending = bool(args[2] if len(args) > 2 else kwargs.get("descending", False))
+        if not x.dtype.is_floating_point:
+            raise Unsupported("A sort of integers is not built.")
+        if x.shape[dim] > SORT_MOST:
+            raise Unsupported(f"A sort is built along rows of at most {SORT_MOST} elements; this one has "
+                              f"{x.shape[dim]}.")
+        last = len(x.shape) - 1
+        order = [d for d in range(len(x.shape)) if d != dim] + [dim]
+        x = self.permuted(x, order)
+        out = (self.add("scan", "sort", [x], x.shape, v[0].dtype, dims=(last,), reverse=False, descending=descending),
+               self.add("scan", "sort_indices", [x], x.shape, torch.int64, dims=(last,), reverse=False,
+                        descending=descending))
+        return tuple(self.permuted(o, [order.index(d) for d in range(len(order))]) for o in out)
+
+    def diag_embed(self, args, v) -> Value:
+        """x's last dim on the diagonal of two new last dims, zero elsewhere (offset and dims at their defaults):
+        x broadcast along the last dim, kept where the last two indices are equal."""
+        x, rank, shape = args[0], len(v.shape), tuple(v.shape)
+        offset = args[1] if len(args) > 1 else 0
+        dims = [d % rank for d in (args[2] if len(args) > 2 else -2, args[3] if len(args) > 3 else -1)]
+        if offset != 0 or dims != [rank - 2, rank - 1]:
+            raise Unsupported("A diag_embed is built with its default offset and dims.")
+        meta = torch.empty(x.shape, dtype=x.dtype, device="meta")
+        column = self.view(aten.unsqueeze.default, "unsqueeze", [x, -1], {}, meta.unsqueeze(-1))
+        column = self.view(aten.expand.default, "expand", [column, shape], {}, meta.unsqueeze(-1).expand(shape))
+        same = self.add("pw", "eq", [self.index_along(rank - 1, shape), self.index_along(rank - 2, shape)], shape,
+                        torch.bool)
+        return self.add("pw", "where", [same, column, False if v.dtype == torch.bool else 0], shape, v.dtype)
+
+    def scatter(self, base, args, kwargs, v) -> Node:
+        """scatter, scatter_add, index_add and index_put as a "scatter" node: the target, copied, with each element
+        of the values stored at (fn "set") or added to (fn "add") the place its indices name. The node's args are
+        the target, then the values and the indices, each seen over the domain the values span; attrs["target"]
+        gives for each target dim the domain dim it is, or ("i", k) for the k-th index's value."""
+        x, rank = args[0], len(args[0].shape)
+        if base in ("index_put", "_unsafe_index_put"):
+            indices, values = list(args[1]), args[2]
+            add = bool(args[3] if len(args) > 3 else kwargs.get("accumulate", False))
+            a = next(d for d, i in enumerate(indices) if i is not None)  # the indexed dims: a to b
+            b = len(indices) - next(d for d, i in enumerate(reversed(indices)) if i is not None)
+            if any(i is None or i.dtype == torch.bool for i in indices[a:b]):
+                raise Unsupported("An index_put is built for integer indices of adjacent dims, not masks.")
+            lead = tuple(torch.broadcast_shapes(*[i.shape for i in indices[a:b]]))
+            domain = tuple(x.shape[:a]) + lead + tuple(x.shape[b:])
+            around = ((1,) * a, (1,) * (rank - b))
+            index = [self.expanded(self.reshaped(self.expanded(i, lead), around[0] + lead + around[1]), domain)
+                     for i in indices[a:b]]
+            target = tuple(d if d < a else ("i", d - a) if d < b else len(lead) + d - (b - a) for d in range(rank))
+            src = self.expanded(values, domain)
+        else:
+            dim = args[1] % max(rank, 1)
+            target = tuple(("i", 0) if d == dim else d for d in range(rank))
+            if base == "index_add":
+                src, add = args[3], True
+                domain = tuple(src.shape)
+                alpha = args[4] if len(args) > 4 else kwargs.get("alpha", 1)
+                src = src if alpha == 1 else self.add("pw", "mul", [src, alpha], domain, src.dtype)
+                along = tuple(n if d == dim else 1 for d, n in enumerate(domain))
+                index = [self.expanded(self.reshaped(args[2], along), domain)]
+            else:
+                if kwargs.get("reduce") or len(args) > 4:
+                    raise Unsupported("A scatter with a reduce argument is not built.")
+                domain, add = tuple(args[2].shape), base == "scatter_add"
+                src = args[3] if len(args) > 3 else kwargs.get("src", kwargs.get("value"))
+                for d, n in enumerate(domain):  # the source's elements at the index's positions
+                    if isinstance(src, Value) and src.shape[d] != n:
+                        src = self.narrowed(src, d, 0, n)
+                index = [args[2]]
+        return self.add("scatter", "add" if add else "set", [x, src, *index], v.shape, v.dtype, target=target,
+                        domain=domain)
+
+    def expanded(self, value: Value, shape: tuple) -> Value:
+        """value broadcast to shape, dims aligned on the right as expand aligns them."""
+        if tuple(value.shape) == tuple(shape):
+            return value
+        meta = torch.empty(value.shape, dtype=value.dtype, device="meta").expand(shape)
+        return self.view(aten.expand.default, "expand", [value, list(shape)], {}, meta)
+
+    def permuted(self, value: Value, order: list) -> Value:
+        """value with its dims in `order` (permute)."""
+        if order == sorted(order):
+            return value
+        meta = aten.permute.default(torch.empty(value.shape, dtype=value.dtype, device="meta"), order)
+        return self.view(aten.permute.default, "permute", [value, order], {}, meta)
+
+    def narrowed(self, value: Value, d: int, start: int, length: int) -> Value:
+        """value[start:start + length] along dim d."""
+        meta = aten.slice.Tensor(torch.empty(value.shape, dtype=value.dtype, device="meta"), d, start, start + length)
+        return self.view(aten.slice.Tensor, "slice", [value, d, start, start + length], {}, meta)
 
     def filled(self, v, value) -> Leaf:
         """A constant of v's shape and dtype: `value` at every element, inlined where it is read."""
@@ -424,7 +577,7 @@ class _Builder:
             return self.add("pw", fn, args, v.shape, v.dtype, attrs=kwargs)
         if base in REDUCE or base in ("mean", "max", "min"):
             return self.reduce(base, args, kwargs, v)
-        if base in ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"):
+        if base in SCAN_FNS:
             x, dims = args[0], (args[1] % max(len(args[0].shape), 1),)
             if base not in ("cumsum", "cumprod") and not x.dtype.is_floating_point:
                 raise Unsupported(f"A running {base[3:]} of integers is not built.")
@@ -432,6 +585,12 @@ class _Builder:
                 return (self.add("scan", base, [x], v[0].shape, v[0].dtype, dims=dims, reverse=False),
                         self.add("scan", base + "_indices", [x], v[1].shape, torch.int64, dims=dims, reverse=False))
             return self.add("scan", base, [x], v.shape, v.dtype, dims=dims, reverse=False)
+        if base == "sort":
+            return self.sort(args, kwargs, v)
+        if base == "diag_embed":
+            return self.diag_embed(args, v)
+        if base in ("scatter", "scatter_add", "index_add", "index_put", "_unsafe_index_put"):
+            return self.scatter(base, args, kwargs, v)
         if base in ("mm", "bmm"):
             return self.matmul(args[0], args[1], v)
         if base == "addmm":
@@ -486,7 +645,7 @@ class _Builder:
         if isinstance(src, Leaf):  # a view no strides express: copy the leaf, then view the copy
             src = self.add("pw", "cast", [src], src.shape, src.dtype, attrs={"dtype": src.dtype})
         if base == "flip":
-            if src.op == "scan" and src.attrs["dims"] == dims:
+            if src.op == "scan" and src.attrs["dims"] == dims and src.fn in SCAN_FNS:
                 # flip(scan(y)) along the scan axis is the reversed scan of flip(y); flipping leaves is free
                 flipped = self.sink(src.args[0], tuple(v.shape), *layout)
                 if flipped is not None:

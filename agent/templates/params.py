@@ -799,6 +799,8 @@ def kernel_invalid(kernel: Kernel, p: dict) -> str | None:
     if layout == "row":
         o, r, _ = sizes(kernel)
         rp = next_pow2(r)
+        if p.get("mode") != "one_pass" and any(n.fn in ("sort", "sort_indices") for n in kernel.nodes):
+            return "a sort holds its whole row in one block (mode one_pass)"
         if p.get("mode") == "one_pass" and rp > ONE_PASS_MAX:
             return f"a one-pass row of {r} elements does not fit in registers"
         width = rp if p.get("mode") == "one_pass" else min(p.get("BLOCK_R", 1024), rp)

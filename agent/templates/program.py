@@ -216,7 +216,7 @@ def _kw_fallback(guard):
 '''
 
 
-SFU_HELPERS = ("_log", "_sigmoid", "_exp")  # pointwise_ops' helpers that take the SFU's instructions on a GPU
+SFU_HELPERS = ("_log", "_sigmoid", "_exp", "_fast_tanh")  # pointwise_ops' helpers that take the SFU's instructions on a GPU
 
 
 def _sfu(code: KernelCode | None, sfu: bool) -> KernelCode | None:

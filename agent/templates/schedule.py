@@ -29,7 +29,8 @@ from agent.templates.ir import Leaf, Node, Program, Unsupported, Value, contiguo
 
 @dataclass(eq=False)
 class Kernel:
-    kind: str  # "tile", "gemm", "torch_gemm", "rnn" (a recurrent layer, stepped over time by the host), "attention"
+    kind: str  # "tile", "gemm", "torch_gemm", "rnn" (a recurrent layer, stepped over time by the host), "attention",
+    # "scatter" (a flat kernel over a scatter's values, storing each at its indices' place in the target's buffer)
     domain: tuple
     rdims: tuple = ()
     nodes: list = field(default_factory=list)  # copies of the program's nodes, args resolved to leaves/members
@@ -41,8 +42,9 @@ class Kernel:
 
     @property
     def layout(self) -> str:
-        if self.kind in ("gemm", "torch_gemm", "rnn", "attention"):
-            return {"gemm": "gemm", "torch_gemm": "torch", "rnn": "rnn", "attention": "attention"}[self.kind]
+        if self.kind in ("gemm", "torch_gemm", "rnn", "attention", "scatter"):
+            return {"gemm": "gemm", "torch_gemm": "torch", "rnn": "rnn", "attention": "attention",
+                    "scatter": "flat"}[self.kind]
         if not self.rdims:
             return "plane" if self.has_window and len(self.domain) >= 3 else "flat"
         inner = [k for k in range(len(self.domain)) if self.domain[k] > 1]
@@ -401,6 +403,17 @@ class _Scheduler:
             self.leaves[n] = Leaf(n.name + "_s", n.shape, n.dtype, base=f"{self.store(n.args[0])}_{n.fn}",
                                   strides=contiguous_strides(n.shape))
             return
+        if n.op == "scatter":  # the target copied into a buffer, then each value stored or added at its place
+            init = Node(n.name + "_init", n.shape, n.dtype, op="pw", fn="cast", args=[self.leaf(n.args[0])],
+                        attrs={"dtype": n.dtype})
+            self.join(Kernel("tile", n.shape), init, init, "full", new=True)
+            self.buffers[n] = self.store(init)
+            k = Kernel("scatter", tuple(n.attrs["domain"]))
+            member = Node(n.name, k.domain, n.dtype, op="scatter", fn=n.fn, args=[None] + [
+                self.resolve(a, k, None) for a in n.args[1:]], attrs={**n.attrs, "shape": tuple(n.shape)})
+            self.join(k, member, n, "full", new=True)
+            self.store(n)
+            return
         if n.op == "window":
             k = Kernel("tile", n.shape)
             self.join(k, self.member(n, k), n, "full", new=True)
@@ -466,7 +479,7 @@ class _Scheduler:
 
     def pointwise_level(self, k: Kernel, n: Node) -> str | None:
         members = [self.home[a][1] for a in n.inputs if self.inside(a, k)]
-        if k.kind in ("torch_gemm", "rnn", "attention"):
+        if k.kind in ("torch_gemm", "rnn", "attention", "scatter"):
             return None
         if k.kind == "gemm" and k.rdims:  # a reduction over its channels joined (channel_reduction)
             return self.reduced_level(k, n, members)
@@ -493,7 +506,7 @@ class _Scheduler:
         return None
 
     def view_level(self, k: Kernel, n: Node) -> str | None:
-        if k.kind in ("rnn", "attention"):
+        if k.kind in ("rnn", "attention", "scatter"):
             return None
         src = self.home[n.args[0]][1]
         level = k.level[src]

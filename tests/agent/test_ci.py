@@ -119,12 +119,12 @@ def test_gates_exit_codes_and_reports(repo, tmp_path, capsys):
     assert entry["ms"] > 1e-3 and entry["interpreted"] is True and entry["device"] == "cpu (Triton interpreter)"
 
     # verification gate: an added task that no operator can lower has no correct kernel
-    shutil.copy(FIX / "tpl_unsupported.py", tasks / "c_sort.py")
+    shutil.copy(FIX / "tpl_unsupported.py", tasks / "c_fft.py")
     junit = tmp_path / "j3.xml"
     assert run(["ci", "--tasks", str(tasks), "--base", "HEAD", "--budget", "1", "--baseline", str(baseline),
                 "--out", str(tmp_path / "o3"), "--junit", str(junit)]) == 3
     case = ET.parse(junit).getroot().find("testsuite/testcase")
-    assert case.get("name") == "tasks/c_sort.py" and case.find("failure").get("type") == "verification"
+    assert case.get("name") == "tasks/c_fft.py" and case.find("failure").get("type") == "verification"
     assert "kernelwright ci: failed: verification gate (exit 3)" in capsys.readouterr().out
 
 

@@ -67,7 +67,10 @@ def test_standard_deviations_and_means_in_one_call(runner):
                                             ("low_router", "gemm"), ("low_constants", "elementwise"),
                                             ("low_copies", "axis_reduce"), ("low_pads", "gemm"),
                                             ("low_cells", "gemm"), ("low_cdist", "gemm"),
-                                            ("low_bilinear", "rowwise"), ("low_scans_more", "scan")])
+                                            ("low_bilinear", "rowwise"), ("low_scans_more", "scan"),
+                                            ("low_rrelu", "elementwise"), ("low_search", "gemm"),
+                                            ("low_scatter", "rowwise"), ("low_embedding_bag", "rowwise"),
+                                            ("low_histc", "rowwise")])
 def test_ops_that_had_no_lowering(task, template, runner):
     """Each of these tasks had no template ("No template lowers aten.upsample_nearest2d.default", ... aten.mv),
     or (the cells) a candidate that did not parse; most lower through decompositions (decomps.py)."""
@@ -168,6 +171,33 @@ def sigmoids(x, y, n, BLOCK: tl.constexpr):
     assert (y[~normal] >= 0).all() and (y[~normal] <= torch.finfo(torch.float32).tiny).all()
 
 
+@pytest.mark.gpu
+def test_the_fast_tanh_is_within_5e_7_of_tanh(tmp_path):
+    """_fast_tanh on a GPU (1 - 2 / (e^2x + 1) by the SFU's 2^x and reciprocal) against a float64 tanh: within
+    5e-7 absolutely everywhere, exactly -1 and 1 far out, and NaN for NaN."""
+    import importlib.util
+
+    import torch
+    from agent.templates.pointwise_ops import helpers_for
+    module = tmp_path / "fast_tanh.py"  # Triton reads a kernel's source from its file
+    module.write_text("import triton\nimport triton.language as tl\n\n\n" + "\n".join(helpers_for("_fast_tanh(")) + '''
+
+@triton.jit
+def tanhs(x, y, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + i, _fast_tanh(True, tl.load(x + i, mask=i < n, other=0.0)), mask=i < n)
+''')
+    spec = importlib.util.spec_from_file_location("fast_tanh", module)
+    fast = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fast)
+    x = torch.cat([torch.linspace(-100, 100, 1 << 16), torch.randn(1 << 16) * 3, torch.randn(1 << 10) * 1e-6,
+                   torch.tensor([float("nan"), float("inf"), -float("inf")])]).cuda()
+    y = torch.empty_like(x)
+    fast.tanhs[(-(-x.numel() // 1024),)](x, y, x.numel(), BLOCK=1024)
+    want = torch.tanh(x.double())
+    assert ((y.double() - want).abs()[:-3] <= 5e-7).all()
+    assert y[-3].isnan() and y[-2] == 1 and y[-1] == -1 and (y[x.abs() > 10] == x[x.abs() > 10].sign()).all()
+
 
 @pytest.mark.gpu
 def test_the_fast_exp_is_as_accurate_as_tl_exp(tmp_path):
@@ -201,17 +231,28 @@ def exps(x, y, n, BLOCK: tl.constexpr):
     assert (y[x < -88] == 0).all()  # flushed, where tl.exp keeps subnormals
 
 
-def test_random_numbers_are_refused():
+def test_random_numbers_are_refused(tmp_path):
     a = analyze(str(FIXTURES / "low_random.py"), small=True)
     assert matching(a) == []
     assert "not deterministic" in unsupported_reason(a)
+    task = tmp_path / "task.py"  # a randomized leaky ReLU in training mode draws its slopes
+    task.write_text((FIXTURES / "low_rrelu.py").read_text().replace("training=False", "training=True"))
+    assert "(aten.rrelu_with_noise.default" in unsupported_reason(analyze(str(task), small=True))
 
 
-def test_a_write_through_a_view_is_refused_in_a_sentence(tmp_path):
-    """A circular pad writes its wrapped edges into slices of the padded tensor: lowered as if the slices were
-    new tensors, the convolution read the padded tensor never written."""
+def test_writes_into_slices_of_a_made_tensor(runner):
+    """A circular pad writes its wrapped edges into slices of the padded tensor, reading slices it wrote before:
+    each write is the tensor's new value, the written range of each parent slice replaced (ir.write_back). Lowered
+    as if the slices were new tensors, the convolution read a padded tensor never written; it was refused."""
+    check("low_slice_writes", runner)
+
+
+def test_a_view_made_before_a_write_and_read_after_it_is_refused_in_a_sentence(tmp_path):
+    """v aliases y, so PyTorch's v holds the write; a value of v taken before it would not."""
     task = tmp_path / "task.py"
-    task.write_text((FIXTURES / "low_pads.py").read_text().replace('padding_mode="reflect"', 'padding_mode="circular"'))
+    task.write_text((FIXTURES / "low_slice_writes.py").read_text().replace(
+        "        y = torch.zeros_like(s)\n", "        y = torch.zeros_like(s)\n        v = y[:, 1:]\n").replace(
+        "y[:, 3:] * 3.0)", "v * 3.0)"))
     assert unsupported_reason(analyze(str(task), small=True)) == \
         "The forward writes in place through a view (aten.copy_.default into slice), which the templates do not build."
 
@@ -235,6 +276,51 @@ def test_a_running_log_sum_exp_in_one_block_and_in_chunks(runner):
     looped = [p for p in t.variants(a) if p["mode"] == "looped"]
     assert looped and "_lse_combine" in t.render(a, looped[0])
     runner.run_ok(FIXTURES / "low_logcumsumexp.py", t.render(a, looped[0]), bound=2e-5)
+
+
+def test_sorts_hold_their_rows_in_one_block(runner, tmp_path):
+    """sort, argsort and median had no lowering. tl.sort sorts (value key, index) int64s: equal values keep the
+    input's order, the values and the indices come from one sort, and NaN sorts where PyTorch puts it."""
+    source = check("low_sort", runner)
+    a = analyze(str(FIXTURES / "low_sort.py"), small=True)
+    assert "a sort holds its whole row" in base.invalid(a, {**matching(a)[0].default(a), "mode": "looped"})
+    # x both ways and again for its median, the cube along dims 1 and 2, the ties both ways: seven, not twelve
+    assert source.count("tl.sort(") == 7
+    task = tmp_path / "task.py"
+    task.write_text((FIXTURES / "low_sort.py").read_text().replace("torch.randn(2, 9, 6)", "torch.randn(2, 9, 5000)"))
+    assert unsupported_reason(analyze(str(task), small=True)) == \
+        "A sort is built along rows of at most 4096 elements; this one has 5000."
+
+
+def test_a_search_over_too_many_boundaries_is_refused_in_a_sentence(tmp_path):
+    """bucketize and searchsorted compare each value with every boundary: up to decomps.BUCKETS_MOST of them."""
+    task = tmp_path / "task.py"
+    task.write_text((FIXTURES / "low_search.py").read_text().replace("torch.randn(11)", "torch.randn(1100)"))
+    assert unsupported_reason(analyze(str(task), small=True)) == ("A bucketize or searchsorted compares each value "
+                                                                  "with at most 1024 boundaries; this one has 1104.")
+
+
+def test_a_scatter_copies_its_target_then_adds_atomically(runner):
+    """scatter_add, index_add, index_put and fold (col2im's accumulating index_put) had no lowering: the target
+    is copied into the output's buffer, then a kernel over the values adds each (tl.atomic_add: indices repeat)
+    or stores it at its place."""
+    a = analyze(str(FIXTURES / "low_scatter.py"), small=True)
+    source = matching(a)[0].render(a, matching(a)[0].default(a))
+    # adds: scatter_add, index_add, index_put, fold; stores: the one-hot, the assignment
+    scattered = [line.split("(")[0].strip() for line in source.splitlines() if "tl.where(ix" in line]
+    assert sorted(scattered) == ["tl.atomic_add"] * 4 + ["tl.store"] * 2
+
+
+def test_scatters_by_a_mask_or_a_max_pool_s_indices_are_refused_in_sentences(tmp_path):
+    task = tmp_path / "task.py"
+    source = (FIXTURES / "low_scatter.py").read_text()
+    task.write_text(source.replace("y[:, picks] = x[:, :2] + 1.0", "y[x > 0] = 1.0"))
+    assert unsupported_reason(analyze(str(task), small=True)) == \
+        "An index_put is built for integer indices of adjacent dims, not masks."
+    task.write_text(source.replace("F.fold(cols_img, (5, 6), 3, padding=1)",
+                                   "F.max_unpool2d(*F.max_pool2d(cols_img[None], 2, return_indices=True), 2)"))
+    assert unsupported_reason(analyze(str(task), small=True)) == \
+        "The forward uses a max pool's indices, which the templates do not compute."
 
 
 def test_a_running_max_s_indices_are_refused_in_a_sentence(tmp_path):
@@ -368,7 +454,7 @@ def test_independent_flat_kernels_launch_as_one(runner):
     source = check("low_two_launches", runner)
     forward = source.split("class ModelNew", 1)[1]
     assert forward.count("[(") == 1 and "_flat_kernel0_run[(" in forward
-    assert re.search(r"if pid < \d+:\n +_flat_kernel0\(.*, pid - 0, BLOCK_0\)\n +else:\n +_flat_kernel1\(", source)
+    assert re.search(r"if pid < \d+:\n +_flat_kernel0\(.*, pid - 0, BLOCK_0(, SFU_0)?\)\n +else:\n +_flat_kernel1\(", source)
 
 
 def test_a_flat_kernel_that_reads_another_s_output_keeps_its_own_launch():

@@ -364,8 +364,9 @@ def rel_err(out, ref) -> float:
     return worst
 
 
-def measure(op: str, shape: tuple[int, int], module, best: Path | None, ceilings: dict) -> Row:
-    """One task's row: every implementation timed on the same bf16 inputs and checked against fp32."""
+def measure(op: str, shape: tuple[int, int], module, best: Path | None, ceilings: dict, status: str = "done") -> Row:
+    """One task's row: every implementation timed on the same bf16 inputs and checked against fp32. `status` is
+    the build's for the task (batch.json): a task it did not finish has no kernel to time yet."""
     from tools.profile import count_work, floor_ms, host_us, time_call
     from tools.task import import_file
     row = Row(op, f"{shape[0]}x{shape[1]}")
@@ -387,7 +388,9 @@ def measure(op: str, shape: tuple[int, int], module, best: Path | None, ceilings
         impls["liger"] = liger_fn(op, model)
     except ImportError as e:
         row.notes.append(f"liger: {e}")
-    if best is None:
+    if best is None and status != "done":
+        row.notes.append(f"kernelwright: not built ({status} when the build's time ran out; the same --out resumes it)")
+    elif best is None:
         row.notes.append("kernelwright: no verified kernel (see OUT/runs)")
     else:
         candidate = import_file(best, f"kw_best_{op}_{row.shape}").ModelNew(*module.get_init_inputs())
@@ -500,10 +503,13 @@ def main(argv: list[str] | None = None) -> int:
         code = build(Path(tmp), out / "runs", args.budget, seconds)
         print(f"build exited {code} (its log: {out / 'build.log'})", flush=True)
         ceilings = device_ceilings(cache_dir())
+        state = out / "runs" / "batch.json"
+        statuses = json.loads(state.read_text())["tasks"] if state.is_file() else {}
         for (op, shape), name in names.items():
             best = out / "runs" / name / "best.py"
             module = import_file(Path(tmp) / f"{name}.py", f"kw_task_{name}")
-            rows.append(measure(op, shape, module, best if best.is_file() else None, ceilings))
+            rows.append(measure(op, shape, module, best if best.is_file() else None, ceilings,
+                                statuses.get(name, {}).get("status", "not started")))
             print(f"{name}: " + ", ".join(f"{k} {v:.4f} ms" for k, v in rows[-1].ms.items()), flush=True)
     lines = [f"# LLM ops, bf16, {torch.cuda.get_device_name()}, torch {torch.__version__}", ""] + table(rows)
     print("\n".join(lines))

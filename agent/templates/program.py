@@ -216,7 +216,8 @@ def _kw_fallback(guard):
 '''
 
 
-SFU_HELPERS = ("_log", "_sigmoid", "_exp", "_fast_tanh")  # pointwise_ops' helpers that take the SFU's instructions on a GPU
+# pointwise_ops' helpers that take the SFU's instructions on a GPU
+SFU_HELPERS = ("_log", "_sigmoid", "_exp", "_fast_tanh")
 
 
 def _sfu(code: KernelCode | None, sfu: bool) -> KernelCode | None:

@@ -111,29 +111,36 @@ def test_more_pointwise_ops_and_identity_dropout(runner):
     assert libdevice.count("SFU=False, num_warps=") == 2 and ".is_cuda, num_warps=" not in libdevice
 
 
+def on_gpu(tmp_path, helper: str, x, other: float):
+    """pointwise_ops' `helper` (with the SFU) of each element of x, run on the GPU by a kernel of its own."""
+    import importlib.util
+
+    import torch
+    from agent.templates.pointwise_ops import helpers_for
+    module = tmp_path / f"{helper}.py"  # Triton reads a kernel's source from its file
+    module.write_text("import triton\nimport triton.language as tl\n\n\n" + "\n".join(helpers_for(helper + "(")) + f'''
+
+@triton.jit
+def each(x, y, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + i, {helper}(True, tl.load(x + i, mask=i < n, other={other})), mask=i < n)
+''')
+    spec = importlib.util.spec_from_file_location(helper, module)
+    fast = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fast)
+    x = x.cuda()
+    y = torch.empty_like(x)
+    fast.each[(-(-x.numel() // 1024),)](x, y, x.numel(), BLOCK=1024)
+    return x, y
+
+
 @pytest.mark.gpu
 def test_the_fast_log_keeps_the_bounds_of_cuda_fast_logf(tmp_path):
     """_log on a GPU against a float64 log, over normal and subnormal inputs and those near 1: within 2**-21.41
     of ln x on [0.5, 2], within 3 units in the last place elsewhere (CUDA's documented bounds for __logf)."""
-    import importlib.util
-
     import torch
-    from agent.templates.pointwise_ops import HELPERS
-    module = tmp_path / "fast_log.py"  # Triton reads a kernel's source from its file
-    module.write_text("import triton\nimport triton.language as tl\n\n\n" + HELPERS["_log"] + '''
-
-@triton.jit
-def logs(x, y, n, BLOCK: tl.constexpr):
-    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(y + i, _log(True, tl.load(x + i, mask=i < n, other=1.0)), mask=i < n)
-''')
-    spec = importlib.util.spec_from_file_location("fast_log", module)
-    fast = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fast)
     x = torch.cat([torch.logspace(-45, 38, 1 << 16), torch.rand(1 << 16) * 2, 1 + torch.randn(1 << 16) * 1e-4])
-    x = x.cuda()
-    y = torch.empty_like(x)
-    fast.logs[(-(-x.numel() // 1024),)](x, y, x.numel(), BLOCK=1024)
+    x, y = on_gpu(tmp_path, "_log", x, 1.0)
     want = x.double().log()
     err, near = (y.double() - want).abs(), (x >= 0.5) & (x <= 2.0)
     assert err[near].max() <= 2.0 ** -21.41  # absolute; relative accuracy is lost near 1
@@ -145,24 +152,9 @@ def test_the_fast_sigmoid_is_as_accurate_as_tl_sigmoid(tmp_path):
     """_sigmoid on a GPU (the SFU's 2^x and reciprocal) against a float64 sigmoid: within 4 units in the last
     place plus the rounding of x log2(e) (which tl.sigmoid's exp has too) wherever the result is a normal float,
     and zero below that."""
-    import importlib.util
-
     import torch
-    from agent.templates.pointwise_ops import HELPERS
-    module = tmp_path / "fast_sigmoid.py"  # Triton reads a kernel's source from its file
-    module.write_text("import triton\nimport triton.language as tl\n\n\n" + HELPERS["_sigmoid"] + '''
-
-@triton.jit
-def sigmoids(x, y, n, BLOCK: tl.constexpr):
-    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(y + i, _sigmoid(True, tl.load(x + i, mask=i < n, other=0.0)), mask=i < n)
-''')
-    spec = importlib.util.spec_from_file_location("fast_sigmoid", module)
-    fast = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fast)
-    x = torch.cat([torch.linspace(-100, 100, 1 << 16), torch.randn(1 << 16) * 4]).cuda()
-    y = torch.empty_like(x)
-    fast.sigmoids[(-(-x.numel() // 1024),)](x, y, x.numel(), BLOCK=1024)
+    x, y = on_gpu(tmp_path, "_sigmoid", torch.cat([torch.linspace(-100, 100, 1 << 16), torch.randn(1 << 16) * 4]),
+                  0.0)
     want = torch.sigmoid(x.double())
     eps = torch.finfo(torch.float32).eps
     normal = want >= torch.finfo(torch.float32).tiny
@@ -175,27 +167,11 @@ def sigmoids(x, y, n, BLOCK: tl.constexpr):
 def test_the_fast_tanh_is_within_5e_7_of_tanh(tmp_path):
     """_fast_tanh on a GPU (1 - 2 / (e^2x + 1) by the SFU's 2^x and reciprocal) against a float64 tanh: within
     5e-7 absolutely everywhere, exactly -1 and 1 far out, and NaN for NaN."""
-    import importlib.util
-
     import torch
-    from agent.templates.pointwise_ops import helpers_for
-    module = tmp_path / "fast_tanh.py"  # Triton reads a kernel's source from its file
-    module.write_text("import triton\nimport triton.language as tl\n\n\n" + "\n".join(helpers_for("_fast_tanh(")) + '''
-
-@triton.jit
-def tanhs(x, y, n, BLOCK: tl.constexpr):
-    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(y + i, _fast_tanh(True, tl.load(x + i, mask=i < n, other=0.0)), mask=i < n)
-''')
-    spec = importlib.util.spec_from_file_location("fast_tanh", module)
-    fast = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fast)
     x = torch.cat([torch.linspace(-100, 100, 1 << 16), torch.randn(1 << 16) * 3, torch.randn(1 << 10) * 1e-6,
-                   torch.tensor([float("nan"), float("inf"), -float("inf")])]).cuda()
-    y = torch.empty_like(x)
-    fast.tanhs[(-(-x.numel() // 1024),)](x, y, x.numel(), BLOCK=1024)
-    want = torch.tanh(x.double())
-    assert ((y.double() - want).abs()[:-3] <= 5e-7).all()
+                   torch.tensor([float("nan"), float("inf"), -float("inf")])])
+    x, y = on_gpu(tmp_path, "_fast_tanh", x, 0.0)
+    assert ((y.double() - torch.tanh(x.double())).abs()[:-3] <= 5e-7).all()
     assert y[-3].isnan() and y[-2] == 1 and y[-1] == -1 and (y[x.abs() > 10] == x[x.abs() > 10].sign()).all()
 
 

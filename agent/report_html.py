@@ -181,7 +181,9 @@ def summary_lines(rows: list[TaskRow], out: Path) -> list[str]:
     s = summarize([r.outcome() for r in finished])
     lines = [f"{len(finished)}/{len(rows)} tasks finished; {s.correct} with a correct kernel "
              f"(correctness rate {_pct(s.correctness_rate)})."]
-    if s.interpreted or not finished:
+    if not finished:
+        lines.append("No task finished, so no fast_p or geomeans are reported.")
+    elif s.interpreted:
         lines.append("Times are Triton-interpreter times on a CPU: no speedups, fast_p or geomeans are reported.")
     else:
         lines.append("fast_p (correct and faster than p x baseline, share of all tasks):")

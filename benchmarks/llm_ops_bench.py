@@ -5,9 +5,10 @@ next-token distributions, and the LM head with its cross-entropy). Kernelwright'
 torch.compile and, when `liger_kernel` imports (pip install -e '.[bench]'), Liger-Kernel, all timed in this
 one process, each with its relative error against an fp32 run of the same task on the same (bf16) values.
 
-The tasks are written by this script into a temporary folder and built as a user builds them:
-`kernelwright batch FOLDER --dtype bfloat16 --budget N` (the optimize search of every task, no LLM, no
-knowledge store), into OUT/runs; a second call resumes that build. Then each task's OUT/runs/TASK/best.py is
+The tasks are written by this script into OUT/tasks and built as a user builds them:
+`kernelwright batch OUT/tasks --dtype bfloat16 --budget N` (the optimize search of every task, no LLM, no
+knowledge store), into OUT/runs; a second call, of the same ops or others, resumes that build (the folder of
+tasks stays where it was, which the batch requires). Then each task's OUT/runs/TASK/best.py is
 timed here with tools/profile.time_call (GPU time, L2 flushed before each call), the host's time per call
 beside it (tools/profile.host_us), and the floor is the task's bytes over the device's measured copy bandwidth
 (the LM head's, its products at the measured bf16 matmul rate, whichever takes longer).
@@ -32,7 +33,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -472,7 +472,7 @@ def build(tasks: Path, runs: Path, budget: int, seconds: float) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "llm_ops"),
-                   help="output folder: OUT/runs (the build), OUT/llm_ops.md, OUT/llm_ops.json")
+                   help="output folder: OUT/tasks, OUT/runs (the build), OUT/llm_ops.md, OUT/llm_ops.json")
     p.add_argument("--ops", default=",".join(TASKS), help=f"comma-separated ops (default all: {','.join(TASKS)})")
     p.add_argument("--budget", type=int, default=3, help="evaluations per task in the build (default 3)")
     p.add_argument("--build-seconds", type=float, default=None,
@@ -490,27 +490,26 @@ def main(argv: list[str] | None = None) -> int:
     from tools.evaluate import cache_dir
     from tools.profile import device_ceilings
     from tools.task import import_file
-    out = Path(args.out)
+    out, tasks = Path(args.out), Path(args.out) / "tasks"  # a folder that stays, so a later call resumes the build
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="llm_ops_") as tmp:
-        names = {}
-        for op in ops:
-            for shape in TASKS[op][1]:
-                names[(op, shape)] = task_name(op, shape)
-                (Path(tmp) / f"{names[(op, shape)]}.py").write_text(task_source(op, shape))
-        seconds = args.build_seconds or TASK_SECONDS * len(names)
-        code = build(Path(tmp), out / "runs", args.budget, seconds)
-        print(f"build exited {code} (its log: {out / 'build.log'})", flush=True)
-        ceilings = device_ceilings(cache_dir())
-        state = out / "runs" / "batch.json"
-        statuses = json.loads(state.read_text())["tasks"] if state.is_file() else {}
-        for (op, shape), name in names.items():
-            best = out / "runs" / name / "best.py"
-            module = import_file(Path(tmp) / f"{name}.py", f"kw_task_{name}")
-            rows.append(measure(op, shape, module, best if best.is_file() else None, ceilings,
-                                statuses.get(name, {}).get("status", "not started")))
-            print(f"{name}: " + ", ".join(f"{k} {v:.4f} ms" for k, v in rows[-1].ms.items()), flush=True)
+    tasks.mkdir(exist_ok=True)
+    rows, names = [], {}
+    for op in ops:
+        for shape in TASKS[op][1]:
+            names[(op, shape)] = task_name(op, shape)
+            (tasks / f"{names[(op, shape)]}.py").write_text(task_source(op, shape))
+    seconds = args.build_seconds or TASK_SECONDS * len(names)
+    code = build(tasks, out / "runs", args.budget, seconds)
+    print(f"build exited {code} (its log: {out / 'build.log'})", flush=True)
+    ceilings = device_ceilings(cache_dir())
+    state = out / "runs" / "batch.json"
+    statuses = json.loads(state.read_text())["tasks"] if state.is_file() else {}
+    for (op, shape), name in names.items():
+        best = out / "runs" / name / "best.py"
+        module = import_file(tasks / f"{name}.py", f"kw_task_{name}")
+        rows.append(measure(op, shape, module, best if best.is_file() else None, ceilings,
+                            statuses.get(name, {}).get("status", "not started")))
+        print(f"{name}: " + ", ".join(f"{k} {v:.4f} ms" for k, v in rows[-1].ms.items()), flush=True)
     lines = [f"# LLM ops, bf16, {torch.cuda.get_device_name()}, torch {torch.__version__}", ""] + table(rows)
     print("\n".join(lines))
     (out / "llm_ops.md").write_text("\n".join(lines) + "\n")

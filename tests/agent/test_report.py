@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,9 @@ def test_results_files_agree_with_the_scores(tmp_path):
     text = "\n".join(summary_lines(rows, tmp_path))
     assert "6/7 tasks finished; 5 with a correct kernel (correctness rate 83.3%)" in text
     assert "vs eager" in text and "83.3%" in text and "geomean speedup" in text
+    # a GPU batch stopped before any task finished says that, not that its times are the interpreter's
+    text = "\n".join(summary_lines([replace(r, status="interrupted") for r in rows], tmp_path))
+    assert "No task finished" in text and "interpreter" not in text
 
 
 def test_cpu_results_are_times_never_speedups(tmp_path):

@@ -380,8 +380,9 @@ def histc(x, bins=100, min=0, max=0):
     return x.new_zeros((bins,)).index_add(0, at, inside.to(x.dtype))
 
 
-def max_unpool2d(x, indices, output_size):
-    """Each value stored at its index in a zero plane of output_size (max_pool2d's indices, per plane)."""
+def max_unpool(x, indices, output_size, stride=None, padding=None):
+    """Each value stored at its index in a zero plane of output_size (a max pool's indices, per plane; the 3-D
+    form's stride and padding are implied by them)."""
     n, c = x.shape[:2]
     out = x.new_zeros((n, c, math.prod(output_size)))
     return out.scatter(2, indices.flatten(2), x.flatten(2)).view(n, c, *output_size)
@@ -391,7 +392,8 @@ DECOMPOSITIONS = {
     aten.histc.default: histc,
     aten._embedding_bag.default: embedding_bag,
     aten._embedding_bag_forward_only.default: embedding_bag,
-    aten.max_unpool2d.default: max_unpool2d,
+    aten.max_unpool2d.default: max_unpool,
+    aten.max_unpool3d.default: max_unpool,
     aten.bucketize.Tensor: bucketize,
     aten.searchsorted.Tensor: searchsorted,
     aten.median.dim: median_dim,

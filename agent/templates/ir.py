@@ -346,12 +346,14 @@ class _Builder:
             elif node.op == "output":
                 flat = torch.utils._pytree.tree_leaves(node.args[0])
                 spec = self.t.out_spec
-                outputs = [self.env[a] if isinstance(a, torch.fx.Node) else a for a in flat]
+                outputs = [a if not isinstance(a, torch.fx.Node) else None if self.env[a] is None else self.arg(a)
+                           for a in flat]  # None: refused below
         for i, o in enumerate(outputs):  # an input or a view of one (a transposed copy): copied into its output
             if isinstance(o, Leaf):
                 outputs[i] = self.add("pw", "cast", [o], o.shape, o.dtype, dtype=o.dtype)
-            elif o is None:  # the indices of a max pool (pool)
-                raise Unsupported("The forward returns a max pool's indices, which the templates do not compute.")
+            elif o is None:  # the indices of an adaptive max pool (pool)
+                raise Unsupported("The forward returns an adaptive max pool's indices, which the templates do not "
+                                  "compute.")
             elif not isinstance(o, Node):
                 raise Unsupported("The forward returns a value that is not a tensor, which the templates do not "
                                   "build.")
@@ -388,8 +390,11 @@ class _Builder:
 
     def arg(self, a):
         if isinstance(a, torch.fx.Node):
-            if self.env[a] is None:  # the indices of a max pool (pool)
-                raise Unsupported("The forward uses a max pool's indices, which the templates do not compute.")
+            if isinstance(self.env[a], _Later):
+                self.env[a] = self.env[a].build()
+            if self.env[a] is None:  # the indices of an adaptive max pool (pool)
+                raise Unsupported("The forward uses an adaptive max pool's indices, which the templates do not "
+                                  "compute.")
             return self.env[a]
         if isinstance(a, (list, tuple)):
             return type(a)(self.arg(x) for x in a)
@@ -879,7 +884,7 @@ class _Builder:
         """Max, average and adaptive pooling over the trailing 2 or 3 dims of any value (1-D pooling arrives as
         2-D over an unsqueezed axis; the leading dims, batch and channels or channels alone, are kept): a window
         node, or a reduction when an adaptive pool's output is one element per plane. Max pooling returns
-        (values, None): the indices are not computed."""
+        (values, indices), the indices built only where read (pool_indices; an adaptive pool's are None)."""
         a = _bound(target, args, kwargs)
         x, rank = a["self"], 3 if base.endswith("3d") else 2
         fn = "max" if "max" in base else "avg"
@@ -904,7 +909,54 @@ class _Builder:
             out = self.add("window", fn, [x], shape, dtype, kernel=kernel, stride=stride,
                            padding=_per_dim(a["padding"], rank), dilation=_per_dim(a.get("dilation", 1), rank),
                            count_include_pad=a.get("count_include_pad", True), divisor=a.get("divisor_override"))
+        if fn == "max" and "adaptive" not in base:
+            return out, _Later(lambda: self.pool_indices(x, out.attrs, shape))
         return (out, None) if fn == "max" else out
+
+    def pool_indices(self, x: Value, a: dict, shape: tuple) -> Node:
+        """A max pool's indices, flat within each input plane as PyTorch gives them: the argmax of each window
+        (its taps along a last dim of a strided view of the input padded with -inf), turned back into that tap's
+        place in the input. A tie goes to the first tap, as in PyTorch; a NaN is not taken as a window's max
+        there (argmax skips it), where PyTorch takes it."""
+        rank = len(a["kernel"])
+        lead, ins, outs = tuple(x.shape[:-rank]), tuple(x.shape[-rank:]), shape[-rank:]
+        if math.prod(ins) > 1 << 24:
+            raise Unsupported("A max pool's indices are built for planes of at most 2**24 elements.")
+        low = a["padding"]
+        high = [max(0, (o - 1) * s + (k - 1) * d + 1 - i - p)
+                for o, s, k, d, i, p in zip(outs, a["stride"], a["kernel"], a["dilation"], ins, low)]
+        pads = [p for j in reversed(range(rank)) for p in (low[j], high[j])]
+        padded = torch.empty(lead + tuple(i + p + q for i, p, q in zip(ins, low, high)), device="meta")
+        padded = self.pad([x, pads, -float("inf")], padded), padded
+        cs = contiguous_strides(padded[1].shape)
+        size = lead + outs + a["kernel"]
+        stride = cs[:len(lead)] + tuple(s * c for s, c in zip(a["stride"], cs[len(lead):])) + \
+            tuple(d * c for d, c in zip(a["dilation"], cs[len(lead):]))
+        windows = self.view(aten.as_strided.default, "as_strided", [padded[0], list(size), list(stride), 0], {},
+                            padded[1].as_strided(size, stride))
+        taps = self.reshaped(windows, lead + outs + (math.prod(a["kernel"]),))
+        rest = self.add("pw", "cast", [self.add("reduce", "argmax", [taps], shape, torch.int64, dims=(len(shape),),
+                                                keepdim=False)], shape, torch.float32, attrs={"dtype": torch.float32})
+        place = 0.0
+        for j in reversed(range(rank)):  # the tap along each window dim, the last fastest, then its input position
+            up = self.add("pw", "div", [rest, a["kernel"][j]], shape, torch.float32, attrs={"rounding_mode": "floor"})
+            tap = self.add("pw", "sub", [rest, self.add("pw", "mul", [up, a["kernel"][j]], shape, torch.float32)],
+                           shape, torch.float32)
+            at = self.add("pw", "mul", [self.index_along(len(lead) + j, shape), a["stride"][j]], shape, torch.int64)
+            at = self.add("pw", "add", [at, self.add("pw", "mul", [tap, a["dilation"][j]], shape, torch.float32)],
+                          shape, torch.float32)
+            at = self.add("pw", "sub", [at, low[j]], shape, torch.float32)
+            term = self.add("pw", "mul", [at, math.prod(ins[j + 1:])], shape, torch.float32)
+            place = term if place == 0.0 else self.add("pw", "add", [place, term], shape, torch.float32)
+            rest = up
+        return self.add("pw", "cast", [place], shape, torch.int64, attrs={"dtype": torch.int64})
+
+
+class _Later:
+    """A value built where it is first read (a max pool's indices: most forwards never read them)."""
+
+    def __init__(self, build):
+        self.build = build
 
 
 def _bound(target, args, kwargs) -> dict:

@@ -926,18 +926,18 @@ class _Builder:
         high = [max(0, (o - 1) * s + (k - 1) * d + 1 - i - p)
                 for o, s, k, d, i, p in zip(outs, a["stride"], a["kernel"], a["dilation"], ins, low)]
         pads = [p for j in reversed(range(rank)) for p in (low[j], high[j])]
-        padded = torch.empty(lead + tuple(i + p + q for i, p, q in zip(ins, low, high)), device="meta")
-        padded = self.pad([x, pads, -float("inf")], padded), padded
-        cs = contiguous_strides(padded[1].shape)
+        meta = torch.empty(lead + tuple(i + p + q for i, p, q in zip(ins, low, high)), device="meta")
+        padded = self.pad([x, pads, -float("inf")], meta)
+        cs = contiguous_strides(meta.shape)
         size = lead + outs + a["kernel"]
         stride = cs[:len(lead)] + tuple(s * c for s, c in zip(a["stride"], cs[len(lead):])) + \
             tuple(d * c for d, c in zip(a["dilation"], cs[len(lead):]))
-        windows = self.view(aten.as_strided.default, "as_strided", [padded[0], list(size), list(stride), 0], {},
-                            padded[1].as_strided(size, stride))
+        windows = self.view(aten.as_strided.default, "as_strided", [padded, list(size), list(stride), 0], {},
+                            meta.as_strided(size, stride))
         taps = self.reshaped(windows, lead + outs + (math.prod(a["kernel"]),))
         rest = self.add("pw", "cast", [self.add("reduce", "argmax", [taps], shape, torch.int64, dims=(len(shape),),
                                                 keepdim=False)], shape, torch.float32, attrs={"dtype": torch.float32})
-        place = 0.0
+        place = None
         for j in reversed(range(rank)):  # the tap along each window dim, the last fastest, then its input position
             up = self.add("pw", "div", [rest, a["kernel"][j]], shape, torch.float32, attrs={"rounding_mode": "floor"})
             tap = self.add("pw", "sub", [rest, self.add("pw", "mul", [up, a["kernel"][j]], shape, torch.float32)],
@@ -947,7 +947,7 @@ class _Builder:
                           shape, torch.float32)
             at = self.add("pw", "sub", [at, low[j]], shape, torch.float32)
             term = self.add("pw", "mul", [at, math.prod(ins[j + 1:])], shape, torch.float32)
-            place = term if place == 0.0 else self.add("pw", "add", [place, term], shape, torch.float32)
+            place = term if place is None else self.add("pw", "add", [place, term], shape, torch.float32)
             rest = up
         return self.add("pw", "cast", [place], shape, torch.int64, attrs={"dtype": torch.int64})
 

@@ -411,9 +411,10 @@ class _Builder:
             if isinstance(args[0], Leaf) and args[0].kind == "tensor" and args[0].base not in self.buffers:
                 raise Unsupported(f"The forward modifies a tensor in place ({target}) that it did not create.")
             into = node.args[0]
-            chain = _slices_up(into)
-            if chain and _stale_view(node, chain, self.order) or not chain and isinstance(into, torch.fx.Node) \
-                    and _read_around(node, into, self.order):
+            chain = _slices_up(into)  # a write through slices is a new value of the tensor (write_back)
+            stale = _stale_view(node, chain, self.order) if chain else \
+                isinstance(into, torch.fx.Node) and _read_around(node, into, self.order)
+            if stale:
                 raise Unsupported(f"The forward writes in place through a view ({target} into "
                                   f"{_base_name(into.target)}), which the templates do not build.")
             if base == "copy_" and isinstance(args[0], Leaf) and args[0].kind == "tensor":  # state for the next call
@@ -475,9 +476,7 @@ class _Builder:
         dims = [d % rank for d in (args[2] if len(args) > 2 else -2, args[3] if len(args) > 3 else -1)]
         if offset != 0 or dims != [rank - 2, rank - 1]:
             raise Unsupported("A diag_embed is built with its default offset and dims.")
-        meta = torch.empty(x.shape, dtype=x.dtype, device="meta")
-        column = self.view(aten.unsqueeze.default, "unsqueeze", [x, -1], {}, meta.unsqueeze(-1))
-        column = self.view(aten.expand.default, "expand", [column, shape], {}, meta.unsqueeze(-1).expand(shape))
+        column = self.expanded(self.viewed(aten.unsqueeze.default, "unsqueeze", x, -1), shape)
         same = self.add("pw", "eq", [self.index_along(rank - 1, shape), self.index_along(rank - 2, shape)], shape,
                         torch.bool)
         return self.add("pw", "where", [same, column, False if v.dtype == torch.bool else 0], shape, v.dtype)
@@ -528,20 +527,23 @@ class _Builder:
         """value broadcast to shape, dims aligned on the right as expand aligns them."""
         if tuple(value.shape) == tuple(shape):
             return value
-        meta = torch.empty(value.shape, dtype=value.dtype, device="meta").expand(shape)
-        return self.view(aten.expand.default, "expand", [value, list(shape)], {}, meta)
+        return self.viewed(aten.expand.default, "expand", value, list(shape))
 
     def permuted(self, value: Value, order: list) -> Value:
         """value with its dims in `order` (permute)."""
         if order == sorted(order):
             return value
-        meta = aten.permute.default(torch.empty(value.shape, dtype=value.dtype, device="meta"), order)
-        return self.view(aten.permute.default, "permute", [value, order], {}, meta)
+        return self.viewed(aten.permute.default, "permute", value, order)
 
     def narrowed(self, value: Value, d: int, start: int, length: int) -> Value:
         """value[start:start + length] along dim d."""
-        meta = aten.slice.Tensor(torch.empty(value.shape, dtype=value.dtype, device="meta"), d, start, start + length)
-        return self.view(aten.slice.Tensor, "slice", [value, d, start, start + length], {}, meta)
+        return self.viewed(aten.slice.Tensor, "slice", value, d, start, start + length)
+
+    def viewed(self, target, base: str, value: Value, *args) -> Value:
+        """value seen through the view op `target` called with args (view), its result's shape replayed on a meta
+        tensor."""
+        return self.view(target, base, [value, *args], {},
+                         target(torch.empty(value.shape, dtype=value.dtype, device="meta"), *args))
 
     def filled(self, v, value) -> Leaf:
         """A constant of v's shape and dtype: `value` at every element, inlined where it is read."""
@@ -926,14 +928,13 @@ class _Builder:
         high = [max(0, (o - 1) * s + (k - 1) * d + 1 - i - p)
                 for o, s, k, d, i, p in zip(outs, a["stride"], a["kernel"], a["dilation"], ins, low)]
         pads = [p for j in reversed(range(rank)) for p in (low[j], high[j])]
-        meta = torch.empty(lead + tuple(i + p + q for i, p, q in zip(ins, low, high)), device="meta")
+        meta = torch.empty(lead + tuple(i + p + q for i, p, q in zip(ins, low, high)), dtype=x.dtype, device="meta")
         padded = self.pad([x, pads, -float("inf")], meta)
         cs = contiguous_strides(meta.shape)
         size = lead + outs + a["kernel"]
         stride = cs[:len(lead)] + tuple(s * c for s, c in zip(a["stride"], cs[len(lead):])) + \
             tuple(d * c for d, c in zip(a["dilation"], cs[len(lead):]))
-        windows = self.view(aten.as_strided.default, "as_strided", [padded, list(size), list(stride), 0], {},
-                            meta.as_strided(size, stride))
+        windows = self.viewed(aten.as_strided.default, "as_strided", padded, list(size), list(stride), 0)
         taps = self.reshaped(windows, lead + outs + (math.prod(a["kernel"]),))
         rest = self.add("pw", "cast", [self.add("reduce", "argmax", [taps], shape, torch.int64, dims=(len(shape),),
                                                 keepdim=False)], shape, torch.float32, attrs={"dtype": torch.float32})

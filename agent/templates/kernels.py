@@ -522,11 +522,15 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
         # a row loaded once, evict_last (evict): where it pays, rowwise.streams_rows
         gen.load_evict = "evict_last" if p.get("evict") and gen.layout == "row" else ""
         gen.top.lines += _chunk(gen, "0")
+        points = point_sums(kernel, p)
         for k, s in enumerate(sorted(set(stages.values()))):
             gen.restage(k)
-            for r in (r for r, st in stages.items() if st == s):
-                if not _point_sum(gen, r):  # cross-entropy's target: one load per row, not a pass over it
-                    gen.reduce_now(r)
+            todo = [r for r, st in stages.items() if st == s]
+            sums = [r for r in todo if r.fn == "sum" and r not in points] if p.get("group", 1) else []
+            for r in todo:
+                if r in sums[1:] or _point_sum(gen, r):  # cross-entropy's target: one load per row, not a pass
+                    continue
+                gen.reduce_sums(sums) if r in sums else gen.reduce_now(r)
         gen.restage(len(set(stages.values())))
         store_lines(gen, full_stores + red_stores)
     else:

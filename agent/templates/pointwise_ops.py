@@ -449,9 +449,17 @@ def _lse_combine(m1, s1, m2, s2):
     b = tl.where(m2 == m, 1.0, tl.exp(m2 - m))
     return m, s1 * a + s2 * b
 ''',
+    "_sum2": '''@triton.jit
+def _sum2(a0, b0, a1, b1):
+    return a0 + a1, b0 + b1
+''',
     "_sum3": '''@triton.jit
 def _sum3(a0, b0, c0, a1, b1, c1):
     return a0 + a1, b0 + b1, c0 + c1
+''',
+    "_sum4": '''@triton.jit
+def _sum4(a0, b0, c0, d0, a1, b1, c1, d1):
+    return a0 + a1, b0 + b1, c0 + c1, d0 + d1
 ''',
     **SPECIAL,
 }

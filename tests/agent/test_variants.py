@@ -139,6 +139,17 @@ def test_the_online_softmax_takes_rising_falling_masked_and_offset_rows(params, 
     assert re.search(r"inv\d+ = 1\.0 / r\d+", source)
 
 
+@pytest.mark.parametrize("group", [1, 0])
+def test_a_rows_float_sums_in_one_pass_are_one_tuple_reduction(group, runner):
+    """Rows of 1003 (37 rows, two a block: a partial block) with two sums in one stage, |x| and x^2: one
+    tl.reduce of the pair (_sum2) by default, two tl.sum under group=0; the same values either way."""
+    source = check("var_rows_odd", "rowwise", {"mode": "one_pass", "BLOCK_O": 2, "group": group}, runner)
+    kernel = source.split("def _row_kernel0(", 1)[1].split("class ModelNew", 1)[0]
+    grouped = re.search(r"r\d+, r\d+ = tl.reduce\(\(tl.where\(mask, .+\), tl.where\(mask, .+\)\), 1, _sum2, "
+                        r"keep_dims=True\)", kernel)
+    assert bool(grouped) == bool(group) and kernel.count("tl.sum(") == (0 if group else 2)
+
+
 @pytest.mark.parametrize("params, programs", [
     ({"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "PERSIST": 1}, 132),  # 300 rows: 36 programs take 3
     ({"mode": "looped", "BLOCK_R": 64, "BLOCK_O": 2, "PERSIST": 2, "online": 2}, 150),  # one block each

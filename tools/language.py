@@ -23,7 +23,7 @@ triton.language.extra.libdevice triton.language.extra.cuda triton.language.extra
 triton.tools.tensor_descriptor math __future__ typing warnings""".split())
 TORCH_HOST = frozenset("""empty empty_like empty_strided zeros zeros_like ones ones_like full full_like arange
 tensor as_strided reshape flatten unflatten transpose permute squeeze unsqueeze t movedim narrow select split
-chunk unbind broadcast_to broadcast_shapes Size device finfo iinfo promote_types is_tensor""".split())
+chunk unbind broadcast_to broadcast_shapes Size device finfo iinfo promote_types is_tensor view_as_real""".split())
 HOST_CALLS = frozenset({f"torch.{n}" for n in TORCH_HOST} | {
     "torch.cuda.is_available", "triton.cdiv", "triton.next_power_of_2", "triton.Config",
     "triton.tools.tensor_descriptor.TensorDescriptor", "warnings.warn"})  # TMA: a tensor, its shape and tiles

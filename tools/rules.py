@@ -11,7 +11,7 @@ empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_
 full full_like new_full fill zero arange scalar_tensor lift_fresh detach alias view _unsafe_view reshape
 as_strided t transpose permute expand squeeze unsqueeze select slice split split_with_sizes unbind chunk
 narrow flatten unflatten contiguous clone copy _to_copy to sym_size sym_stride sym_numel
-is_same_size resize_ set_ view_as expand_as movedim
+is_same_size resize_ set_ view_as expand_as movedim view_as_real
 """.split())
 
 # Vendor-library ops a candidate may keep in PyTorch, when it declares them in KERNELWRIGHT_TORCH_OPS and

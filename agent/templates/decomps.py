@@ -156,6 +156,8 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
         out = torch.amax(torch.abs(x), dims, True)
     elif ord == -float("inf"):
         out = torch.amin(torch.abs(x), dims, True)
+    elif ord == 0:  # the count of nonzero elements
+        out = torch.sum((x != 0).to(x.dtype), dims, True)
     else:
         out = torch.pow(torch.sum(torch.pow(torch.abs(x), ord), dims, True), 1.0 / ord)
     return out if keepdim else torch.squeeze(out, dims)
@@ -326,6 +328,32 @@ def median_dim(x, dim=-1, keepdim=False):
     return (v, i) if keepdim else (v.squeeze(d), i.squeeze(d))
 
 
+def median_all(x):
+    return median_dim(x.reshape(-1))[0]
+
+
+def nanmedian_dim(x, dim=-1, keepdim=False):
+    """The lower middle of a row's values other than NaN (sorted last), NaN where the row has no other."""
+    d = dim % max(x.dim(), 1)
+    v, i = torch.sort(x, d)
+    count = (~torch.isnan(x)).sum(d, keepdim=True)
+    at = torch.clamp((count - 1) // 2, min=0)
+    v, i = torch.gather(v, d, at), torch.gather(i, d, at)
+    return (v, i) if keepdim else (v.squeeze(d), i.squeeze(d))
+
+
+def nanmedian_all(x):
+    return nanmedian_dim(x.reshape(-1))[0]
+
+
+def kthvalue(x, k, dim=-1, keepdim=False):
+    """The k-th smallest along dim (from 1), NaNs sorted last, and its index."""
+    d = dim % max(x.dim(), 1)
+    v, i = torch.sort(x, d)
+    v, i = torch.narrow(v, d, k - 1, 1), torch.narrow(i, d, k - 1, 1)
+    return (v, i) if keepdim else (v.squeeze(d), i.squeeze(d))
+
+
 BUCKETS_MOST = 1024  # the most boundaries a bucketize or searchsorted compares each value with
 
 
@@ -397,6 +425,10 @@ DECOMPOSITIONS = {
     aten.bucketize.Tensor: bucketize,
     aten.searchsorted.Tensor: searchsorted,
     aten.median.dim: median_dim,
+    aten.median.default: median_all,
+    aten.nanmedian.dim: nanmedian_dim,
+    aten.nanmedian.default: nanmedian_all,
+    aten.kthvalue.default: kthvalue,
     aten._pad_circular.default: pad_circular,
     aten.rrelu_with_noise.default: rrelu_with_noise,
     aten._softmax.default: softmax,
@@ -450,4 +482,7 @@ DECOMPOSITIONS.update(torch._decomp.get_decompositions([  # these overloads only
     aten.nansum.default, aten.sinc.default, aten.eye.default, aten.eye.m, aten.linspace.default,
     aten.logspace.default, aten.reflection_pad1d.default, aten.reflection_pad2d.default,
     aten.reflection_pad3d.default, aten.replication_pad1d.default, aten.replication_pad2d.default,
-    aten.replication_pad3d.default, aten._euclidean_dist.default]))
+    aten.replication_pad3d.default, aten._euclidean_dist.default, aten.fill.Tensor, aten.index_fill.int_Scalar,
+    aten.index_fill.int_Tensor, aten.index_fill_.int_Scalar, aten.index_fill_.int_Tensor, aten.take.default,
+    aten.ldexp.Tensor, aten.block_diag.default, aten.affine_grid_generator.default, aten.new_full.default,
+    aten.index_copy.default, aten.index_copy_.default]))

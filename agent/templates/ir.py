@@ -87,6 +87,7 @@ class Program:
     rewrite_refused: str = ""  # why a rewrite the cost model preferred was not built, in one sentence
     rewrite_cost: tuple | None = None  # (before_s, after_s): the cost model's times of the original and this
     guards: list[Guard] = field(default_factory=list)  # shapes of model state a rewrite relies on
+    complex_bases: frozenset = frozenset()  # complex model state, read through a real view (complex_ops.py)
 
 
 def contiguous_strides(shape) -> tuple:
@@ -233,6 +234,7 @@ SPLIT_VIEWS = {"unbind", "split", "split_with_sizes", "unsafe_split", "unsafe_sp
 VIEWS = ORDER_VIEWS | STRIDED_VIEWS | SPLIT_VIEWS | {"getitem"}  # ops whose result shares its input's memory
 IDENTITY = {"detach", "alias", "clone", "lift_fresh_copy", "contiguous", "lift_fresh"}
 SCAN_FNS = ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp")  # running ops; a sort is a "scan" node too
+CONSTANT_MOST = 16  # the most elements of a tensor constant made in the forward that the kernels inline
 SORT_MOST = 4096  # the longest row a sort holds in one block
 EMPTY = {"empty", "empty_like", "new_empty", "empty_strided", "empty_permuted"}  # unspecified contents: zeros
 RANDOM = {"bernoulli", "rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "normal", "uniform",
@@ -242,6 +244,14 @@ GATHERS = {"index_select", "embedding", "gather", "index", "_unsafe_index"}
 REDUCE = {"sum": "sum", "amax": "max", "amin": "min", "prod": "prod", "argmax": "argmax", "argmin": "argmin"}
 POOLS = {"max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool2d", "avg_pool3d", "_adaptive_avg_pool2d",
          "_adaptive_avg_pool3d", "adaptive_max_pool2d", "adaptive_max_pool3d"}
+
+
+def _copied(into) -> bool:
+    """Whether the tensor that `into` views (through views and aliases) is one the forward made, a clone of an
+    input among them, rather than an input or the module's own."""
+    while into.op == "call_function" and _base_name(into.target) in VIEWS | {"detach", "alias", "lift_fresh"}:
+        into = into.args[0]
+    return into.op == "call_function"
 
 
 def _read_around(node, into, order: dict) -> bool:
@@ -273,11 +283,12 @@ def _read_around(node, into, order: dict) -> bool:
 
 
 def _slices_up(into) -> list | None:
-    """The slices (of step 1) from `into` up to the tensor they view, `into` first; None where `into` is no view
-    or another kind of view is on the way."""
+    """The slices (of step 1) and selects from `into` up to the tensor they view, `into` first; None where `into`
+    is no view or another kind of view is on the way."""
     chain = []
     while isinstance(into, torch.fx.Node) and into.op == "call_function" and _base_name(into.target) in VIEWS:
-        if _base_name(into.target) != "slice" or (len(into.args) > 4 and into.args[4] != 1):
+        step_one = _base_name(into.target) == "slice" and (len(into.args) < 5 or into.args[4] == 1)
+        if not (step_one or _base_name(into.target) == "select"):
             return None
         chain.append(into)
         into = into.args[0]
@@ -329,10 +340,18 @@ class _Builder:
         # hidden state); the candidate returns the forward's outputs and leaves such bookkeeping out, inputs
         # and parameters are never mutated. Model state is read from `self` (self.network[0].weight).
         self.buffers = {self.t.access(name) for role, name in self.t.roles if role in ("buffer", "attribute")}
+        complex_bases = set()
         for (role, name), ph in zip(self.t.roles, placeholders):
             v = _val(ph)
             base = self.t.access(name) if role != "input" else name
             leaf = Leaf(base, tuple(v.shape), v.dtype, kind="tensor", base=base, strides=tuple(v.stride()))
+            if v.is_complex():  # its pairs of reals (complex_ops.py)
+                if role == "input":
+                    raise Unsupported(f"The forward takes a complex input ({name}), which the templates do not "
+                                      "build.")
+                complex_bases.add(base)
+                leaf = Leaf(base, tuple(v.shape) + (2,), v.dtype.to_real(), kind="tensor", base=base,
+                            strides=tuple(2 * s for s in v.stride()) + (1,))
             self.bases[base] = leaf
             self.env[ph] = leaf
             if role == "input" and v.is_floating_point() and float_base is None:
@@ -345,6 +364,8 @@ class _Builder:
                 self.env[node] = self.call(node)
             elif node.op == "output":
                 flat = torch.utils._pytree.tree_leaves(node.args[0])
+                if any(complex_ops.is_complex(a) for a in flat):
+                    raise Unsupported("The forward returns a complex tensor, which the templates do not build.")
                 spec = self.t.out_spec
                 outputs = [a if not isinstance(a, torch.fx.Node) else None if self.env[a] is None else self.arg(a)
                            for a in flat]  # None: refused below
@@ -368,7 +389,8 @@ class _Builder:
         if any(n.fn in ("cummax_indices", "cummin_indices") for n in order):
             raise Unsupported("The forward uses the indices of a running max or min, which the templates do not "
                               "compute.")
-        return Program(order[::-1], outputs, spec, list(self.t.arg_names), self.bases, float_base)
+        return Program(order[::-1], outputs, spec, list(self.t.arg_names), self.bases, float_base,
+                       complex_bases=frozenset(complex_bases))
 
     def constant(self, tensor) -> Leaf:
         """A tensor the graph holds: a tensor the model keeps (in a list attribute, say) is read from `self`
@@ -380,11 +402,16 @@ class _Builder:
                         strides=tuple(tensor.stride()))
             self.bases[base] = leaf
             return leaf
-        if tensor.numel() != 1:
-            raise Unsupported("The forward uses a tensor constant with more than one element that the model "
-                              "does not hold.")
         if tensor.is_meta:
-            raise Unsupported("The forward uses a scalar tensor made on the meta device, whose value is unknown.")
+            raise Unsupported("The forward uses a tensor made on the meta device, whose values are unknown.")
+        if tensor.numel() > CONSTANT_MOST:
+            raise Unsupported(f"The forward makes a tensor constant of {tensor.numel()} elements that the model does "
+                              f"not hold; the kernels inline at most {CONSTANT_MOST}.")
+        if tensor.numel() > 1:  # each element inlined: a cat of scalars, a select on the flat index
+            flat = tensor.reshape(-1)
+            pieces = [self.constant(flat[i:i + 1]) for i in range(flat.numel())]
+            return self.reshaped(self.cat("cat", [pieces, 0], {}, torch.empty(flat.shape, dtype=tensor.dtype,
+                                                                               device="meta")), tuple(tensor.shape))
         return Leaf(self.fresh("c"), tuple(tensor.shape), tensor.dtype, kind="const", value=tensor.item(),
                     strides=(0,) * tensor.dim())
 
@@ -407,8 +434,11 @@ class _Builder:
         v = _val(node)
         if base == "getitem":
             return args[0][args[1]]
+        if complex_ops.is_complex(node) or any(complex_ops.is_complex(a) for a in node.args):
+            return complex_ops.call(self, node, base, args, kwargs, v)
         if base.endswith("_") and base not in ("_", "__"):
-            if isinstance(args[0], Leaf) and args[0].kind == "tensor" and args[0].base not in self.buffers:
+            if isinstance(args[0], Leaf) and args[0].kind == "tensor" and args[0].base not in self.buffers \
+                    and not _copied(node.args[0]):
                 raise Unsupported(f"The forward modifies a tensor in place ({target}) that it did not create.")
             into = node.args[0]
             chain = _slices_up(into)  # a write through slices is a new value of the tensor (write_back)
@@ -421,28 +451,38 @@ class _Builder:
                 raise Unsupported(f"The forward overwrites the module's state ({args[0].base}) on every call, so "
                                   "its result depends on how many calls came before it.")
             if base == "copy_":  # into a tensor the forward made (a fill's): the source, broadcast and cast
-                result = self.add("pw", "cast", [args[1]], v.shape, v.dtype, dtype=v.dtype)
+                result = self.copy(args, v)
             else:
                 result = self.call_op(base.rstrip("_"), target, args, kwargs, v)
             self.env[node.args[0]] = result  # later readers of the mutated tensor see the new value
             if chain:
                 self.write_back(chain, result)
             return result
+        if base == "copy":  # copy_'s value (a fill by a tensor's)
+            return self.copy(args, v)
         return self.call_op(base, target, args, kwargs, v)
 
+    def copy(self, args, v) -> Node:
+        """copy(into, source): the source broadcast to `into`'s shape and cast to its dtype."""
+        return self.add("pw", "cast", [args[1]], v.shape, v.dtype, dtype=v.dtype)
+
     def write_back(self, chain: list, value: Value) -> None:
-        """A write of `value` through slices of a tensor (_slices_up) as new values of the slices above it and of
-        the tensor: going up, each parent's current value with the written range along the slice's dim replaced,
-        a cat of three pieces (a circular pad copies its edges into slices of the padded tensor this way)."""
+        """A write of `value` through slices and selects of a tensor (_slices_up) as new values of the views above
+        it and of the tensor: going up, each parent's current value with the written range along the view's dim
+        replaced, a cat of three pieces (a circular pad copies its edges into slices of the padded tensor this way)."""
         root = chain[-1].args[0]
         current = {root: self.env[root]}
         for sl in reversed(chain):
-            current[sl] = self.view(sl.target, "slice", [current[sl.args[0]], *self.arg(list(sl.args[1:]))], {},
-                                    _val(sl))
+            current[sl] = self.view(sl.target, _base_name(sl.target), [current[sl.args[0]],
+                                                                        *self.arg(list(sl.args[1:]))], {}, _val(sl))
         for sl in chain:
-            parent, d = current[sl.args[0]], sl.args[1] % len(_val(sl).shape)
-            size, length = parent.shape[d], value.shape[d]
+            parent = current[sl.args[0]]
+            d = sl.args[1] % len(parent.shape)
+            size = parent.shape[d]
             start = sl.args[2] if len(sl.args) > 2 and sl.args[2] is not None else 0
+            if _base_name(sl.target) == "select":  # the value is the index's slice of length 1
+                value = self.reshaped(value, parent.shape[:d] + (1,) + parent.shape[d + 1:])
+            length = value.shape[d]
             start = min(max(start + size if start < 0 else start, 0), size)  # as Python's slices clamp it
             pieces = [self.narrowed(parent, d, 0, start), value,
                       self.narrowed(parent, d, start + length, size - start - length)]
@@ -977,3 +1017,6 @@ def _per_dim(value, rank: int) -> tuple:
     """A pooling size argument (an int, or a list of one or `rank` ints; empty for a default) per dim."""
     value = (value,) if isinstance(value, int) else tuple(value)
     return value * rank if len(value) == 1 else value
+
+
+from agent.templates import complex_ops  # noqa: E402 (it builds on this module's IR)

@@ -142,7 +142,8 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
     used |= {k.nodes[0].attrs["bias"] for k in kernels if k.kind == "torch_gemm" and k.nodes[0].attrs.get("bias")}
     for b in program.bases:
         if _from_self(b) and b in used:
-            body.append(f"{_local(b)} = {b}.detach()")
+            real = b in program.complex_bases  # complex state: its pairs of reals, a view (complex_ops.py)
+            body.append(f"{_local(b)} = torch.view_as_real({b}.detach())" if real else f"{_local(b)} = {b}.detach()")
     outputs = {buffers[o] for o in program.outputs}  # an output's buffer (an output reshaping one shares it)
     # a vendor GEMM or convolution takes its operands in their own dtype, rounded there as PyTorch rounds them
     vendor_reads = {leaf.base for k in kernels if k.kind == "torch_gemm" for leaf in k.nodes[0].args

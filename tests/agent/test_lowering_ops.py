@@ -446,3 +446,59 @@ def test_a_flat_kernel_that_reads_another_s_output_keeps_its_own_launch():
     codes[1].launches[0].args.append(written)  # as if the second read the first's output
     _one_launch(codes, kernels)
     assert [c.launches[0].kernel for c in codes] == ["_flat_kernel0", "_flat_kernel1"]
+
+
+def test_writes_into_a_clone_through_slices_and_selects(runner, tmp_path):
+    """A clone of an input is a tensor the forward made: writes into it through slices and selects are its new
+    values (they were refused as writes into an input). A write through a slice of step 2 is still refused."""
+    check("low_clone_writes", runner)
+    task = tmp_path / "task.py"
+    task.write_text((FIXTURES / "low_clone_writes.py").read_text().replace("y[1] += y[0]", "y[::2, 1] += 1.0"))
+    assert unsupported_reason(analyze(str(task), small=True)) == \
+        "The forward writes in place through a view (aten.add_.Tensor into select), which the templates do not build."
+
+
+def test_order_statistics_sort_their_rows(runner):
+    """kthvalue, nanmedian, a median over all elements and the quantiles of a tensor of levels made in the
+    forward had no lowering; each is a sort along the row and a pick from it."""
+    source = check("low_order_stats", runner)
+    assert source.count("tl.sort(") >= 4
+
+
+def test_small_constants_made_in_the_forward_are_inlined(runner, tmp_path):
+    """A tensor constant of a few elements made in the forward was refused; each element is inlined (a select on
+    the flat index). Past CONSTANT_MOST elements it is refused in a sentence."""
+    source = check("low_made_constants", runner)
+    assert all(str(c) in source for c in (0.485, 0.225, -1, 5))
+    task = tmp_path / "task.py"
+    task.write_text((FIXTURES / "low_made_constants.py").read_text().replace(
+        "torch.tensor([2, -1, 3, 1, 5])", "torch.arange(17.0).exp()[-5:]").replace(
+        "torch.tensor([0.229, 0.224, 0.225])", "torch.tensor([0.229] * 17)[:3]"))
+    assert unsupported_reason(analyze(str(task), small=True)) == ("The forward makes a tensor constant of 17 elements "
+                                                                  "that the model does not hold; the kernels inline "
+                                                                  "at most 16.")
+
+
+def test_complex_values_made_in_the_forward(runner):
+    """polar, complex, exp, conj, real and imag, a permuted view and a modulus, on pairs of reals."""
+    check("low_complex_more", runner)
+
+
+def test_complex_rotary_embeddings_are_pairs_of_reals(warm_executor, tmp_path):
+    """A rotary embedding in complex numbers (view_as_complex, a product with a complex buffer, view_as_real)
+    had no lowering. Each complex value is its pair of reals: the buffer is read through torch.view_as_real on the
+    host (a view the evaluator allows), the products spelled out on the parts. Judged by the evaluator. A complex
+    output is refused in a sentence."""
+    from tools.results import EvalJob, TaskSpec
+    task = FIXTURES / "low_complex_rope.py"
+    a = analyze(str(task), small=True)
+    t = matching(a)[0]
+    source = t.render(a, t.default(a))
+    assert "w_turns = torch.view_as_real(self.turns.detach())" in source
+    result = warm_executor.submit(EvalJob(TaskSpec(path=str(task), small=True), source, trials=2, profile=False,
+                                          timeout_s=300)).result()
+    assert result.verdict == "correct", result.reason
+    returns_complex = tmp_path / "task.py"
+    returns_complex.write_text(task.read_text().replace("torch.view_as_real(mixed), mixed.abs()", "mixed"))
+    assert unsupported_reason(analyze(str(returns_complex), small=True)) == \
+        "The forward returns a complex tensor, which the templates do not build."

@@ -283,12 +283,11 @@ def _read_around(node, into, order: dict) -> bool:
 
 
 def _slices_up(into) -> list | None:
-    """The slices (of step 1) and selects from `into` up to the tensor they view, `into` first; None where `into`
-    is no view or another kind of view is on the way."""
+    """The slices and selects from `into` up to the tensor they view, `into` first; None where `into` is no view
+    or another kind of view is on the way."""
     chain = []
     while isinstance(into, torch.fx.Node) and into.op == "call_function" and _base_name(into.target) in VIEWS:
-        step_one = _base_name(into.target) == "slice" and (len(into.args) < 5 or into.args[4] == 1)
-        if not (step_one or _base_name(into.target) == "select"):
+        if _base_name(into.target) not in ("slice", "select"):
             return None
         chain.append(into)
         into = into.args[0]
@@ -484,10 +483,31 @@ class _Builder:
                 value = self.reshaped(value, parent.shape[:d] + (1,) + parent.shape[d + 1:])
             length = value.shape[d]
             start = min(max(start + size if start < 0 else start, 0), size)  # as Python's slices clamp it
-            pieces = [self.narrowed(parent, d, 0, start), value,
-                      self.narrowed(parent, d, start + length, size - start - length)]
-            value = self.cat("cat", [pieces, d], {}, _val(sl.args[0]))
+            step = sl.args[4] if len(sl.args) > 4 else 1
+            if step != 1:
+                value = self.strided_write(parent, value, d, start, step)
+            else:
+                pieces = [self.narrowed(parent, d, 0, start), value,
+                          self.narrowed(parent, d, start + length, size - start - length)]
+                value = self.cat("cat", [pieces, d], {}, _val(sl.args[0]))
             self.env[sl.args[0]] = value
+
+    def strided_write(self, parent: Value, value: Value, d: int, start: int, step: int) -> Node:
+        """`parent` with its elements start, start + step, ... along dim d replaced by `value`'s: where the index
+        along d is one of them, value's element (index - start) // step of that dim, read by an indexed load."""
+        shape, length = tuple(parent.shape), value.shape[d]
+        at = self.add("pw", "sub", [self.index_along(0, (shape[d],)), start], (shape[d],), torch.int64)
+        slot = self.add("pw", "div", [at, step], (shape[d],), torch.int64, attrs={"rounding_mode": "floor"})
+        slot = self.add("pw", "clamp", [slot, 0, length - 1], (shape[d],), torch.int64)
+        spread = self.gather("index_select", [value, d, slot], torch.empty(shape, dtype=value.dtype, device="meta"))
+        index = self.index_along(d, shape)
+        rest = self.add("pw", "remainder", [index, step], shape, torch.int64)
+        hit = self.add("pw", "logical_and", [
+            self.add("pw", "eq", [rest, start % step], shape, torch.bool),
+            self.add("pw", "logical_and", [self.add("pw", "ge", [index, start], shape, torch.bool),
+                                           self.add("pw", "lt", [index, start + step * length], shape, torch.bool)],
+                     shape, torch.bool)], shape, torch.bool)
+        return self.add("pw", "where", [hit, spread, parent], shape, parent.dtype)
 
     def sort(self, args, kwargs, v) -> tuple:
         """Values and indices of a sort along a dim, each a "scan" node over the row (codegen.sort); a dim other

@@ -95,6 +95,9 @@ def _pow(a, kw):
 def _div(a, kw):
     q = f"({f(a[0])} / {f(a[1])})"
     mode = kw.get("rounding_mode")
+    if mode and a[0].kind == a[1].kind == "i":  # integers stay integers: exact past float32's 2**24
+        return E(f"_floordiv({a[0].code}, {a[1].code})" if mode == "floor" else f"({a[0].code} // {a[1].code})",
+                 "i")
     if mode == "floor":
         return E(f"tl.floor({q})", "f")
     if mode == "trunc":
@@ -241,8 +244,10 @@ POINTWISE = {
     "lerp": lambda a, kw: E(f"({f(a[0])} + {f(a[2])} * ({f(a[1])} - {f(a[0])}))", "f"),
     "addcmul": lambda a, kw: E(f"({f(a[0])} + {kw.get('value', 1)!r} * {f(a[1])} * {f(a[2])})", "f"),
     "addcdiv": lambda a, kw: E(f"({f(a[0])} + {kw.get('value', 1)!r} * {f(a[1])} / {f(a[2])})", "f"),
-    "remainder": lambda a, kw: E(f"({f(a[0])} - {f(a[1])} * tl.floor({f(a[0])} / {f(a[1])}))", "f"),
-    "fmod": lambda a, kw: E(f"({f(a[0])} - {f(a[1])} * _trunc({f(a[0])} / {f(a[1])}))", "f"),
+    "remainder": lambda a, kw: E(f"_remainder({a[0].code}, {a[1].code})", "i") if a[0].kind == a[1].kind == "i"
+    else E(f"({f(a[0])} - {f(a[1])} * tl.floor({f(a[0])} / {f(a[1])}))", "f"),
+    "fmod": lambda a, kw: E(f"({a[0].code} % {a[1].code})", "i") if a[0].kind == a[1].kind == "i"
+    else E(f"({f(a[0])} - {f(a[1])} * _trunc({f(a[0])} / {f(a[1])}))", "f"),
     "cast": _cast,
     "xlogy": _xlog(""),
     "special_xlog1py": _xlog("1.0 + "),
@@ -426,6 +431,17 @@ def _pairs(u, s):
     lo = (u << s).to(tl.float32, bitcast=True)  # with s = 16: the pair's first bf16, as fp32
     hi = ((u >> s) << s).to(tl.float32, bitcast=True)
     return tl.reshape(tl.join(lo, hi), [u.shape[0], u.shape[1] * 2])
+''',
+    # integer division and remainder rounded down, as PyTorch's (Triton's // and % truncate, as C's do)
+    "_floordiv": '''@triton.jit
+def _floordiv(a, b):
+    q = a // b
+    return tl.where((a % b != 0) & ((a < 0) != (b < 0)), q - 1, q)
+''',
+    "_remainder": '''@triton.jit
+def _remainder(a, b):
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
 ''',
     "_mul_combine": '''@triton.jit
 def _mul_combine(a, b):

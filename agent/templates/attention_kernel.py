@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from agent.templates.codegen import KernelCode, Launch, next_pow2
 from agent.templates.ir import Leaf
 from agent.templates.schedule import Kernel
 
 LOG2E = 1.4426950408889634
+FLT_MAX = float(torch.finfo(torch.float32).max)
 INT32_MAX = 2**31 - 1
 
 
@@ -63,8 +66,10 @@ def _mask_lines(mask: Leaf) -> list[str]:
     """Applies the mask's tile of this key block to the scores `s` (in log2 units) or to `valid`."""
     sm, sn = _tail_strides(mask)
     load = f"tl.load(m_base + rm[:, None] * {sm} + rn[None, :] * {sn}, mask=inside, other="
-    if mask.dtype.is_floating_point:
-        return [f"s += {load}0.0).to(tl.float32) * {LOG2E}"]
+    if mask.dtype.is_floating_point:  # a finite mask stays finite in log2 units: torch.finfo(dtype).min there
+        # is -inf here otherwise, and a row masked whole by it is PyTorch's uniform average, not nothing seen
+        return [f"mv = {load}0.0).to(tl.float32)",
+                f'mv = tl.where(mv == float("-inf"), mv, tl.maximum(mv * {LOG2E}, {-FLT_MAX!r}))', "s += mv"]
     return [f"valid = valid & ({load}0) != 0)"]
 
 

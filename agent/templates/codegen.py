@@ -280,6 +280,8 @@ class Gen(Reductions):
         if code.lstrip("-").isdigit() or self.layout == "plane" and not self.is_block(code):
             # a single position (a plane of one output): give it the tile's shape so stores are blocks
             code = f"{ {'flat': 'offs', 'row': 'ro', 'col': 'ri', 'plane': 'rh * 0 + rw'}.get(self.layout, 'rm * 0 + rn')} * 0 + {code}"
+        elif self.layout == "gemm":  # a GEMM's output of one row or column (N = 1): still a whole tile's offsets
+            code += "".join(f" + {axis} * 0" for axis in ("rm", "rn") if not re.search(rf"\b{axis}\b", code))
         if code.isidentifier():
             return code
         scope = self.body if level == "full" else self.top

@@ -26,7 +26,7 @@ def task_of(kind: str, folder: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind", ["mingpt", "tril", "padding", "additive", "under_scale", "swin"])
+@pytest.mark.parametrize("kind", ["mingpt", "tril", "padding", "left_padded", "additive", "under_scale", "swin"])
 def test_masked_attention_is_one_kernel_and_matches(kind, runner, tmp_path):
     task = task_of(kind, tmp_path)
     a = analyze(str(task), small=True)

@@ -507,3 +507,10 @@ def test_integer_division_and_remainder_stay_integers(runner):
     are integer ops now, rounded down as PyTorch rounds (Triton's // and % truncate)."""
     source = check("low_int_division", runner)
     assert "_floordiv(" in source and "_remainder(" in source and "tl.floor(" not in source
+
+
+def test_a_gemm_of_one_output_column_stores_whole_tiles(runner):
+    """N = 1 with a computed left operand: the output offsets lacked the tile's column index, and the store's
+    [BLOCK_M, 1] pointers met a [BLOCK_M, BLOCK_N] tile (an InterpreterError, so no kernel)."""
+    source = check("low_gemm_column", runner)
+    assert "tl.dot(" in source and "+ rn * 0" in source

@@ -223,6 +223,10 @@ class _Skipped(Exception):
     """A capture that did not try (the task is too large for it)."""
 
 
+# how each capture says the forward read a value out of a tensor it traced (an `if` on a tensor, .item())
+DATA_DEPENDENT = ("GuardOnDataDependentSymNode", "_local_scalar_dense")
+
+
 def trace(module: types.ModuleType, *, meta: bool, decompositions: dict | None = None,
           dtype: str | None = None) -> Traced:
     """The ATen graph of Model(*get_init_inputs()).forward(*get_inputs()), built under manual_seed(0), from the
@@ -247,6 +251,9 @@ def trace(module: types.ModuleType, *, meta: bool, decompositions: dict | None =
         traced.gm.recompile()
         traced.capture = name
         return traced
+    if failures and all(any(m in f for m in DATA_DEPENDENT) for f in failures if "skipped" not in f):
+        raise TraceError("The forward branches on the values in its tensors (a tensor used as a Python bool or "
+                         "number, as in `if torch.any(x < 0)`), which a traced kernel cannot follow.")
     raise TraceError("The task could not be traced: " + "; ".join(failures) + ".")
 
 

@@ -354,6 +354,42 @@ def kthvalue(x, k, dim=-1, keepdim=False):
     return (v, i) if keepdim else (v.squeeze(d), i.squeeze(d))
 
 
+def _aa_filter(x, cubic: bool):
+    """The antialiased resampling filters: a triangle, or the cubic convolution kernel with a = -0.5."""
+    x = torch.abs(x)
+    if not cubic:
+        return torch.clamp(1.0 - x, min=0.0)
+    a = -0.5
+    near = ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+    far = ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
+    return torch.where(x < 1.0, near, torch.where(x < 2.0, far, 0.0))
+
+
+def _aa_weights(size_in: int, size_out: int, scale_factor, cubic: bool):
+    """[size_out, size_in]: each output's normalized filter weights over the inputs, as PyTorch's antialiased
+    resize takes them (a filter widened by the scale where it shrinks, over the inputs whose centers fall
+    within its support, truncated to the image)."""
+    scale = 1.0 / scale_factor if scale_factor else size_in / size_out
+    support = (2.0 if cubic else 1.0) * max(scale, 1.0)
+    center = scale * (torch.arange(size_out, dtype=torch.float32)[:, None] + 0.5)
+    j = torch.arange(size_in, dtype=torch.float32)[None, :]
+    lo = torch.clamp(torch.trunc(center - support + 0.5), min=0.0)
+    hi = torch.clamp(torch.trunc(center + support + 0.5), max=float(size_in))
+    w = torch.where((j >= lo) & (j < hi), _aa_filter((j - center + 0.5) / max(scale, 1.0), cubic), 0.0)
+    total = w.sum(1, keepdim=True)
+    return w / torch.where(total != 0.0, total, 1.0)
+
+
+def upsample_aa(cubic: bool):
+    def resize(x, output_size, align_corners, scales_h=None, scales_w=None):
+        if align_corners:  # not decomposed: the op stays, and no template lowers it
+            return NotImplemented
+        wh = _aa_weights(x.shape[-2], output_size[0], scales_h, cubic).to(x.dtype)
+        ww = _aa_weights(x.shape[-1], output_size[1], scales_w, cubic).to(x.dtype)
+        return torch.matmul(wh, torch.matmul(x, ww.t()))
+    return resize
+
+
 BUCKETS_MOST = 1024  # the most boundaries a bucketize or searchsorted compares each value with
 
 
@@ -429,6 +465,8 @@ DECOMPOSITIONS = {
     aten.nanmedian.dim: nanmedian_dim,
     aten.nanmedian.default: nanmedian_all,
     aten.kthvalue.default: kthvalue,
+    aten._upsample_bilinear2d_aa.default: upsample_aa(cubic=False),
+    aten._upsample_bicubic2d_aa.default: upsample_aa(cubic=True),
     aten._pad_circular.default: pad_circular,
     aten.rrelu_with_noise.default: rrelu_with_noise,
     aten._softmax.default: softmax,

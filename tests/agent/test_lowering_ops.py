@@ -514,3 +514,16 @@ def test_a_gemm_of_one_output_column_stores_whole_tiles(runner):
     [BLOCK_M, 1] pointers met a [BLOCK_M, BLOCK_N] tile (an InterpreterError, so no kernel)."""
     source = check("low_gemm_column", runner)
     assert "tl.dot(" in source and "+ rn * 0" in source
+
+
+def test_antialiased_resizes_are_two_products_with_filter_weights(runner, tmp_path):
+    """An antialiased bilinear or bicubic resize had no lowering: it is two matrix products, by weights computed
+    in the kernels from the output and input indices (PyTorch's widened, truncated and normalized filter). With
+    align_corners=True it is refused in a sentence."""
+    source = check("low_resample_aa", runner)
+    assert source.count("tl.dot(") >= 2
+    task = tmp_path / "task.py"
+    task.write_text((FIXTURES / "low_resample_aa.py").read_text().replace(
+        'mode="bilinear", antialias=True', 'mode="bilinear", antialias=True, align_corners=True'))
+    assert unsupported_reason(analyze(str(task), small=True)) == \
+        "No template lowers aten._upsample_bilinear2d_aa.default."

@@ -272,6 +272,24 @@ def nll_loss_forward(logp, target, weight, reduction, ignore_index):
     return loss, total
 
 
+def multilabel_margin_loss_forward(x, target, reduction):
+    """Each row's hinge 1 - (x[t] - x[i]) over its targets t (the labels before its first -1) and its other
+    classes i, summed, over the classes; and which classes are targets. (torch's own decomposition sums over
+    the labels past the -1 too.)"""
+    row = x.dim() == 1
+    x, target = (x[None], target[None]) if row else (x, target)
+    classes = torch.arange(x.shape[-1])
+    end = torch.amin(torch.where(target == -1, classes, x.shape[-1]), dim=-1, keepdim=True)
+    listed = classes < end  # [rows, positions]: the position holds a label
+    label = torch.where(listed, target, 0)
+    is_target = torch.any(listed[:, :, None] & (label[:, :, None] == classes), dim=1)  # [rows, classes]
+    hinge = torch.clamp(1.0 - torch.gather(x, 1, label)[:, :, None] + x[:, None, :], min=0.0)
+    pairs = listed[:, :, None] & ~is_target[:, None, :]
+    loss = torch.where(pairs, hinge, 0.0).sum((1, 2)) / x.shape[-1]
+    loss = loss[0] if row and reduction == 0 else loss
+    return _reduce(loss, reduction), is_target.to(x.dtype).reshape(target.shape if not row else target.shape[1:])
+
+
 def binary_cross_entropy(x, y, weight=None, reduction=1):
     loss = -(y * torch.clamp(torch.log(x), min=-100) + (1 - y) * torch.clamp(torch.log(1 - x), min=-100))
     if weight is not None:
@@ -499,6 +517,7 @@ DECOMPOSITIONS = {
     aten.nll_loss_forward.default: nll_loss_forward,
     aten.nll_loss2d_forward.default: nll_loss_forward,
     aten.binary_cross_entropy.default: binary_cross_entropy,
+    aten.multilabel_margin_loss_forward.default: multilabel_margin_loss_forward,
 }
 
 # torch's own decompositions (Inductor's) of ops with no lowering here, into indexed loads, views, products and

@@ -909,7 +909,8 @@ class Gen(Reductions):
 
     # --- scatters ----------------------------------------------------------------------------------
     def scatter(self, m: Node, buf: str) -> str:
-        """The store (fn "set") or atomic add (fn "add") of each of the values at its place in the target's
+        """The store (fn "set") or atomic add, max or min (fn "add", "max", "min") of each of the values at its place
+        in the target's
         buffer: along each target dim, this kernel's index along a domain dim, or an index's value (below zero
         counted from the end, as index_put counts it)."""
         shape = m.attrs["shape"]
@@ -926,7 +927,7 @@ class Gen(Reductions):
         address = f"{self.ptr(buf)} + {' + '.join(terms) or '0'}"
         value = self.arg(m.args[1], m, "full").code
         value = f"({value} + tl.zeros_like(offs)).to({self.ptr(buf)}.dtype.element_ty)"
-        op = "tl.atomic_add" if m.fn == "add" else "tl.store"
+        op = {"add": "tl.atomic_add", "max": "tl.atomic_max", "min": "tl.atomic_min"}.get(m.fn, "tl.store")
         return f"{op}({address}, {value}, mask=mask)"
 
     # --- scans -------------------------------------------------------------------------------------

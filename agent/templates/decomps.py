@@ -433,15 +433,20 @@ def searchsorted(seq, values, *, out_int32=False, right=False, side=None, sorter
 
 def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
                   per_sample_weights=None, include_last_offset=False, padding_idx=-1):
-    """Sums (mode 0) or means (mode 1) of bags of weight's rows: each index's bag is the count of offsets at or
-    below its position, less one; its row, weighted, is added into that bag. (output, offset2bag, bag_size,
-    max_indices), the last three only as PyTorch shapes them: no lowering reads them but the output."""
-    if mode == 2:
-        raise NotImplementedError("an embedding_bag in max mode is not built")
+    """Sums (mode 0), means (mode 1) or maxima (mode 2) of bags of weight's rows: each index's bag is the count of
+    offsets at or below its position, less one; its row, weighted, is added (or maxed) into that bag, an empty
+    bag 0. (output, offset2bag, bag_size, max_indices), the last three only as PyTorch shapes them: no lowering
+    reads them but the output."""
     bags = offsets.shape[0] - (1 if include_last_offset else 0)
     bag = _below(torch.arange(indices.shape[0], device=indices.device), offsets, True, False) - 1
     rows = weight[indices]
     kept = (indices != padding_idx).to(weight.dtype) if padding_idx >= 0 else torch.ones_like(bag, dtype=weight.dtype)
+    if mode == 2:
+        rows = torch.where(kept[:, None] > 0, rows, -float("inf"))
+        top = weight.new_full((bags, weight.shape[1]), -float("inf")).scatter_reduce(
+            0, bag[:, None].expand(-1, weight.shape[1]), rows, "amax")
+        filled = weight.new_zeros((bags,)).index_add(0, bag, kept) > 0
+        return torch.where(filled[:, None], top, 0.0), bag, torch.zeros_like(offsets), torch.zeros_like(offsets)
     weights = kept if per_sample_weights is None else kept * per_sample_weights
     out = weight.new_zeros((bags, weight.shape[1])).index_add(0, bag, rows * weights[:, None])
     if mode == 1:

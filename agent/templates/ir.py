@@ -542,14 +542,15 @@ class _Builder:
         return self.add("pw", "where", [same, column, False if v.dtype == torch.bool else 0], shape, v.dtype)
 
     def scatter(self, base, args, kwargs, v) -> Node:
-        """scatter, scatter_add, index_add and index_put as a "scatter" node: the target, copied, with each element
-        of the values stored at (fn "set") or added to (fn "add") the place its indices name. The node's args are
+        """scatter, scatter_add, scatter_reduce, index_add and index_put as a "scatter" node: the target, copied,
+        with each element of the values stored at (fn "set"), added to (fn "add") or maxed or mined into (fn "max",
+        "min") the place its indices name. The node's args are
         the target, then the values and the indices, each seen over the domain the values span; attrs["target"]
         gives for each target dim the domain dim it is, or ("i", k) for the k-th index's value."""
         x, rank = args[0], len(args[0].shape)
         if base in ("index_put", "_unsafe_index_put"):
             indices, values = list(args[1]), args[2]
-            add = bool(args[3] if len(args) > 3 else kwargs.get("accumulate", False))
+            fn = "add" if (args[3] if len(args) > 3 else kwargs.get("accumulate", False)) else "set"
             a = next(d for d, i in enumerate(indices) if i is not None)  # the indexed dims: a to b
             b = len(indices) - next(d for d, i in enumerate(reversed(indices)) if i is not None)
             if any(i is None or i.dtype == torch.bool for i in indices[a:b]):
@@ -565,23 +566,28 @@ class _Builder:
             dim = args[1] % max(rank, 1)
             target = tuple(("i", 0) if d == dim else d for d in range(rank))
             if base == "index_add":
-                src, add = args[3], True
+                src, fn = args[3], "add"
                 domain = tuple(src.shape)
                 alpha = args[4] if len(args) > 4 else kwargs.get("alpha", 1)
                 src = src if alpha == 1 else self.add("pw", "mul", [src, alpha], domain, src.dtype)
                 along = tuple(n if d == dim else 1 for d, n in enumerate(domain))
                 index = [self.expanded(self.reshaped(args[2], along), domain)]
             else:
-                if kwargs.get("reduce") or len(args) > 4:
-                    raise Unsupported("A scatter with a reduce argument is not built.")
-                domain, add = tuple(args[2].shape), base == "scatter_add"
+                reduce = args[4] if base == "scatter_reduce" else kwargs.get("reduce") or (args[4] if len(args) > 4
+                                                                                           else None)
+                fns = {None: "add" if base == "scatter_add" else "set", "sum": "add", "add": "add", "amax": "max",
+                       "amin": "min"}
+                if reduce not in fns or not (args[5] if len(args) > 5 else kwargs.get("include_self", True)) or \
+                        reduce in ("amax", "amin") and x.dtype != torch.float32:
+                    raise Unsupported(f"A scatter reducing by {reduce!r} is built only as a sum, or in float32 a max "
+                                      "or a min, that takes in the target's own values.")
+                domain, fn = tuple(args[2].shape), fns[reduce]
                 src = args[3] if len(args) > 3 else kwargs.get("src", kwargs.get("value"))
                 for d, n in enumerate(domain):  # the source's elements at the index's positions
                     if isinstance(src, Value) and src.shape[d] != n:
                         src = self.narrowed(src, d, 0, n)
                 index = [args[2]]
-        return self.add("scatter", "add" if add else "set", [x, src, *index], v.shape, v.dtype, target=target,
-                        domain=domain)
+        return self.add("scatter", fn, [x, src, *index], v.shape, v.dtype, target=target, domain=domain)
 
     def expanded(self, value: Value, shape: tuple) -> Value:
         """value broadcast to shape, dims aligned on the right as expand aligns them."""
@@ -656,7 +662,7 @@ class _Builder:
             return self.sort(args, kwargs, v)
         if base == "diag_embed":
             return self.diag_embed(args, v)
-        if base in ("scatter", "scatter_add", "index_add", "index_put", "_unsafe_index_put"):
+        if base in ("scatter", "scatter_add", "scatter_reduce", "index_add", "index_put", "_unsafe_index_put"):
             return self.scatter(base, args, kwargs, v)
         if base in ("mm", "bmm"):
             return self.matmul(args[0], args[1], v)

@@ -24,7 +24,9 @@ triton.tools.tensor_descriptor math __future__ typing warnings""".split())
 TORCH_HOST = frozenset("""empty empty_like empty_strided zeros zeros_like ones ones_like full full_like arange
 tensor as_strided reshape flatten unflatten transpose permute squeeze unsqueeze t movedim narrow select split
 chunk unbind broadcast_to broadcast_shapes Size device finfo iinfo promote_types is_tensor view_as_real""".split())
-HOST_CALLS = frozenset({f"torch.{n}" for n in TORCH_HOST} | {
+RETURN_TYPES = frozenset("""max min sort topk kthvalue mode median nanmedian cummax cummin aminmax
+frexp""".split())  # torch.return_types: the named pairs such ops return, which a candidate returns as they do
+HOST_CALLS = frozenset({f"torch.{n}" for n in TORCH_HOST} | {f"torch.return_types.{n}" for n in RETURN_TYPES} | {
     "torch.cuda.is_available", "triton.cdiv", "triton.next_power_of_2", "triton.Config",
     "triton.tools.tensor_descriptor.TensorDescriptor", "warnings.warn"})  # TMA: a tensor, its shape and tiles
 INIT_CALLS = frozenset(f"torch.{n}" for n in "randn rand randint randn_like rand_like randperm".split())

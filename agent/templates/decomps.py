@@ -408,27 +408,33 @@ def upsample_aa(cubic: bool):
     return resize
 
 
-BUCKETS_MOST = 1024  # the most boundaries a bucketize or searchsorted compares each value with
-
-
-def _below(values, boundaries, right: bool, out_int32: bool):
-    """How many of the sorted boundaries (last dim) lie below each value (at or below, `right`): the count of
-    boundaries a binary search passes, NaNs sorted last as PyTorch's search takes them, by comparing with each."""
-    if boundaries.shape[-1] > BUCKETS_MOST:
-        raise NotImplementedError(f"a bucketize or searchsorted compares each value with at most {BUCKETS_MOST} "
-                                  f"boundaries; this one has {boundaries.shape[-1]}")
-    passed = ~(values[..., None] < boundaries) if right else ~(values[..., None] <= boundaries)
-    return passed.sum(-1, dtype=torch.int32 if out_int32 else torch.int64)
+def _search(values, seq, right: bool, out_int32: bool):
+    """PyTorch's binary search for each value in the sorted sequence (seq's last dim; a 1-D seq for every
+    value), unrolled over its bit length: a step moves right where the middle is below the value (at or below,
+    `right`, and past a NaN, as PyTorch's `!(mid >= value)` does), so an unsorted sequence, as the evaluator's
+    changed inputs may make it, gives PyTorch's answer too."""
+    n = seq.shape[-1]
+    lo = torch.zeros(values.shape, dtype=torch.int64)
+    hi = torch.full(values.shape, n, dtype=torch.int64)
+    for _ in range(n.bit_length()):
+        mid = torch.div(lo + hi, 2, rounding_mode="floor")
+        at = mid.clamp(max=n - 1)
+        middle = seq[at] if seq.dim() == 1 else torch.gather(seq, -1, at)
+        live = lo < hi
+        right_of = live & ~(middle > values if right else middle >= values)
+        lo = torch.where(right_of, mid + 1, lo)
+        hi = torch.where(live & ~right_of, mid, hi)
+    return lo.to(torch.int32 if out_int32 else torch.int64)
 
 
 def bucketize(x, boundaries, *, out_int32=False, right=False):
-    return _below(x, boundaries, right, out_int32)
+    return _search(x, boundaries, right, out_int32)
 
 
 def searchsorted(seq, values, *, out_int32=False, right=False, side=None, sorter=None):
     if sorter is not None:
         seq = torch.gather(seq, -1, sorter)
-    return _below(values, seq if seq.dim() == 1 else seq.unsqueeze(-2), right or side == "right", out_int32)
+    return _search(values, seq, right or side == "right", out_int32)
 
 
 def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
@@ -438,7 +444,7 @@ def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sp
     bag 0. (output, offset2bag, bag_size, max_indices), the last three only as PyTorch shapes them: no lowering
     reads them but the output."""
     bags = offsets.shape[0] - (1 if include_last_offset else 0)
-    bag = _below(torch.arange(indices.shape[0], device=indices.device), offsets, True, False) - 1
+    bag = _search(torch.arange(indices.shape[0], device=indices.device), offsets, True, False) - 1
     rows = weight[indices]
     kept = (indices != padding_idx).to(weight.dtype) if padding_idx >= 0 else torch.ones_like(bag, dtype=weight.dtype)
     if mode == 2:

@@ -857,6 +857,8 @@ class _Builder:
             index_dims = (d,)
             indices = [idx if base == "gather" else
                        self.reshaped(idx, tuple(idx.numel if j == d else 1 for j in range(len(shape))))]
+        if isinstance(src, Leaf) and src.kind != "tensor":  # an iota or a constant: computed into a buffer first
+            src = self.add("pw", "cast", [src], src.shape, src.dtype, dtype=src.dtype)
         return self.add("pw", "gather", [src] + indices, shape, v.dtype, src_dims=src_dims, index_dims=index_dims)
 
     def matmul(self, a, b, v) -> Value:

@@ -555,6 +555,8 @@ def buffers_of(kernel: Kernel) -> str:
 def _render_tree(tree) -> str:
     if isinstance(tree, str):
         return tree
+    if type(tree).__module__ == "torch.return_types":  # (values, indices) as torch.max returns them
+        return f"torch.return_types.{type(tree).__name__}(({', '.join(_render_tree(t) for t in tree)}))"
     if isinstance(tree, tuple):
         inner = ", ".join(_render_tree(t) for t in tree)
         return f"({inner},)" if len(tree) == 1 else f"({inner})"

@@ -368,6 +368,9 @@ def batch_of(program: Program, kernels: list[Kernel], tensor_inputs: list[str]) 
 
         leaves = _leaves(k.nodes, k.level)
         if not any([scales(m) for m in k.nodes] + [scales(a) for a in leaves]):
+            if any(buf in batch.buffers for buf in k.stores.values()):  # a fill by an index, into a batched copy
+                raise ValueError(f"shapes='dynamic': kernel {i} writes into a buffer that has the batch without "
+                                 f"reading it")
             continue
         d = k.domain
         gemm = k.kind in ("gemm", "torch_gemm")

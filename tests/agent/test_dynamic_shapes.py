@@ -239,6 +239,22 @@ def test_dynamic_is_refused_where_a_piece_of_a_cat_is_written_into_its_place():
     assert "into its place" in (base.invalid(analysis, {**scan.default(analysis), "shapes": "dynamic"}) or "")
 
 
+def test_dynamic_is_refused_where_a_kernel_writes_the_batch_without_reading_it(tmp_path):
+    """index_fill_ into a clone: the clone's copy is batched, but the fill reads only the index, so its grid and
+    masks kept the traced batch (at batch 1 it wrote past its buffer). It is built for the task's own shapes."""
+    task = tmp_path / "task.py"
+    filled = FLAT.replace("return torch.relu(x * 2.0 + self.bias) - 0.5",
+                          "return (torch.relu(x * 2.0 + self.bias) - 0.5).clone().index_fill_(1, self.cols, -1.0)")
+    task.write_text(filled.replace("super().__init__()",
+                                   "super().__init__()\n        self.register_buffer('cols', torch.tensor([0, 2]))"))
+    assert "index_fill_" in task.read_text()
+    analysis = analyze(str(task), small=True, arch="cpu")
+    flat = BY_NAME["elementwise"]
+    assert base.invalid(analysis, flat.default(analysis)) is None
+    assert base.invalid(analysis, {**flat.default(analysis), "shapes": "dynamic"}) == \
+        "shapes='dynamic': kernel 2 writes into a buffer that has the batch without reading it"
+
+
 def test_a_batch_near_two_to_the_31_gets_64_bit_offsets(tmp_path):
     """Traced at 32768 x 65535, the 32-bit limit (2**31 elements) would fall under the traced batch itself, and the
     candidate would take its fallback at the task's own shapes (seen on the H200: "it never launched a Triton

@@ -464,13 +464,13 @@ def histc(x, bins=100, min=0, max=0):
     """Counts of x's elements in `bins` equal bins over [min, max] (over the data's range where both are 0, widened
     by 1 each way where that is one value): each element's bin (x - min) bins / (max - min), the top edge in the
     last bin, atomically added to (index_add); elements outside the range add zero."""
-    x = x.flatten()
+    dtype, x = x.dtype, x.flatten().float()  # bins found in float32, as the math finds them
     lo, hi = (x.min(), x.max()) if min == max else (x.new_tensor(float(min)), x.new_tensor(float(max)))
     if min == max:
         lo, hi = torch.where(lo == hi, lo - 1, lo), torch.where(lo == hi, hi + 1, hi)
     inside = (x >= lo) & (x <= hi)
     at = ((x - lo) * bins / (hi - lo)).to(torch.int64).clamp(0, bins - 1)
-    return x.new_zeros((bins,)).index_add(0, at, inside.to(x.dtype))
+    return x.new_zeros((bins,)).index_add(0, at, inside.to(x.dtype)).to(dtype)
 
 
 def max_unpool(x, indices, output_size, stride=None, padding=None):

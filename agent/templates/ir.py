@@ -578,15 +578,20 @@ class _Builder:
                 fns = {None: "add" if base == "scatter_add" else "set", "sum": "add", "add": "add", "amax": "max",
                        "amin": "min"}
                 if reduce not in fns or not (args[5] if len(args) > 5 else kwargs.get("include_self", True)) or \
-                        reduce in ("amax", "amin") and x.dtype != torch.float32:
-                    raise Unsupported(f"A scatter reducing by {reduce!r} is built only as a sum, or in float32 a max "
-                                      "or a min, that takes in the target's own values.")
+                        reduce in ("amax", "amin") and not x.dtype.is_floating_point:
+                    raise Unsupported(f"A scatter reducing by {reduce!r} is built only as a sum, or over floats a "
+                                      "max or a min, that takes in the target's own values.")
                 domain, fn = tuple(args[2].shape), fns[reduce]
                 src = args[3] if len(args) > 3 else kwargs.get("src", kwargs.get("value"))
                 for d, n in enumerate(domain):  # the source's elements at the index's positions
                     if isinstance(src, Value) and src.shape[d] != n:
                         src = self.narrowed(src, d, 0, n)
                 index = [args[2]]
+        if fn != "set" and v.dtype in (torch.bfloat16, torch.float16):  # accumulated in float32, then rounded
+            wide = [self.add("pw", "cast", [t], t.shape, torch.float32, dtype=torch.float32) if isinstance(t, Value)
+                    else t for t in (x, src)]
+            out = self.add("scatter", fn, [*wide, *index], v.shape, torch.float32, target=target, domain=domain)
+            return self.add("pw", "cast", [out], v.shape, v.dtype, dtype=v.dtype)
         return self.add("scatter", fn, [x, src, *index], v.shape, v.dtype, target=target, domain=domain)
 
     def expanded(self, value: Value, shape: tuple) -> Value:
@@ -645,6 +650,8 @@ class _Builder:
             return self.pad(args, v)
         if base in GATHERS:
             return self.gather(base, args, v)
+        if base == "convert_element_type":  # prims' cast, which torch's decompositions of 16-bit ops leave
+            return self.add("pw", "cast", [args[0]], v.shape, v.dtype, dtype=v.dtype)
         if base in POINTWISE or base == "_to_copy":
             fn = "cast" if base == "_to_copy" else base
             return self.add("pw", fn, args, v.shape, v.dtype, attrs=kwargs)

@@ -36,6 +36,9 @@ FAMILIES = [  # (family, fixture, template that renders it)
     ("conv_outer", "low_conv_outer_2d", "gemm"),  # K steps of outer products (BLOCK_K 1), summed in fp32
     ("recurrent", "rnn_kinds", "rnn"),  # an LSTM, then a Linear reading its fp32 sequence buffer
     ("attention", "attention_kinds", "attention"),
+    ("scatter_add", "low_histc", "rowwise"),  # counts added atomically: into a float32 buffer, then rounded
+    ("bags", "low_embedding_bag", "elementwise"),  # sums and means of bags by atomic adds, the same
+    ("row_ops", "low_row_ops", "rowwise"),  # a renorm: torch's decomposition leaves prims.convert_element_type
 ]
 # (family, fixture, template, dtype, parameters over the default as pairs): tensor cores where the interpreter
 # computes them right

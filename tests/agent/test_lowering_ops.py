@@ -538,15 +538,15 @@ def test_antialiased_resizes_are_two_products_with_filter_weights(runner, tmp_pa
 
 def test_scatters_that_take_a_max_or_a_min(runner, tmp_path):
     """scatter_reduce by amax, amin and sum, and an embedding bag in max mode, had no lowering: the target's copy
-    takes each value by an atomic max or min. A max over a bf16 target, or one that leaves the target's own
-    values out, is refused in a sentence."""
+    takes each value by an atomic max or min. One that leaves the target's own values out is refused in a
+    sentence."""
     source = check("low_scatter_max", runner)
     assert "tl.atomic_max(" in source and "tl.atomic_min(" in source
     task = tmp_path / "task.py"
     task.write_text((FIXTURES / "low_scatter_max.py").read_text().replace('x, "amax")',
                                                                         'x, "amax", include_self=False)'))
     assert unsupported_reason(analyze(str(task), small=True)) == ("A scatter reducing by 'amax' is built only as a "
-                                                                  "sum, or in float32 a max or a min, that takes in "
+                                                                  "sum, or over floats a max or a min, that takes in "
                                                                   "the target's own values.")
 
 

@@ -383,28 +383,32 @@ def _aa_filter(x, cubic: bool):
     return torch.where(x < 1.0, near, torch.where(x < 2.0, far, 0.0))
 
 
-def _aa_weights(size_in: int, size_out: int, scale_factor, cubic: bool):
-    """[size_out, size_in]: each output's normalized filter weights over the inputs, as PyTorch's antialiased
-    resize takes them (a filter widened by the scale where it shrinks, over the inputs whose centers fall
-    within its support, truncated to the image)."""
+def _aa_taps(size_in: int, size_out: int, scale_factor, cubic: bool):
+    """Each output's window, as PyTorch's antialiased resize takes it (a filter widened by the scale where it
+    shrinks, over the inputs whose centers fall within its support, truncated to the image): its first input
+    [size_out] and its normalized weights [size_out, taps], a tap past the window weighing 0."""
     scale = 1.0 / scale_factor if scale_factor else size_in / size_out
     support = (2.0 if cubic else 1.0) * max(scale, 1.0)
-    center = scale * (torch.arange(size_out, dtype=torch.float32)[:, None] + 0.5)
-    j = torch.arange(size_in, dtype=torch.float32)[None, :]
+    taps = int(math.ceil(support)) * 2 + 1
+    center = scale * (torch.arange(size_out, dtype=torch.float32) + 0.5)
     lo = torch.clamp(torch.trunc(center - support + 0.5), min=0.0)
     hi = torch.clamp(torch.trunc(center + support + 0.5), max=float(size_in))
-    w = torch.where((j >= lo) & (j < hi), _aa_filter((j - center + 0.5) / max(scale, 1.0), cubic), 0.0)
+    at = lo[:, None] + torch.arange(taps, dtype=torch.float32)
+    w = torch.where(at < hi[:, None], _aa_filter((at - center[:, None] + 0.5) / max(scale, 1.0), cubic), 0.0)
     total = w.sum(1, keepdim=True)
-    return w / torch.where(total != 0.0, total, 1.0)
+    return lo.to(torch.int64), w / torch.where(total != 0.0, total, 1.0)
 
 
 def upsample_aa(cubic: bool):
     def resize(x, output_size, align_corners, scales_h=None, scales_w=None):
         if align_corners:  # not decomposed: the op stays, and no template lowers it
             return NotImplemented
-        wh = _aa_weights(x.shape[-2], output_size[0], scales_h, cubic).to(x.dtype)
-        ww = _aa_weights(x.shape[-1], output_size[1], scales_w, cubic).to(x.dtype)
-        return torch.matmul(wh, torch.matmul(x, ww.t()))
+        for dim, size, scale in ((-1, output_size[1], scales_w), (-2, output_size[0], scales_h)):
+            lo, w = _aa_taps(x.shape[dim], size, scale, cubic)
+            at = torch.clamp(lo[:, None] + torch.arange(w.shape[1]), max=x.shape[dim] - 1)  # weight 0 past the end
+            window = x.index_select(dim, at.flatten()).unflatten(dim, tuple(at.shape))  # [..., size, taps(, W)]
+            x = (window * (w.to(x.dtype) if dim == -1 else w.to(x.dtype)[:, :, None])).sum(dim)
+        return x
     return resize
 
 

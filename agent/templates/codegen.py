@@ -909,10 +909,9 @@ class Gen(Reductions):
 
     # --- scatters ----------------------------------------------------------------------------------
     def scatter(self, m: Node, buf: str) -> str:
-        """The store (fn "set") or atomic add, max or min (fn "add", "max", "min") of each of the values at its place
-        in the target's
-        buffer: along each target dim, this kernel's index along a domain dim, or an index's value (below zero
-        counted from the end, as index_put counts it)."""
+        """The store (fn "set"), or atomic add, max or min (fn "add", "max", "min"), of each of the values at its
+        place in the target's buffer: along each target dim, this kernel's index along a domain dim, or an index's
+        value (below zero counted from the end, as index_put counts it)."""
         shape = m.attrs["shape"]
         terms = []
         for d, (t, stride) in enumerate(zip(m.attrs["target"], contiguous_strides(shape))):

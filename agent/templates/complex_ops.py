@@ -41,6 +41,8 @@ def call(b, node, base: str, args: list, kwargs: dict, v):
         return b.viewed(aten.select.int, "select", args[0], len(args[0].shape) - 1, int(base == "imag"))
     if base in ("add", "sub", "mul", "div") and len(args) == 2:
         return _arith(b, base, args, [is_complex(a) for a in fx_args], kwargs, v)
+    if base == "rsub" and len(args) == 2:  # 1 - z
+        return _arith(b, "sub", args[::-1], [is_complex(a) for a in fx_args[::-1]], kwargs, v)
     if base == "polar":
         r, theta = args
         return _pair(b, _pw(b, "mul", r, _pw(b, "cos", theta)), _pw(b, "mul", r, _pw(b, "sin", theta)), v)
@@ -86,11 +88,11 @@ def _pair(b, re, im, v) -> Value:
 
 
 def _broadcast(b, x, v) -> Value:
+    """A part (a value, or a number) over v's whole shape, as the stack of the two parts needs it."""
     shape, real = tuple(v.shape), v.dtype.to_real()
-    if isinstance(x, Value) and tuple(x.shape) == shape:
-        return x
-    return b.add("pw", "add", [x, 0.0], shape, real) if isinstance(x, Value) else b.filled(
-        torch.empty(shape, dtype=real, device="meta"), x)
+    if not isinstance(x, Value):
+        return b.filled(torch.empty(shape, dtype=real, device="meta"), x)
+    return x if tuple(x.shape) == shape else b.add("pw", "add", [x, 0.0], shape, real)
 
 
 def _pw(b, fn: str, *args, shape: tuple | None = None) -> Node:
@@ -124,11 +126,12 @@ def _arith(b, fn: str, args: list, complex_args: list, kwargs: dict, v) -> Value
         re = _pw(b, "add", _pw(b, "mul", xr, yr), _pw(b, "mul", xi, yi))
         im = _pw(b, "sub", _pw(b, "mul", xi, yr), _pw(b, "mul", xr, yi))
         return _pair(b, _pw(b, "div", re, norm), _pw(b, "div", im, norm), v)
-    if fn in ("add", "sub"):  # a real operand moves the real part only
-        (cr, ci), r = (_parts(b, x), y) if complex_args[0] else (_parts(b, y), x)
+    if fn in ("add", "sub"):  # a real operand moves the real part only; r - c negates the imaginary one
         if complex_args[0]:
-            return _pair(b, _pw(b, fn, cr, r), ci, v)
-        return _pair(b, _pw(b, "sub", r, cr), _neg(b, ci), v) if fn == "sub" else _pair(b, _pw(b, "add", r, cr), ci, v)
+            cr, ci = _parts(b, x)
+            return _pair(b, _pw(b, fn, cr, y), ci, v)
+        cr, ci = _parts(b, y)
+        return _pair(b, _pw(b, fn, x, cr), _neg(b, ci) if fn == "sub" else ci, v)
     if fn == "div" and not complex_args[0]:
         raise Unsupported("The forward divides a real number by a complex one, which the templates do not build.")
     c, r = (x, y) if complex_args[0] else (y, x)

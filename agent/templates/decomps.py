@@ -407,7 +407,8 @@ def upsample_aa(cubic: bool):
             lo, w = _aa_taps(x.shape[dim], size, scale, cubic)
             at = torch.clamp(lo[:, None] + torch.arange(w.shape[1]), max=x.shape[dim] - 1)  # weight 0 past the end
             window = x.index_select(dim, at.flatten()).unflatten(dim, tuple(at.shape))  # [..., size, taps(, W)]
-            x = (window * (w.to(x.dtype) if dim == -1 else w.to(x.dtype)[:, :, None])).sum(dim)
+            weight = w.to(x.dtype) if dim == -1 else w.to(x.dtype)[:, :, None]
+            x = (window * weight).sum(dim)
         return x
     return resize
 

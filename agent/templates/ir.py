@@ -468,7 +468,8 @@ class _Builder:
     def write_back(self, chain: list, value: Value) -> None:
         """A write of `value` through slices and selects of a tensor (_slices_up) as new values of the views above
         it and of the tensor: going up, each parent's current value with the written range along the view's dim
-        replaced, a cat of three pieces (a circular pad copies its edges into slices of the padded tensor this way)."""
+        replaced, a cat of three pieces (a circular pad copies its edges into slices of the padded tensor this
+        way), or for a slice of step k a where on the index along that dim (strided_write)."""
         root = chain[-1].args[0]
         current = {root: self.env[root]}
         for sl in reversed(chain):
@@ -544,9 +545,9 @@ class _Builder:
     def scatter(self, base, args, kwargs, v) -> Node:
         """scatter, scatter_add, scatter_reduce, index_add and index_put as a "scatter" node: the target, copied,
         with each element of the values stored at (fn "set"), added to (fn "add") or maxed or mined into (fn "max",
-        "min") the place its indices name. The node's args are
-        the target, then the values and the indices, each seen over the domain the values span; attrs["target"]
-        gives for each target dim the domain dim it is, or ("i", k) for the k-th index's value."""
+        "min") the place its indices name; in float32 where the target is 16-bit and the values accumulate. The
+        node's args are the target, then the values and the indices, each seen over the domain the values span;
+        attrs["target"] gives for each target dim the domain dim it is, or ("i", k) for the k-th index's value."""
         x, rank = args[0], len(args[0].shape)
         if base in ("index_put", "_unsafe_index_put"):
             indices, values = list(args[1]), args[2]
@@ -573,8 +574,7 @@ class _Builder:
                 along = tuple(n if d == dim else 1 for d, n in enumerate(domain))
                 index = [self.expanded(self.reshaped(args[2], along), domain)]
             else:
-                reduce = args[4] if base == "scatter_reduce" else kwargs.get("reduce") or (args[4] if len(args) > 4
-                                                                                           else None)
+                reduce = args[4] if len(args) > 4 else kwargs.get("reduce")
                 fns = {None: "add" if base == "scatter_add" else "set", "sum": "add", "add": "add", "amax": "max",
                        "amin": "min"}
                 if reduce not in fns or not (args[5] if len(args) > 5 else kwargs.get("include_self", True)) or \

@@ -372,6 +372,24 @@ def kthvalue(x, k, dim=-1, keepdim=False):
     return (v, i) if keepdim else (v.squeeze(d), i.squeeze(d))
 
 
+def pdist_forward(x, p=2.0):
+    """The p-norm distance of each pair of rows i < j, pairs in row-major order: pair t's row i from the root of
+    the quadratic its rows' first pairs (i (2n - i - 1) / 2) solve, in float32 and then moved by one either way
+    to where those first pairs say in integers; j from t's place after row i's first pair."""
+    n = x.shape[0]
+    t = torch.arange(n * (n - 1) // 2)
+
+    def first(i):  # row i's first pair
+        return i * (2 * n - i - 1) // 2
+
+    root = ((2 * n - 1) - torch.sqrt(((2 * n - 1) ** 2 - 8 * t).to(torch.float32))) / 2
+    i = torch.clamp(torch.floor(root).to(torch.int64), 0, max(n - 2, 0))
+    i = torch.where(first(i + 1) <= t, i + 1, i)
+    i = torch.where(first(i) > t, i - 1, i)
+    j = t - first(i) + i + 1
+    return torch.linalg.vector_norm(x.index_select(0, i) - x.index_select(0, j), p, dim=-1)
+
+
 def _aa_filter(x, cubic: bool):
     """The antialiased resampling filters: a triangle, or the cubic convolution kernel with a = -0.5."""
     x = torch.abs(x)
@@ -499,6 +517,7 @@ DECOMPOSITIONS = {
     aten.nanmedian.dim: nanmedian_dim,
     aten.nanmedian.default: nanmedian_all,
     aten.kthvalue.default: kthvalue,
+    aten._pdist_forward.default: pdist_forward,
     aten._upsample_bilinear2d_aa.default: upsample_aa(cubic=False),
     aten._upsample_bicubic2d_aa.default: upsample_aa(cubic=True),
     aten._pad_circular.default: pad_circular,

@@ -649,7 +649,7 @@ class Gen(Reductions):
                     xv = E(f"tl.where({self.all_of([c for cs in checks for c in cs])}, {f(xv)}, {neutral})", "f")
             targets = [acc] + walk.nexts if walk and taps[0][0] >= walk.shift else [acc]  # what the next shares
             if m.fn == "max":
-                lines += [f"{t} = tl.maximum({t}, {f(xv)})" for t in targets]
+                lines += [f"{t} = tl.maximum({t}, {f(xv)}, propagate_nan=tl.PropagateNan.ALL)" for t in targets]
             elif m.fn == "avg":
                 lines += [f"{t} += {f(xv)}" for t in targets]
             else:
@@ -755,7 +755,8 @@ class Gen(Reductions):
                 for j, acc in enumerate(accs):
                     e = elems[first + step * j + dil * t]
                     for target in [acc, walk.nexts[j]] if walk and taps[0][0] >= walk.shift else [acc]:
-                        lines.append(f"{target} = tl.maximum({target}, {e})" if m.fn == "max" else
+                        lines.append(f"{target} = tl.maximum({target}, {e}, propagate_nan=tl.PropagateNan.ALL)"
+                                     if m.fn == "max" else
                                      f"{target} += {e}" if m.fn == "avg" else f"{target} += {e} * {weight}")
         if walk:
             lines += walk.end

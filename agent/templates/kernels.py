@@ -187,8 +187,10 @@ def _col_split(kernel: Kernel, name: str, p: dict) -> KernelCode:
                                             f"pm = rmask & (rs < {split})"]
     for r, buf in zip(reduces, parts):
         pt, value = comb.fresh("pt"), comb.fresh("r")
+        total = f"tl.sum({pt}, axis=0, keep_dims=True)" if r.fn == "sum" else \
+            f"tl.reduce({pt}, 0, _{r.fn}_combine, keep_dims=True)"  # a NaN partial max or min stays NaN
         comb.top.lines += [f"{pt} = tl.load({comb.ptr(buf)} + rs * {size} + {place}, mask=pm, other={NEUTRAL[r.fn]})",
-                           f"{value} = tl.{r.fn}({pt}, axis=0, keep_dims=True)"]
+                           f"{value} = {total}"]
         comb.top.cache[r], comb.kinds[r] = value, "f"
     store_lines(comb, list(kernel.stores.items()))
     src = kernel_header(name + "_final", comb, ["BLOCK_I"]) + _indent(comb.top.lines)
@@ -714,10 +716,12 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
         lines.append(f"{var} = tl.load({comb.ptr(buf)} + {index}{mask}{fresh})")
         return var
 
-    for r in plain:
-        fn = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}[r.fn]
+    for r in plain:  # a NaN partial max or min stays NaN (_max_combine), as PyTorch's max and min
         comb.top.cache[r] = comb.fresh("r")
-        lines.append(f"{comb.top.cache[r]} = {fn}({load(NEUTRAL[r.fn])}{keep})")
+        part = load(NEUTRAL[r.fn])
+        lines.append(f"{comb.top.cache[r]} = " + (f"tl.sum({part}{keep})" if r.fn == "sum" else
+                                                  f"tl.reduce({part}, {'None' if held else 1}, _{r.fn}_combine"
+                                                  f"{'' if held else ', keep_dims=True'})"))
     for kind, second, first in fused:
         a, b_ = comb.fresh("r"), comb.fresh("r")
         if kind == "online":

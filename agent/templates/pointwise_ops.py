@@ -456,6 +456,22 @@ def _max_combine(a, b):
 def _min_combine(a, b):
     return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
 ''',
+    # (value, index) pairs: the larger (smaller) value, NaN above all as PyTorch's argmax and argmin take it, and
+    # between equal values (or two NaNs) the first index
+    "_argmax_combine": '''@triton.jit
+def _argmax_combine(v1, i1, v2, i2):
+    n1 = v1 != v1
+    n2 = v2 != v2
+    second = (v2 > v1) | (n2 & ~n1) | (((v2 == v1) | (n1 & n2)) & (i2 < i1))
+    return tl.where(second, v2, v1), tl.where(second, i2, i1)
+''',
+    "_argmin_combine": '''@triton.jit
+def _argmin_combine(v1, i1, v2, i2):
+    n1 = v1 != v1
+    n2 = v2 != v2
+    second = (v2 < v1) | (n2 & ~n1) | (((v2 == v1) | (n1 & n2)) & (i2 < i1))
+    return tl.where(second, v2, v1), tl.where(second, i2, i1)
+''',
     # two (max, sum of exp(x - max)) pairs as one: the larger max, each sum scaled to it (by 1 where its own
     # max is that max, also where both are infinite)
     "_lse_combine": '''@triton.jit

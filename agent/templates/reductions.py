@@ -24,12 +24,19 @@ class Reductions:
         masked = f"tl.where(mask, {code}, {neutral})"
         out = self.fresh("r")
         ax = self.axis
-        expr = {"sum": f"tl.sum({masked}, axis={ax}, keep_dims=True)",
-                "max": f"tl.max({masked}, axis={ax}, keep_dims=True)",
-                "min": f"tl.min({masked}, axis={ax}, keep_dims=True)",
-                "prod": f"tl.reduce({masked}, {ax}, _mul_combine, keep_dims=True)",
-                "argmax": f"tl.argmax({masked}, axis={ax}, keep_dims=True)",
-                "argmin": f"tl.argmin({masked}, axis={ax}, keep_dims=True)"}[r.fn]
+        # a max or min over a NaN is NaN, and an argmax or argmin its first NaN's index, as PyTorch's; but a bf16
+        # row held as loaded takes tl.max and tl.min, whose NaN is lost (the interpreter reduces bf16 only so;
+        # where the max feeds an exp, as in cross-entropy and logsumexp, the NaN comes back through the sum)
+        index = f"rr.to(tl.int32) + tl.zeros({self.tile('full')}, tl.int32)"
+        keep = ", keep_dims=True"
+        expr = {"sum": f"tl.sum({masked}, axis={ax}{keep})",
+                "max": f"tl.max({masked}, axis={ax}{keep})" if narrow else
+                       f"tl.reduce({masked}, {ax}, _max_combine{keep})",
+                "min": f"tl.min({masked}, axis={ax}{keep})" if narrow else
+                       f"tl.reduce({masked}, {ax}, _min_combine{keep})",
+                "prod": f"tl.reduce({masked}, {ax}, _mul_combine{keep})",
+                "argmax": f"tl.reduce(({masked}, {index}), {ax}, _argmax_combine{keep})[1]",
+                "argmin": f"tl.reduce(({masked}, {index}), {ax}, _argmin_combine{keep})[1]"}[r.fn]
         self.body.lines.append(f"{out} = {expr}" + (".to(tl.float32)" if narrow else ""))
         self.top.cache[r] = out
         self.kinds[r] = "f" if r.fn not in ("argmax", "argmin") and v.kind == "f" else "i"
@@ -74,13 +81,14 @@ class Reductions:
         elif r.fn == "prod":
             lines.append(f"{acc} *= {masked}")
         elif r.fn in ("max", "min"):
-            lines.append(f"{acc} = tl.{'maximum' if r.fn == 'max' else 'minimum'}({acc}, {masked})")
-        else:
+            lines.append(f"{acc} = tl.{'maximum' if r.fn == 'max' else 'minimum'}({acc}, {masked}, "
+                         "propagate_nan=tl.PropagateNan.ALL)")
+        else:  # a lane's first NaN, once seen, stays
             cmp = ">" if r.fn == "argmax" else "<"
             vv = self.fresh("vv")
             index = f"rr.to(tl.int32) + tl.zeros({self.tile('full')}, tl.int32)"  # an index into the reduced dims
-            lines += [f"{vv} = {masked}", f"upd = {vv} {cmp} {acc}", f"{acc}_i = tl.where(upd, {index}, {acc}_i)",
-                      f"{acc} = tl.where(upd, {vv}, {acc})"]
+            lines += [f"{vv} = {masked}", f"upd = ({vv} {cmp} {acc}) | (({vv} != {vv}) & ({acc} == {acc}))",
+                      f"{acc}_i = tl.where(upd, {index}, {acc}_i)", f"{acc} = tl.where(upd, {vv}, {acc})"]
 
     def online_start(self, total: Node, peak: Node) -> None:
         """Running max and rescaled sum of exp(x - max), so one pass gives both (online softmax): per lane, or
@@ -192,15 +200,15 @@ class Reductions:
 
     def reduce_end(self, r: Node) -> None:
         acc, out, ax = self.top.cache[("acc", r)], self.fresh("r"), self.axis
-        if r.fn in ("argmax", "argmin"):
-            best = f"tl.{'max' if r.fn == 'argmax' else 'min'}({acc}, axis={ax}, keep_dims=True)"
-            self.top.lines += [f"{out}_v = {best}",
-                               f"{out} = tl.min(tl.where({acc} == {out}_v, {acc}_i, {INT32_MAX}), axis={ax}, keep_dims=True)"]
+        if r.fn in ("argmax", "argmin"):  # the best lanes, or those holding a NaN where the best is NaN
+            best = f"tl.reduce({acc}, {ax}, {'_max_combine' if r.fn == 'argmax' else '_min_combine'}, keep_dims=True)"
+            first = f"tl.where(({acc} == {out}_v) | ({acc} != {acc}), {acc}_i, {INT32_MAX})"
+            self.top.lines += [f"{out}_v = {best}", f"{out} = tl.min({first}, axis={ax}, keep_dims=True)"]
             self.kinds[r] = "i"
         else:
-            fn = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}.get(r.fn)
-            expr = (f"{fn}({acc}, axis={ax}, keep_dims=True)" if fn else
-                    f"tl.reduce({acc}, {ax}, _mul_combine, keep_dims=True)")
+            combine = {"max": "_max_combine", "min": "_min_combine", "prod": "_mul_combine"}.get(r.fn)
+            expr = (f"tl.reduce({acc}, {ax}, {combine}, keep_dims=True)" if combine else
+                    f"tl.sum({acc}, axis={ax}, keep_dims=True)")
             self.top.lines.append(f"{out} = {expr}")
             self.kinds[r] = "f"
         self.top.cache[r] = out

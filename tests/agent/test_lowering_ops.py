@@ -562,3 +562,15 @@ def test_a_named_pair_is_returned_as_the_reference_returns_it(warm_executor):
     result = warm_executor.submit(EvalJob(TaskSpec(path=str(task), small=True), source, trials=2, profile=False,
                                           timeout_s=300)).result()
     assert result.verdict == "correct", result.reason
+
+
+@pytest.mark.parametrize("params", [{}, {"mode": "looped", "BLOCK_R": 64}])
+def test_a_max_of_a_nan_is_nan_and_an_argmax_its_first_index(params, runner):
+    """tl.max, tl.min and tl.argmax pass over a NaN (and a looped max kept its lanes' larger numbers); PyTorch's
+    max, min and max pools return NaN and its argmax and argmin the first NaN's index. One pass and in chunks."""
+    a = analyze(str(FIXTURES / "low_nan_reductions.py"), small=True)
+    t = matching(a)[0]
+    source = t.render(a, {**t.default(a), **params})
+    runner.run_ok(FIXTURES / "low_nan_reductions.py", source)
+    out = runner.run(FIXTURES / "low_nan_reductions.py", source)
+    assert all(out["exact"]) and len(out["exact"]) == 3, out

@@ -215,6 +215,7 @@ class Gen(Reductions):
         # width (exact), their other uses widen by bits (_widen), which the compiler does not merge with the
         # max's own upcast, so no fp32 copy of the row stays live across the reduction
         self.narrow = narrow_rows(kernel) if p.get("mode") == "one_pass" else set()
+        self.stabilizers: set = set()  # maxes a softmax subtracts, reduced by tl.max (kernels._reduction)
         self.raw: dict[str, str] = {}  # a narrow load's widened code -> the loaded value's name
         # rows held as 32-bit pairs (pair_rows), widened per stage (restage): the stage's number and the pairs
         self.pairs = pair_rows(kernel) if p.get("pairs") and p.get("mode") == "one_pass" else set()

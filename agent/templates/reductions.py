@@ -26,13 +26,15 @@ class Reductions:
         ax = self.axis
         # a max or min over a NaN is NaN, and an argmax or argmin its first NaN's index, as PyTorch's; but a bf16
         # row held as loaded takes tl.max and tl.min, whose NaN is lost (the interpreter reduces bf16 only so;
-        # where the max feeds an exp, as in cross-entropy and logsumexp, the NaN comes back through the sum)
+        # where the max feeds an exp, as in cross-entropy and logsumexp, the NaN comes back through the sum), and
+        # so does a softmax's max (Gen.stabilizers)
+        plain = narrow or r in self.stabilizers
         index = f"rr.to(tl.int32) + tl.zeros({self.tile('full')}, tl.int32)"
         keep = ", keep_dims=True"
         expr = {"sum": f"tl.sum({masked}, axis={ax}{keep})",
-                "max": f"tl.max({masked}, axis={ax}{keep})" if narrow else
+                "max": f"tl.max({masked}, axis={ax}{keep})" if plain else
                        f"tl.reduce({masked}, {ax}, _max_combine{keep})",
-                "min": f"tl.min({masked}, axis={ax}{keep})" if narrow else
+                "min": f"tl.min({masked}, axis={ax}{keep})" if plain else
                        f"tl.reduce({masked}, {ax}, _min_combine{keep})",
                 "prod": f"tl.reduce({masked}, {ax}, _mul_combine{keep})",
                 "argmax": f"tl.reduce(({masked}, {index}), {ax}, _argmax_combine{keep})[1]",

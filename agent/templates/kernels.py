@@ -526,7 +526,7 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
         gen.top.lines += _chunk(gen, "0")
         points = point_sums(kernel, p)
         # a max whose exp(x - max) the kernel sums: a NaN in x comes through the sum, so tl.max, whose NaN is lost
-        # (a NaN-keeping combine ran the interpreter's one-pass softmax 2-3x slower)
+        # (a NaN-keeping combine ran the interpreter's one-pass softmax more than 2x slower)
         gen.stabilizers = {m for m in online_pairs(kernel).values() if m not in kernel.stores}
         for k, s in enumerate(sorted(set(stages.values()))):
             gen.restage(k)

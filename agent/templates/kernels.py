@@ -27,7 +27,7 @@ from agent.templates.fold import fold_sums, is_zero, reads_reduction
 from agent.templates.implicit_gemm import gemm_block, render_conv
 from agent.templates.ir import Leaf, Node, contiguous_strides
 from agent.templates.rnn_kernel import render_rnn
-from agent.templates.reductions import chan_merge, shifted_merge
+from agent.templates.reductions import chan_merge, reduced, shifted_merge
 from agent.templates.schedule import Kernel, squeezed
 from agent.templates.split_operands import descriptors, operand_parts, products, split_launches
 
@@ -187,10 +187,8 @@ def _col_split(kernel: Kernel, name: str, p: dict) -> KernelCode:
                                             f"pm = rmask & (rs < {split})"]
     for r, buf in zip(reduces, parts):
         pt, value = comb.fresh("pt"), comb.fresh("r")
-        total = f"tl.sum({pt}, axis=0, keep_dims=True)" if r.fn == "sum" else \
-            f"tl.reduce({pt}, 0, _{r.fn}_combine, keep_dims=True)"  # a NaN partial max or min stays NaN
         comb.top.lines += [f"{pt} = tl.load({comb.ptr(buf)} + rs * {size} + {place}, mask=pm, other={NEUTRAL[r.fn]})",
-                           f"{value} = {total}"]
+                           f"{value} = {reduced(r.fn, pt, 0)}"]
         comb.top.cache[r], comb.kinds[r] = value, "f"
     store_lines(comb, list(kernel.stores.items()))
     src = kernel_header(name + "_final", comb, ["BLOCK_I"]) + _indent(comb.top.lines)
@@ -719,12 +717,9 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
         lines.append(f"{var} = tl.load({comb.ptr(buf)} + {index}{mask}{fresh})")
         return var
 
-    for r in plain:  # a NaN partial max or min stays NaN (_max_combine), as PyTorch's max and min
+    for r in plain:
         comb.top.cache[r] = comb.fresh("r")
-        part = load(NEUTRAL[r.fn])
-        lines.append(f"{comb.top.cache[r]} = " + (f"tl.sum({part}{keep})" if r.fn == "sum" else
-                                                  f"tl.reduce({part}, {'None' if held else 1}, _{r.fn}_combine"
-                                                  f"{'' if held else ', keep_dims=True'})"))
+        lines.append(f"{comb.top.cache[r]} = {reduced(r.fn, load(NEUTRAL[r.fn]), None if held else 1, not held)}")
     for kind, second, first in fused:
         a, b_ = comb.fresh("r"), comb.fresh("r")
         if kind == "online":

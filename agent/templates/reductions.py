@@ -10,6 +10,14 @@ from agent.templates.pointwise_ops import f
 NEUTRAL = {"sum": "0.0", "prod": "1.0", "max": '-float("inf")', "min": 'float("inf")',
            "argmax": '-float("inf")', "argmin": 'float("inf")'}
 INT32_MAX = 2**31 - 1
+COMBINES = {"max": "_max_combine", "min": "_min_combine", "prod": "_mul_combine"}  # pointwise_ops.HELPERS
+
+
+def reduced(fn: str, x: str, axis, keep: bool = True) -> str:
+    """The reduction `fn` (sum, max, min, prod) of the tile `x` along `axis` (None: all of it): a max or min over a
+    NaN is NaN, as PyTorch's (tl.max and tl.min pass over it)."""
+    dims = ", keep_dims=True" if keep else ""
+    return f"tl.sum({x}, axis={axis}{dims})" if fn == "sum" else f"tl.reduce({x}, {axis}, {COMBINES[fn]}{dims})"
 
 
 class Reductions:
@@ -29,19 +37,19 @@ class Reductions:
         # where the max feeds an exp, as in cross-entropy and logsumexp, the NaN comes back through the sum), and
         # so does a softmax's max (Gen.stabilizers)
         plain = narrow or r in self.stabilizers
-        index = f"rr.to(tl.int32) + tl.zeros({self.tile('full')}, tl.int32)"
-        keep = ", keep_dims=True"
-        expr = {"sum": f"tl.sum({masked}, axis={ax}{keep})",
-                "max": f"tl.max({masked}, axis={ax}{keep})" if plain else
-                       f"tl.reduce({masked}, {ax}, _max_combine{keep})",
-                "min": f"tl.min({masked}, axis={ax}{keep})" if plain else
-                       f"tl.reduce({masked}, {ax}, _min_combine{keep})",
-                "prod": f"tl.reduce({masked}, {ax}, _mul_combine{keep})",
-                "argmax": f"tl.reduce(({masked}, {index}), {ax}, _argmax_combine{keep})[1]",
-                "argmin": f"tl.reduce(({masked}, {index}), {ax}, _argmin_combine{keep})[1]"}[r.fn]
+        if r.fn in ("argmax", "argmin"):
+            expr = f"tl.reduce(({masked}, {self.reduced_index()}), {ax}, _{r.fn}_combine, keep_dims=True)[1]"
+        elif plain and r.fn in ("max", "min"):
+            expr = f"tl.{r.fn}({masked}, axis={ax}, keep_dims=True)"
+        else:
+            expr = reduced(r.fn, masked, ax)
         self.body.lines.append(f"{out} = {expr}" + (".to(tl.float32)" if narrow else ""))
         self.top.cache[r] = out
         self.kinds[r] = "f" if r.fn not in ("argmax", "argmin") and v.kind == "f" else "i"
+
+    def reduced_index(self) -> str:
+        """Each element's index into the reduced dims, over the whole tile."""
+        return f"rr.to(tl.int32) + tl.zeros({self.tile('full')}, tl.int32)"
 
     def reduce_sums(self, rs: list[Node]) -> None:
         """The sums of one row held in registers: its float ones reduced together, as one tl.reduce of a tuple
@@ -88,9 +96,9 @@ class Reductions:
         else:  # a lane's first NaN, once seen, stays
             cmp = ">" if r.fn == "argmax" else "<"
             vv = self.fresh("vv")
-            index = f"rr.to(tl.int32) + tl.zeros({self.tile('full')}, tl.int32)"  # an index into the reduced dims
             lines += [f"{vv} = {masked}", f"upd = ({vv} {cmp} {acc}) | (({vv} != {vv}) & ({acc} == {acc}))",
-                      f"{acc}_i = tl.where(upd, {index}, {acc}_i)", f"{acc} = tl.where(upd, {vv}, {acc})"]
+                      f"{acc}_i = tl.where(upd, {self.reduced_index()}, {acc}_i)",
+                      f"{acc} = tl.where(upd, {vv}, {acc})"]
 
     def online_start(self, total: Node, peak: Node) -> None:
         """Running max and rescaled sum of exp(x - max), so one pass gives both (online softmax): per lane, or
@@ -203,15 +211,12 @@ class Reductions:
     def reduce_end(self, r: Node) -> None:
         acc, out, ax = self.top.cache[("acc", r)], self.fresh("r"), self.axis
         if r.fn in ("argmax", "argmin"):  # the best lanes, or those holding a NaN where the best is NaN
-            best = f"tl.reduce({acc}, {ax}, {'_max_combine' if r.fn == 'argmax' else '_min_combine'}, keep_dims=True)"
             first = f"tl.where(({acc} == {out}_v) | ({acc} != {acc}), {acc}_i, {INT32_MAX})"
-            self.top.lines += [f"{out}_v = {best}", f"{out} = tl.min({first}, axis={ax}, keep_dims=True)"]
+            self.top.lines += [f"{out}_v = {reduced(r.fn[3:], acc, ax)}",
+                               f"{out} = tl.min({first}, axis={ax}, keep_dims=True)"]
             self.kinds[r] = "i"
         else:
-            combine = {"max": "_max_combine", "min": "_min_combine", "prod": "_mul_combine"}.get(r.fn)
-            expr = (f"tl.reduce({acc}, {ax}, {combine}, keep_dims=True)" if combine else
-                    f"tl.sum({acc}, axis={ax}, keep_dims=True)")
-            self.top.lines.append(f"{out} = {expr}")
+            self.top.lines.append(f"{out} = {reduced(r.fn, acc, ax)}")
             self.kinds[r] = "f"
         self.top.cache[r] = out
 

@@ -20,6 +20,7 @@ import contextlib
 import functools
 import inspect
 import keyword
+import logging
 import math
 import operator
 import sys
@@ -36,6 +37,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from agent import attention_ops, recurrent_ops
+from tools.task import output_fault
 
 aten = torch.ops.aten
 
@@ -219,6 +221,10 @@ class TraceError(RuntimeError):
     """No capture could trace the task; the message names each capture and why it failed, in one sentence."""
 
 
+class TaskFault(TraceError):
+    """The task's own code fails, or its forward returns no tensor to compute: bad input, not a limit of ours."""
+
+
 class _Skipped(Exception):
     """A capture that did not try (the task is too large for it)."""
 
@@ -239,7 +245,7 @@ def trace(module: types.ModuleType, *, meta: bool, decompositions: dict | None =
     table = {**(decompositions or {}), **attention_ops.DECOMPOSITIONS}  # attention: one node per call
     for name, capture in CAPTURES:
         try:
-            with recurrent_ops.kept(), attention_ops.kept():  # one node per layer stack, per attention
+            with recurrent_ops.kept(), attention_ops.kept(), _quiet_fake_tensors():  # one node per layer stack
                 traced = capture(module, meta, table, dtype=dtype)
         except _Skipped as e:
             failures.append(f"{name} skipped ({e})")
@@ -254,12 +260,47 @@ def trace(module: types.ModuleType, *, meta: bool, decompositions: dict | None =
     if failures and all(any(m in f for m in DATA_DEPENDENT) for f in failures if "skipped" not in f):
         raise TraceError("The forward branches on the values in its tensors (a tensor used as a Python bool or "
                          "number, as in `if torch.any(x < 0)`), which a traced kernel cannot follow.")
+    fault = _eager_fault(module)
+    if fault:
+        raise TaskFault(fault)
     raise TraceError("The task could not be traced: " + "; ".join(failures) + ".")
+
+
+@contextlib.contextmanager
+def _quiet_fake_tensors():
+    """FakeTensorMode logs a traceback for each op that fails on fake tensors before it raises; a capture that
+    fails says why in its own failure, so the log would only repeat it on the terminal."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _first_line(e: Exception) -> str:
     text = str(e).strip()
     return text.splitlines()[0][:200].rstrip(".") if text else "no message"
+
+
+def _eager_fault(module: types.ModuleType) -> str | None:
+    """Where the task's own code raises, run as written on the CPU (within REAL_LIMIT bytes), or its forward
+    returns no tensor: one sentence. None where it runs, or is too large to try."""
+    stage = "Model(*get_init_inputs())"
+    try:
+        torch.manual_seed(0)
+        with _Budget(REAL_LIMIT), torch.no_grad():
+            model = module.Model(*module.get_init_inputs())
+            stage = "get_inputs()"
+            inputs = list(module.get_inputs())
+            stage = "the forward on get_inputs()"
+            out = model(*inputs)
+    except _Skipped:
+        return None
+    except Exception as e:
+        return f"The task's own code fails: {stage} raised {type(e).__name__}: {_first_line(e)}."
+    return output_fault(out)
 
 
 def _build(module: types.ModuleType, meta: bool, limit: int | None = None,
@@ -419,11 +460,17 @@ def analyze(task_source_or_path: str, small: bool, *, shapes: dict | None = None
         if isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in v.shape):
             raise TraceError(f"The forward makes a tensor whose size depends on its input's values ({node.target}), "
                              "which a kernel of fixed shapes cannot compute.")
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+              for a in torch.utils._pytree.tree_leaves(out_node.args[0])]
+    spec = traced.out_spec
+    fault = output_fault(torch.utils._pytree.tree_unflatten(values, spec) if spec.num_leaves == len(values) else values)
+    if fault:
+        raise TaskFault(fault)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     used = [(role, n) for role, n in zip(traced.roles, placeholders) if n.users]
     inputs = [_info(r[1], n) for r, n in used if r[0] == "input"]
     params = [_info(r[1], n) for r, n in used if r[0] != "input"]
-    out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = [a for a in torch.utils._pytree.tree_leaves(out_node.args[0]) if isinstance(a, torch.fx.Node)]
     outputs = [_info(a.name, a) for a in outs]
     ops = _describe_ops(gm)

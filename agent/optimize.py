@@ -150,7 +150,7 @@ def task_context(spec: TaskSpec, small: bool) -> TaskContext:
     traced."""
     import torch
 
-    from agent.analysis import analyze
+    from agent.analysis import TaskFault, analyze
     if torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability()
         arch = f"sm_{major}{minor}"
@@ -163,6 +163,8 @@ def task_context(spec: TaskSpec, small: bool) -> TaskContext:
                            dtype=spec.dtype)
         analyzed.shape_sets = list(spec.shape_sets)
         analysis = analyzed.to_json()
+    except TaskFault as e:  # no candidate, a template's or a model's, could be judged against it
+        raise UsageError(str(e)) from None
     except Exception as e:  # tracing runs the task's own code: any error means "no analysis"
         _say(f"analysis: the reference could not be traced ({type(e).__name__}: {str(e)[:160]})")
         analysis = {}

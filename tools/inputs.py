@@ -80,7 +80,7 @@ def _shaped(x: torch.Tensor, draw: Draw, rng: torch.Generator) -> torch.Tensor:
         x = x * (torch.randint(0, 2, x.shape, generator=rng).to(x.device) * 2 - 1)
     elif draw.widen.startswith("scaled"):
         x = x * float(draw.widen.split("x")[-1])
-    if draw.pattern == "plain" or x.dim() == 0:
+    if draw.pattern == "plain" or x.dim() == 0 or x.numel() == 0:
         return x
     y = x.contiguous()  # the patterns are written in rows; x keeps the strides get_inputs() gave it
     rows = y.view(-1, y.shape[-1]) if y.dim() > 1 else y.view(1, -1)

@@ -83,6 +83,33 @@ def check_spec(spec: TaskSpec) -> None:
             raise TaskError(f"Task {spec.path}: shape set names {', '.join(unknown)}, not a global of the task file.")
 
 
+def output_fault(out) -> str | None:
+    """Why a task's outputs cannot judge a kernel, in one sentence, or None: its forward returns a tensor or a
+    tuple (list, dict) of tensors, and every tensor has elements."""
+    import torch
+    leaves = torch.utils._pytree.tree_leaves(out)
+    tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+    if not tensors:
+        what = "nothing" if not leaves else _kind(out) if len(leaves) == 1 else (
+            f"a {type(out).__name__} of {', '.join(sorted({_kind(x) for x in leaves}))}")
+        return (f"The task's forward returns {what}, not a tensor: a kernel computes tensors, so a task's forward "
+                f"must return a tensor or a tuple of tensors.")
+    empty = next((i for i, x in enumerate(tensors) if x.numel() == 0), None)
+    if empty is not None:
+        return (f"The task's output {empty} has no elements (shape {tuple(tensors[empty].shape)}): there is nothing "
+                f"for a kernel to compute, so no verdict can be given.")
+    return None
+
+
+def _kind(value) -> str:
+    import torch
+    if value is None:
+        return "None"
+    if isinstance(value, (bool, int, float, torch.SymBool, torch.SymInt, torch.SymFloat)):
+        return "a Python number"
+    return f"a {type(value).__name__}"
+
+
 def import_file(path: str | Path, module_name: str) -> ModuleType:
     """Executes a Python file as a fresh module (registered, so Triton can read kernel sources)."""
     spec = importlib.util.spec_from_file_location(module_name, str(path))

@@ -30,6 +30,7 @@ from tools.clean import precision_flags
 from tools.guard import LaunchRecorder, OpRecorder
 from tools.inputs import WIDENINGS, Draw, change_part, draw_seed, make_inputs, trial_draw, with_finite_mask
 from tools.rules import DECLARABLE_OPS, RUNTIME_REASONS, op_base
+from tools.task import output_fault
 
 HASH_ABOVE_BYTES = 256 << 20  # inputs larger than this in all are checked for mutation by a hash, not a copy
 # A product over a long axis raises its inputs' scale to the power of the axis length: scaled or patterned
@@ -230,6 +231,9 @@ def reference_outputs(setup: Setup, inputs: list, checked: Checked | None = None
         lines = str(e).strip().splitlines() or [""]
         raise Failed("error", f"The task's reference failed on the evaluator's inputs ({type(e).__name__}: "
                               f"{lines[-1][:200]})", task_error=True) from None
+    fault = output_fault(expected)
+    if fault:
+        raise Failed("error", fault, task_error=True)
     if checked is not None:
         checked.reference_ops = recorder.compute_ops()
     return expected

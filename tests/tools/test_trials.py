@@ -175,3 +175,16 @@ def test_a_reported_trial_seed_reproduces_the_failure(warm_executor):
     seed = int(first.reason.rsplit("trial seed ", 1)[1].rstrip(").").strip())
     again = warm_executor.submit(EvalJob(spec, source, trials=3, profile=False, trial_seed=seed)).result()
     assert first.verdict == "incorrect" and again.reason == first.reason
+
+
+def test_a_task_with_no_tensor_to_judge_is_a_task_error(warm_executor, tmp_path):
+    """An empty output, or a forward that returns a Python number: the task's fault in one sentence, where the
+    empty input once crashed the masked pattern and read as the candidate's crash."""
+    number = tmp_path / "task_number.py"
+    number.write_text((FIXTURES / "task_identity.py").read_text().replace("return x.clone()", "return float(x[0])"))
+    candidate = (FIXTURES / "candidates" / "honest_identity.py").read_text()
+    empty, scalar = warm_executor.map([
+        EvalJob(TaskSpec(str(FIXTURES / "task_identity.py"), shapes={"n": 0}), candidate, trials=3, profile=False),
+        EvalJob(TaskSpec(str(number)), candidate, trials=3, profile=False)])
+    assert empty.task_error and "output 0 has no elements (shape (0,))" in empty.reason, empty.reason
+    assert scalar.task_error and "returns a Python number, not a tensor" in scalar.reason, scalar.reason

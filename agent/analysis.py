@@ -36,7 +36,7 @@ from torch.func import functional_call
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from agent import attention_ops, recurrent_ops
+from agent import attention_ops, checked_ops, recurrent_ops
 from tools.task import output_fault
 
 aten = torch.ops.aten
@@ -245,7 +245,7 @@ def trace(module: types.ModuleType, *, meta: bool, decompositions: dict | None =
     table = {**(decompositions or {}), **attention_ops.DECOMPOSITIONS}  # attention: one node per call
     for name, capture in CAPTURES:
         try:
-            with recurrent_ops.kept(), attention_ops.kept(), _quiet_fake_tensors():  # one node per layer stack
+            with recurrent_ops.kept(), attention_ops.kept(), checked_ops.replaced(), _quiet_fake_tensors():
                 traced = capture(module, meta, table, dtype=dtype)
         except _Skipped as e:
             failures.append(f"{name} skipped ({e})")

@@ -385,7 +385,10 @@ class Gen(Reductions):
                 mask = f"{mask} & {inside}" if self.is_block(off + inside) else inside
             # a tile of the rows, loaded as stores store it (store_lines)
             t = _trans if self.positions_last and level == "full" and re.search(r"\brm\b", off) else str
-            mask = f", mask={t(mask)}, other=0" if self.is_block(off) or inside else ""
+            # one element under a block's branch mask (a buffer's element in one part of a concatenation): Triton
+            # masks only a block of addresses, so the element is loaded, then the mask applied
+            scalar = inside and not self.is_block(off) and self.is_block(inside)
+            masked = f", mask={t(mask)}, other=0" if (self.is_block(off) or inside) and not scalar else ""
             # floats compute in fp32 whatever the run-time dtype (a suite may cast inputs to bf16)
             cast = ".to(tl.float32)" if leaf.dtype.is_floating_point else ""
             # the tensor the kernel walks takes the kernel's policy; a smaller one read again along it (RoPE's cos
@@ -394,7 +397,9 @@ class Gen(Reductions):
             walked = level == "full" and not reread
             policy = (self.evict or self.load_evict) if walked else self.reread_evict if reread else ""
             evict = f", eviction_policy=\"{policy}\"" if policy else ""
-            load = f"tl.load({t(f'{self.ptr(leaf.base)} + {off}')}{mask}{evict})"
+            load = f"tl.load({t(f'{self.ptr(leaf.base)} + {off}')}{masked}{evict})"
+            if scalar:
+                load = f"tl.where({t(mask)}, {load}, 0)"
             narrow = held in self.narrow
             scope.lines.append(f"{name} = {t(load)}" + ("" if narrow else cast))
             scope.cache[key] = E(f"_widen({name})", "f") if narrow else E(name, kind_of(leaf.dtype))

@@ -20,7 +20,7 @@ import torch
 
 from agent.analysis import TaskAnalysis, trace
 from agent.templates.decomps import DECOMPOSITIONS
-from agent.templates.pointwise_ops import POINTWISE
+from agent.templates.pointwise_ops import BITCAST, POINTWISE, SHIFTS
 
 aten = torch.ops.aten
 
@@ -225,6 +225,16 @@ def _base_name(target) -> str:
     if target is operator.getitem:
         return "getitem"
     return getattr(target, "__name__", str(target)).split(".")[0]
+
+
+def _in_place(base: str) -> bool:
+    """add_, __irshift__; not __rshift__."""
+    return base.startswith("__i") or base.endswith("_") and not base.startswith("__") and base != "_"
+
+
+def _functional(base: str) -> str:
+    """The out-of-place form of an in-place op: add_ -> add, __irshift__ -> __rshift__."""
+    return "__" + base[3:] if base.startswith("__i") else base.rstrip("_")
 
 
 ORDER_VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "alias", "flatten"}
@@ -435,7 +445,7 @@ class _Builder:
             return args[0][args[1]]
         if complex_ops.is_complex(node) or any(complex_ops.is_complex(a) for a in node.args):
             return complex_ops.call(self, node, base, args, kwargs, v)
-        if base.endswith("_") and base not in ("_", "__"):
+        if _in_place(base):
             if isinstance(args[0], Leaf) and args[0].kind == "tensor" and args[0].base not in self.buffers \
                     and not _copied(node.args[0]):
                 raise Unsupported(f"The forward modifies a tensor in place ({target}) that it did not create.")
@@ -446,13 +456,14 @@ class _Builder:
             if stale:
                 raise Unsupported(f"The forward writes in place through a view ({target} into "
                                   f"{_base_name(into.target)}), which the templates do not build.")
-            if base == "copy_" and isinstance(args[0], Leaf) and args[0].kind == "tensor":  # state for the next call
+            if base == "copy_" and isinstance(args[0], Leaf) and args[0].kind == "tensor" \
+                    and not _copied(node.args[0]):  # state for the next call
                 raise Unsupported(f"The forward overwrites the module's state ({args[0].base}) on every call, so "
                                   "its result depends on how many calls came before it.")
             if base == "copy_":  # into a tensor the forward made (a fill's): the source, broadcast and cast
                 result = self.copy(args, v)
             else:
-                result = self.call_op(base.rstrip("_"), target, args, kwargs, v)
+                result = self.call_op(_functional(base), target, args, kwargs, v)
             self.env[node.args[0]] = result  # later readers of the mutated tensor see the new value
             if chain:
                 self.write_back(chain, result)
@@ -635,6 +646,12 @@ class _Builder:
             start, step = (nums[0], nums[2] if len(nums) > 2 else 1) if len(nums) >= 2 else (0, 1)
             return Leaf(self.fresh("i"), tuple(v.shape), v.dtype, kind="iota", value=start, step=step,
                         strides=(1,))
+        if base == "view" and isinstance(args[1], torch.dtype):  # Tensor.view(dtype): the bits read as another type
+            source, bits = args[0].dtype, {t: t.itemsize for t in BITCAST}
+            if source not in bits or v.dtype not in bits or bits[source] != bits[v.dtype]:
+                raise Unsupported(f"A view of {source} as {v.dtype} is built only between the integer and 16- and "
+                                  f"32-bit float types of one width.")
+            return self.add("pw", "bitcast", [args[0]], v.shape, v.dtype, attrs={"source": source, "dtype": v.dtype})
         if base in ORDER_VIEWS | STRIDED_VIEWS | SPLIT_VIEWS or base == "flip":
             return self.view(target, base, args, kwargs, v)
         if base in EMPTY:
@@ -652,6 +669,11 @@ class _Builder:
             return self.gather(base, args, v)
         if base == "convert_element_type":  # prims' cast, which torch's decompositions of 16-bit ops leave
             return self.add("pw", "cast", [args[0]], v.shape, v.dtype, dtype=v.dtype)
+        if base in SHIFTS:  # PyTorch's shifts past the width are defined: the lowering needs the width
+            bits = torch.iinfo(v.dtype).bits if not v.dtype.is_floating_point and v.dtype != torch.bool else 0
+            if not bits:
+                raise Unsupported(f"A shift ({target}) is built for integers only.")
+            return self.add("pw", base, args, v.shape, v.dtype, attrs={"bits": bits, "signed": v.dtype.is_signed})
         if base in POINTWISE or base == "_to_copy":
             fn = "cast" if base == "_to_copy" else base
             return self.add("pw", fn, args, v.shape, v.dtype, attrs=kwargs)

@@ -238,6 +238,12 @@ POINTWISE = {
     "bitwise_and": lambda a, kw: E(f"({a[0].code} & {a[1].code})", "b" if a[0].kind == a[1].kind == "b" else "i"),
     "bitwise_or": lambda a, kw: E(f"({a[0].code} | {a[1].code})", "b" if a[0].kind == a[1].kind == "b" else "i"),
     "bitwise_xor": lambda a, kw: E(f"({a[0].code} ^ {a[1].code})", "b" if a[0].kind == a[1].kind == "b" else "i"),
+    "__lshift__": lambda a, kw: _shift(a, kw, left=True),
+    "bitwise_left_shift": lambda a, kw: _shift(a, kw, left=True),
+    "__rshift__": lambda a, kw: _shift(a, kw, left=False),
+    "bitwise_right_shift": lambda a, kw: _shift(a, kw, left=False),
+    "gcd": lambda a, kw: E(f"_gcd({a[0].code}, {a[1].code})", "i"),
+    "bitcast": lambda a, kw: _bitcast(a[0], kw["source"], kw["dtype"]),
     "round": lambda a, kw: E(_round(f(a[0]), _arg(a, 1, kw, "decimals", 0)), "f"),
     "isnan": lambda a, kw: E(f"({a[0].code} != {a[0].code})", "b"),
     "isinf": lambda a, kw: E(f"(tl.abs({f(a[0])}) == float(\"inf\"))", "b"),
@@ -259,8 +265,8 @@ POINTWISE = {
     "hypot": lambda a, kw: E(f"tl.sqrt({f(a[0])} * {f(a[0])} + {f(a[1])} * {f(a[1])})", "f"),
     "logaddexp": lambda a, kw: E(f"(tl.maximum({f(a[0])}, {f(a[1])}) + _log1p(_exp(-tl.abs({f(a[0])} - "
                                  f"{f(a[1])}))))", "f"),
-    "copysign": lambda a, kw: E(f"tl.where({f(a[1])} < 0, -tl.abs({f(a[0])}), tl.abs({f(a[0])}))", "f"),
-    "signbit": lambda a, kw: E(f"({f(a[0])} < 0)", "b"),
+    "copysign": lambda a, kw: E(f"tl.where({_signbit(a[1])}, -tl.abs({f(a[0])}), tl.abs({f(a[0])}))", "f"),
+    "signbit": lambda a, kw: E(_signbit(a[0]), "b"),
     "isfinite": lambda a, kw: E(f"(tl.abs({f(a[0])}) < float(\"inf\"))", "b"),
     "isposinf": lambda a, kw: E(f"({f(a[0])} == float(\"inf\"))", "b"),
     "isneginf": lambda a, kw: E(f"({f(a[0])} == -float(\"inf\"))", "b"),
@@ -288,6 +294,40 @@ POINTWISE = {
     "nan_to_num": lambda a, kw: E(_nan_to_num(f(a[0]), _arg(a, 1, kw, "nan", 0.0), _arg(a, 2, kw, "posinf", None),
                                               _arg(a, 3, kw, "neginf", None)), "f"),
 }
+
+
+# the dtypes Tensor.view(dtype) is built between (of one width): floats wider than 32 bits are computed in fp32
+BITCAST = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32)
+
+
+def _bitcast(e: E, source: torch.dtype, target: torch.dtype) -> E:
+    """A value's bits as `source` stores them, read as `target`: back to the source's own type first (a float
+    computes in fp32, an integer may have been widened), exact for every value the source holds."""
+    bits = f"{e.code}.to(tl.{str(source)[6:]}).to(tl.{str(target)[6:]}, bitcast=True)"
+    return E(f"{bits}.to(tl.float32)", "f") if target.is_floating_point else E(bits, "i")
+
+
+SHIFTS = {"__lshift__", "bitwise_left_shift", "__rshift__", "bitwise_right_shift"}
+
+
+def _shift(a: list[E], kw: dict, left: bool) -> E:
+    """PyTorch's integer shifts of kw["bits"]-wide values, defined for every count: a count past the width (or
+    negative) shifts all bits out, to 0, or to the sign for a signed right shift (C leaves those undefined)."""
+    x, n, bits = a[0].code, a[1].code, kw["bits"]
+    fits = f"(({n} >= 0) & ({n} < {bits}))"
+    if left:
+        return E(f"tl.where({fits}, {x} << {n}, 0)", "i")
+    if kw["signed"]:
+        return E(f"({x} >> tl.where({fits}, {n}, {bits - 1}))", "i")
+    return E(f"tl.where({fits}, {x} >> {n}, 0)", "i")
+
+
+def _signbit(e: E) -> str:
+    """The sign bit: set for -0.0 (a negative number times zero) and a negative NaN, where `x < 0` is false."""
+    try:
+        return str(math.copysign(1.0, float(f(e))) < 0)
+    except ValueError:
+        return f"_signbit({f(e)})"
 
 
 def _round(x: str, decimals: int) -> str:
@@ -415,6 +455,23 @@ def _mish(x):
     e = tl.exp(tl.minimum(x, 20.0))
     n = e * (e + 2.0)
     return tl.where(x > 20.0, x, x * n / (n + 2.0))
+''',
+    # Euclid's algorithm, as PyTorch's gcd: 93 steps cover any pair of int64s (consecutive Fibonacci numbers, the
+    # slowest pairs, pass 2**63 at the 93rd)
+    "_gcd": '''@triton.jit
+def _gcd(a, b):
+    a = tl.abs(a)
+    b = tl.abs(b)
+    for _ in range(93):
+        step = b != 0
+        r = tl.where(step, a % tl.where(step, b, 1), 0)
+        a = tl.where(step, b, a)
+        b = r
+    return a
+''',
+    "_signbit": '''@triton.jit
+def _signbit(x):
+    return x.to(tl.float32).to(tl.int32, bitcast=True) < 0
 ''',
     "_trunc": '''@triton.jit
 def _trunc(x):

@@ -289,6 +289,8 @@ POINTWISE = {
     "digamma": _unary("_digamma({x})"),
     "i0": _unary("_i0({x})"),
     "special_i0e": _unary("_i0e({x})"),
+    "special_i1": _unary("_i1({x})"),
+    "special_i1e": _unary("_i1e({x})"),
     "special_erfcx": _unary("_erfcx({x})"),
     "special_log_ndtr": _unary("_log_ndtr({x})"),
     "nan_to_num": lambda a, kw: E(_nan_to_num(f(a[0]), _arg(a, 1, kw, "nan", 0.0), _arg(a, 2, kw, "posinf", None),

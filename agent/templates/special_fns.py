@@ -1,5 +1,5 @@
 """Special functions as @triton.jit helpers (pointwise_ops.HELPERS): inverse trigonometry, erfinv, lgamma,
-digamma, i0 and erfcx, in fp32 from tl's arithmetic, exp, log, sqrt and sin alone. libdevice has most of them,
+digamma, i0, i1 and erfcx, in fp32 from tl's arithmetic, exp, log, sqrt and sin alone. libdevice has most of them,
 but the Triton interpreter runs no libdevice call, so a kernel that made one could not be checked on a CPU.
 
 Each polynomial is a least-squares fit at 600 Chebyshev nodes of its interval against PyTorch's float64 function,
@@ -20,6 +20,11 @@ I0_SMALL = (1.0000000115, 3.515623436, 3.089936653, 1.206764754, 0.2659603115, 0
 # i0(x) sqrt(x) e^-x in t = 3.75 / x for x > 3.75: within 3.3e-8
 I0_LARGE = (0.3989422866, 0.01329700567, 0.002023218602, 0.0002885738523, 0.00124557823, -0.0009892931939,
             -0.002905387468, 0.009536713018, -0.008750600909, 0.002606211684)
+# i1(x) / x in y = x^2 / 3.75^2 for |x| <= 3.75: within 2.3e-9
+I1_SMALL = (0.5000000011, 0.8789061159, 0.5149866124, 0.1508576401, 0.0265724331, 0.003027707518, 0.000320213028)
+# i1(x) sqrt(x) e^-x in t = 3.75 / x for x > 3.75: within 3.8e-8
+I1_LARGE = (0.3989422736, -0.03989308487, -0.003354095177, -0.0005116506674, -0.001216723319, 0.0003692337651,
+            0.004565103086, -0.01192134722, 0.01032765792, -0.00299055541)
 # erfcx(x) / t in t = 2 / (2 + x) for x >= 0: within 1.2e-8
 ERFCX = (0.2820947952, 0.2820937538, 0.2468845747, 0.1753159758, 0.09346243446, -0.05921135814, 0.1321770452,
          -0.4549739894, 0.4936949328, -0.2347335933, 0.04319543336)
@@ -118,6 +123,23 @@ def _i0e(x):
     y = a * a * {1 / 3.75 ** 2!r}
     t = 3.75 / a
     return tl.where(a <= 3.75, ({horner("y", I0_SMALL)}) * tl.exp(-a), ({horner("t", I0_LARGE)}) / tl.sqrt(a))
+''',
+    # odd: x times the fit near zero, the sign of x times the fit past 3.75
+    "_i1": f'''@triton.jit
+def _i1(x):
+    a = tl.abs(x)
+    y = a * a * {1 / 3.75 ** 2!r}
+    t = 3.75 / a
+    large = tl.exp(a) * ({horner("t", I1_LARGE)}) / tl.sqrt(a)
+    return tl.where(a <= 3.75, x * ({horner("y", I1_SMALL)}), tl.where(x < 0, -large, large))
+''',
+    "_i1e": f'''@triton.jit
+def _i1e(x):
+    a = tl.abs(x)
+    y = a * a * {1 / 3.75 ** 2!r}
+    t = 3.75 / a
+    large = ({horner("t", I1_LARGE)}) / tl.sqrt(a)
+    return tl.where(a <= 3.75, x * ({horner("y", I1_SMALL)}) * tl.exp(-a), tl.where(x < 0, -large, large))
 ''',
     # e^(x^2) erfc(x): from the fit where x >= 0; below 0, erfc(x) = 1 + erf(|x|) holds all its digits
     "_erfcx": f'''@triton.jit

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from agent.templates.special_fns import SPECIAL
+from agent.templates.special_fns import SPECIAL, polygamma_coefficients
 
 
 @dataclass(frozen=True)
@@ -287,6 +287,7 @@ POINTWISE = {
     "erfinv": _unary("_erfinv({x})"),
     "lgamma": _unary("_lgamma({x})"),
     "digamma": _unary("_digamma({x})"),
+    "polygamma": lambda a, kw: _polygamma(int(a[0].code), f(a[1])),
     "i0": _unary("_i0({x})"),
     "special_i0e": _unary("_i0e({x})"),
     "special_i1": _unary("_i1({x})"),
@@ -322,6 +323,12 @@ def _shift(a: list[E], kw: dict, left: bool) -> E:
     if kw["signed"]:
         return E(f"({x} >> tl.where({fits}, {n}, {bits - 1}))", "i")
     return E(f"tl.where({fits}, {x} >> {n}, 0)", "i")
+
+
+def _polygamma(n: int, x: str) -> E:
+    if n == 0:
+        return E(f"_digamma({x})", "f")
+    return E(f"_polygamma({x}, {n}, {', '.join(repr(c) for c in polygamma_coefficients(n))})", "f")
 
 
 def _signbit(e: E) -> str:

@@ -1,11 +1,13 @@
 """Special functions as @triton.jit helpers (pointwise_ops.HELPERS): inverse trigonometry, erfinv, lgamma,
-digamma, i0, i1 and erfcx, in fp32 from tl's arithmetic, exp, log, sqrt and sin alone. libdevice has most of them,
+digamma and polygamma, i0, i1 and erfcx, in fp32 from tl's arithmetic, exp, log, sqrt and sin alone. libdevice has most of them,
 but the Triton interpreter runs no libdevice call, so a kernel that made one could not be checked on a CPU.
 
 Each polynomial is a least-squares fit at 600 Chebyshev nodes of its interval against PyTorch's float64 function,
 weighted by 1 / |value|; the comment above each gives the largest relative error of the fit on that interval.
 """
 from __future__ import annotations
+
+import math
 
 # atan(u) = u + u z P(z), z = u^2, |u| <= tan(pi / 8): P within 5e-8 relative, atan so within 3e-9
 ATAN = (-0.3333333328, 0.1999997708, -0.1428414266, 0.1107122505, -0.08623742908, 0.05045963684)
@@ -28,6 +30,15 @@ I1_LARGE = (0.3989422736, -0.03989308487, -0.003354095177, -0.0005116506674, -0.
 # erfcx(x) / t in t = 2 / (2 + x) for x >= 0: within 1.2e-8
 ERFCX = (0.2820947952, 0.2820937538, 0.2468845747, 0.1753159758, 0.09346243446, -0.05921135814, 0.1321770452,
          -0.4549739894, 0.4936949328, -0.2347335933, 0.04319543336)
+
+
+def polygamma_coefficients(n: int) -> tuple[float, ...]:
+    """_polygamma's arguments after N for order n >= 1: (-1)^(n+1) times n!, (n-1)!, n!/2 and the series'
+    B_2k (2k+n-1)! / (2k)! for k = 1..5."""
+    sign = 1.0 if n % 2 else -1.0
+    bernoulli = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66)
+    terms = [B * math.factorial(2 * k + n - 1) / math.factorial(2 * k) for k, B in enumerate(bernoulli, 1)]
+    return tuple(sign * v for v in (math.factorial(n), math.factorial(n - 1), math.factorial(n) / 2, *terms))
 
 
 def horner(x: str, coeffs: tuple[float, ...]) -> str:
@@ -123,6 +134,26 @@ def _i0e(x):
     y = a * a * {1 / 3.75 ** 2!r}
     t = 3.75 / a
     return tl.where(a <= 3.75, ({horner("y", I0_SMALL)}) * tl.exp(-a), ({horner("t", I0_LARGE)}) / tl.sqrt(a))
+''',
+    # the n-th derivative of digamma, n >= 1: x stepped up past 16 by the recurrence (each step a term
+    # n! / x^(n+1), which also carries a negative x, up to -48, past its poles), then the asymptotic series in
+    # 1 / x there, its coefficients (scaled by (-1)^(n+1)) from polygamma_coefficients
+    "_polygamma": '''@triton.jit
+def _polygamma(x, N: tl.constexpr, fact, a, b, d1, d2, d3, d4, d5):
+    s = tl.zeros_like(x)
+    for _ in range(64):
+        low = x < 16.0
+        p = x
+        for _ in tl.static_range(N):
+            p = p * x
+        s = s + tl.where(low, 1.0 / p, 0.0)
+        x = tl.where(low, x + 1.0, x)
+    r = 1.0 / x
+    q = r
+    for _ in tl.static_range(N - 1):
+        q = q * r
+    r2 = r * r
+    return fact * s + q * (a + r * b + r2 * (d1 + r2 * (d2 + r2 * (d3 + r2 * (d4 + r2 * d5)))))
 ''',
     # odd: x times the fit near zero, the sign of x times the fit past 3.75
     "_i1": f'''@triton.jit

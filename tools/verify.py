@@ -37,7 +37,9 @@ HASH_ABOVE_BYTES = 256 << 20  # inputs larger than this in all are checked for m
 # inputs only overflow it, and the order of a kernel's partial products then decides which elements overflow
 # first, not its accuracy (KernelBench's cumprod over 32768 elements at x4.5). Its trials use the task's own
 # inputs, scale 1, no patterns (fresh seeds and the in-place change still apply).
-SCALE_BOUND_OPS = {"cumprod", "prod"}
+# Binary cross-entropy is bounded too, by its domain: PyTorch raises on an input or a target outside [0, 1],
+# where a shifted or scaled probability lands.
+SCALE_BOUND_OPS = {"cumprod", "prod", "binary_cross_entropy"}
 
 
 @dataclass
@@ -88,7 +90,9 @@ def verify(setup: Setup, trials: int, seed: int | None = None) -> Checked:
         except Failed as e:
             where = (f"trial {t + 1} of {trials}: {draw.describe()}" + (", grad enabled" if grad else "")
                      + f"; trial seed {checked.seed}")
-            raise e.reworded(f"{str(e).rstrip('.')} ({where}).") from None
+            hint = (" If the task needs its inputs as get_inputs() draws them, set scale_inputs = false for it in "
+                    "a task list." if e.task_error and (draw.pattern, draw.scale) != ("plain", 1.0) else "")
+            raise e.reworded(f"{str(e).rstrip('.')} ({where}).{hint}") from None
     if setup.device.type == "cuda":  # what only a GPU shows: its activity trace, races (tools/gpu_checks.py)
         from tools.gpu_checks import check_activity, check_repeatable
         draw = trial_draw(checked.seed, 0, setup.scale_inputs, checked.widen)

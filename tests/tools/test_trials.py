@@ -188,3 +188,29 @@ def test_a_task_with_no_tensor_to_judge_is_a_task_error(warm_executor, tmp_path)
         EvalJob(TaskSpec(str(number)), candidate, trials=3, profile=False)])
     assert empty.task_error and "output 0 has no elements (shape (0,))" in empty.reason, empty.reason
     assert scalar.task_error and "returns a Python number, not a tensor" in scalar.reason, scalar.reason
+
+
+def test_probabilities_keep_their_range_through_the_trials(warm_executor, tmp_path):
+    """Binary cross-entropy raises on a target outside [0, 1]: its trials keep get_inputs()' values (a shifted
+    trial was a task error), and a task error on scaled inputs names the scale_inputs switch."""
+    from agent.analysis import analyze
+    from agent.templates import matching
+    source = ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+              "class Model(nn.Module):\n    def forward(self, logits, target):\n{body}\n\n"
+              "def get_inputs():\n    return [torch.randn(6, 37), torch.rand(6, 37)]\n\n\n"
+              "def get_init_inputs():\n    return []\n")
+    task, checked = tmp_path / "task_bce.py", tmp_path / "task_checked.py"
+    task.write_text(source.format(body="        return F.binary_cross_entropy(torch.sigmoid(logits), target, "
+                                       "reduction='none')\n"))
+    checked.write_text(source.format(body=(  # the same math, the range checked by the task's own code
+        "        if bool((target > 1).any()):\n            raise ValueError('a target past 1')\n"
+        "        p = torch.sigmoid(logits)\n"
+        "        return -(target * torch.log(p) + (1 - target) * torch.log(1 - p))\n")))
+    a = analyze(str(task), small=True)
+    honest = matching(a)[0].render(a, matching(a)[0].default(a))
+    twin = honest.replace(task.read_text(), checked.read_text())  # a candidate carries its task's source
+    good, told = warm_executor.map([EvalJob(TaskSpec(str(task)), honest, trials=3, profile=False),
+                                    EvalJob(TaskSpec(str(checked)), twin, trials=3, profile=False)])
+    assert good.verdict == "correct", good.reason
+    assert told.task_error and "a target past 1" in told.reason and "set scale_inputs = false" in told.reason, \
+        told.reason

@@ -291,6 +291,8 @@ POINTWISE = {
     "i0": _unary("_i0({x})"),
     "special_i0e": _unary("_i0e({x})"),
     "special_i1": _unary("_i1({x})"),
+    "special_bessel_j0": _unary("_bessel_j0({x})"),
+    "special_bessel_j1": _unary("_bessel_j1({x})"),
     "special_i1e": _unary("_i1e({x})"),
     "special_erfcx": _unary("_erfcx({x})"),
     "special_log_ndtr": _unary("_log_ndtr({x})"),

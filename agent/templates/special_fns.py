@@ -1,6 +1,7 @@
 """Special functions as @triton.jit helpers (pointwise_ops.HELPERS): inverse trigonometry, erfinv, lgamma,
-digamma and polygamma, i0, i1 and erfcx, in fp32 from tl's arithmetic, exp, log, sqrt and sin alone. libdevice has most of them,
-but the Triton interpreter runs no libdevice call, so a kernel that made one could not be checked on a CPU.
+digamma and polygamma, i0, i1, j0, j1 and erfcx, in fp32 from tl's arithmetic, exp, log, sqrt, sin and cos alone.
+libdevice has most of them, but the Triton interpreter runs no libdevice call, so a kernel that made one could not
+be checked on a CPU.
 
 Each polynomial is a least-squares fit at 600 Chebyshev nodes of its interval against PyTorch's float64 function,
 weighted by 1 / |value|; the comment above each gives the largest relative error of the fit on that interval.
@@ -27,6 +28,23 @@ I1_SMALL = (0.5000000011, 0.8789061159, 0.5149866124, 0.1508576401, 0.0265724331
 # i1(x) sqrt(x) e^-x in t = 3.75 / x for x > 3.75: within 3.8e-8
 I1_LARGE = (0.3989422736, -0.03989308487, -0.003354095177, -0.0005116506674, -0.001216723319, 0.0003692337651,
             0.004565103086, -0.01192134722, 0.01032765792, -0.00299055541)
+# Bessel functions of the first kind, split at 5 as PyTorch's are (past 5 its float64 j0 is an asymptotic form,
+# 2e-6 off the series at 5.1: the fits follow PyTorch's, not the series). j0(x) / (x^2 - j0's first zero^2) in
+# u = x^2 / 25: within 3.3e-11; j1(x) / (x (x^2 - j1's first zero^2)): within 4.7e-12
+J0_SMALL = (-0.172915069025, 0.333228653288, -0.24811731292, 0.100074604495, -0.0254571462526, 0.00446489212566,
+            -0.000571219697337, 5.40724908301e-05, -3.21358207094e-06)
+J1_SMALL = (-0.034055373913, 0.0484346188383, -0.0283843836577, 0.00940615072313, -0.00202665656092,
+            0.000307970114304, -3.47699463486e-05, 2.96220525552e-06, -1.63309378104e-07)
+# past 5, j(x) = sqrt(2 / (pi x)) (P cos(x - phase) - Q / x sin(x - phase)), P and Q in t = 25 / x^2, from PyTorch's
+# float64 j and y: P within 7.6e-11, Q within 2.1e-9
+J0_P = (0.999999999931, -0.00281249275778, 0.000179316522045, -3.57671790308e-05, 1.2422566659e-05,
+        -4.33353710561e-06, 8.40187357392e-07)
+J0_Q = (-0.125000000172, 0.00292970289252, -0.000363560465637, 0.000110791765043, -5.58545029904e-05,
+        1.5979435663e-05, -1.77891129225e-06)
+J1_P = (1.00000000008, 0.00468749202982, -0.000230573335426, 4.23423667338e-05, -1.41924248767e-05,
+        4.87749680402e-06, -9.39664056756e-07)
+J1_Q = (0.375000000756, -0.00410163566165, 0.000445220912863, -0.000132787830192, 7.25722902579e-05,
+        -1.37995421499e-05, -6.36446629467e-07)
 # erfcx(x) / t in t = 2 / (2 + x) for x >= 0: within 1.2e-8
 ERFCX = (0.2820947952, 0.2820937538, 0.2468845747, 0.1753159758, 0.09346243446, -0.05921135814, 0.1321770452,
          -0.4549739894, 0.4936949328, -0.2347335933, 0.04319543336)
@@ -154,6 +172,29 @@ def _polygamma(x, N: tl.constexpr, fact, a, b, d1, d2, d3, d4, d5):
         q = q * r
     r2 = r * r
     return fact * s + q * (a + r * b + r2 * (d1 + r2 * (d2 + r2 * (d3 + r2 * (d4 + r2 * d5)))))
+''',
+    "_bessel_j0": f'''@triton.jit
+def _bessel_j0(x):
+    a = tl.abs(x)
+    z = a * a
+    u = z * 0.04
+    t = 25.0 / z
+    w = a - {PI / 4!r}
+    large = ({horner("t", J0_P)}) * tl.cos(w) - ({horner("t", J0_Q)}) / a * tl.sin(w)
+    return tl.where(a <= 5.0, (z - 5.783185962946785) * ({horner("u", J0_SMALL)}),
+                    large * {(2 / PI) ** 0.5!r} / tl.sqrt(a))
+''',
+    "_bessel_j1": f'''@triton.jit
+def _bessel_j1(x):
+    a = tl.abs(x)
+    z = a * a
+    u = z * 0.04
+    t = 25.0 / z
+    w = a - {3 * PI / 4!r}
+    large = ({horner("t", J1_P)}) * tl.cos(w) - ({horner("t", J1_Q)}) / a * tl.sin(w)
+    large = large * {(2 / PI) ** 0.5!r} / tl.sqrt(a)
+    return tl.where(a <= 5.0, x * (z - 14.681970642123892) * ({horner("u", J1_SMALL)}),
+                    tl.where(x < 0, -large, large))
 ''',
     # odd: x times the fit near zero, the sign of x times the fit past 3.75
     "_i1": f'''@triton.jit

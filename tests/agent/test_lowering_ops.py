@@ -50,7 +50,7 @@ def test_rolls_over_dims_and_of_the_flattened_tensor(runner):
 
 
 def test_special_functions_as_polynomials_of_tl_ops(runner):
-    """atan, asin, acos, atan2, erfinv, lgamma, digamma, polygamma, i0, i0e, i1, i1e, erfcx and log_ndtr had no
+    """atan, asin, acos, atan2, erfinv, lgamma, digamma, polygamma, i0, i0e, i1, i1e, j0, j1, erfcx and log_ndtr had no
     lowering ("No template lowers aten.atan2.default"). They are fits and series in tl's own ops (special_fns.py),
     since the interpreter runs no libdevice call: within 1e-6 of PyTorch, and NaN, infinite or a signed zero where
     PyTorch's is."""

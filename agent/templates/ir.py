@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from agent.analysis import TaskAnalysis, trace
-from agent.templates.decomps import DECOMPOSITIONS
+from agent.templates.decomps import DECOMPOSITIONS, SORT_MOST
 from agent.templates.pointwise_ops import BITCAST, POINTWISE, SHIFTS
 
 aten = torch.ops.aten
@@ -245,7 +245,6 @@ VIEWS = ORDER_VIEWS | STRIDED_VIEWS | SPLIT_VIEWS | {"getitem"}  # ops whose res
 IDENTITY = {"detach", "alias", "clone", "lift_fresh_copy", "contiguous", "lift_fresh"}
 SCAN_FNS = ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp")  # running ops; a sort is a "scan" node too
 CONSTANT_MOST = 16  # the most elements of a tensor constant made in the forward that the kernels inline
-SORT_MOST = 4096  # the longest row a sort holds in one block
 EMPTY = {"empty", "empty_like", "new_empty", "empty_strided", "empty_permuted"}  # unspecified contents: zeros
 RANDOM = {"bernoulli", "rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "normal", "uniform",
           "native_dropout", "multinomial", "randperm", "exponential", "geometric", "cauchy", "log_normal",
@@ -330,6 +329,7 @@ class _Builder:
         self.nodes: list[Node] = []
         self.bases: dict[str, Leaf] = {}
         self.count = 0
+        self.rebuilt: dict[tuple, Value] = {}  # sink's and shifted's trees, each (value, view) rebuilt once
 
     def fresh(self, prefix: str) -> str:
         self.count += 1
@@ -366,6 +366,10 @@ class _Builder:
             if role == "input" and v.is_floating_point() and float_base is None:
                 float_base = base
         self.order = {n: i for i, n in enumerate(gm.graph.nodes)}  # for writes in place (_read_around)
+        out = next(n for n in gm.graph.nodes if n.op == "output")
+        self.wide_outputs = all(_val(a).dtype not in (torch.bfloat16, torch.float16)
+                                for a in torch.utils._pytree.tree_leaves(out.args[0])
+                                if isinstance(a, torch.fx.Node) and isinstance(_val(a), torch.Tensor))
         for node in gm.graph.nodes:
             if node.op == "get_attr":
                 self.env[node] = self.constant(getattr(gm, node.target))
@@ -471,6 +475,14 @@ class _Builder:
         if base == "copy":  # copy_'s value (a fill by a tensor's)
             return self.copy(args, v)
         return self.call_op(base, target, args, kwargs, v)
+
+    def rounding(self, x: Value, v) -> dict:
+        """A cast's attrs where it rounds: a float32 value made bf16 or fp16 in a program whose outputs are all
+        float32 or wider (an fp8 or bf16 emulation) is rounded there, as PyTorch rounds it, since the outputs
+        are judged to fp32's precision. Elsewhere values stay float32 until stored: a bf16 program computes its
+        chains of ops in fp32, more accurately than PyTorch, which rounds after each op."""
+        narrow = v.dtype in (torch.bfloat16, torch.float16) and x.dtype in (torch.float32, torch.float64)
+        return {"round": str(v.dtype)[6:]} if narrow and self.wide_outputs else {}
 
     def copy(self, args, v) -> Node:
         """copy(into, source): the source broadcast to `into`'s shape and cast to its dtype."""
@@ -634,8 +646,8 @@ class _Builder:
     def call_op(self, base, target, args, kwargs, v):
         if base in IDENTITY or (base == "_to_copy" and kwargs.get("dtype", args[0].dtype) == args[0].dtype):
             return args[0]
-        if base in ("scalar_tensor", "full", "zeros", "ones", "zeros_like", "ones_like", "full_like"):
-            value = {"zeros": 0, "zeros_like": 0, "ones": 1, "ones_like": 1}.get(base)
+        if base in ("scalar_tensor", "full", "zeros", "ones", "zeros_like", "ones_like", "full_like", "zero"):
+            value = {"zeros": 0, "zeros_like": 0, "zero": 0, "ones": 1, "ones_like": 1}.get(base)
             if value is None:
                 value = args[0] if base == "scalar_tensor" else args[1]
             if v.dtype == torch.bool:  # a boolean 1 is True: `~1` would be -2, never false
@@ -668,15 +680,16 @@ class _Builder:
         if base in GATHERS:
             return self.gather(base, args, v)
         if base == "convert_element_type":  # prims' cast, which torch's decompositions of 16-bit ops leave
-            return self.add("pw", "cast", [args[0]], v.shape, v.dtype, dtype=v.dtype)
+            return self.add("pw", "cast", [args[0]], v.shape, v.dtype, dtype=v.dtype, **self.rounding(args[0], v))
         if base in SHIFTS:  # PyTorch's shifts past the width are defined: the lowering needs the width
             bits = torch.iinfo(v.dtype).bits if not v.dtype.is_floating_point and v.dtype != torch.bool else 0
             if not bits:
                 raise Unsupported(f"A shift ({target}) is built for integers only.")
             return self.add("pw", base, args, v.shape, v.dtype, attrs={"bits": bits, "signed": v.dtype.is_signed})
-        if base in POINTWISE or base == "_to_copy":
-            fn = "cast" if base == "_to_copy" else base
-            return self.add("pw", fn, args, v.shape, v.dtype, attrs=kwargs)
+        if base == "_to_copy":
+            return self.add("pw", "cast", args, v.shape, v.dtype, attrs={**kwargs, **self.rounding(args[0], v)})
+        if base in POINTWISE:
+            return self.add("pw", base, args, v.shape, v.dtype, attrs=kwargs)
         if base in REDUCE or base in ("mean", "max", "min"):
             return self.reduce(base, args, kwargs, v)
         if base in SCAN_FNS:
@@ -770,6 +783,9 @@ class _Builder:
                         strides=layout[0], offset=layout[1], value=value.value, step=value.step)
         if not (isinstance(value, Node) and value.op == "pw") or value.fn == "gather":
             return None
+        key = ("sink", id(value), tuple(shape), tuple(strides), offset)  # a value two args share, rebuilt once:
+        if key in self.rebuilt:  # a recurrence's values each feed two later ones, so a tree grows as 2^steps
+            return self.rebuilt[key]
         args = []
         for a in value.args:
             if isinstance(a, Value):
@@ -779,7 +795,8 @@ class _Builder:
                 if a is None:
                     return None
             args.append(a)
-        return self.add("pw", value.fn, args, shape, value.dtype, attrs=value.attrs)
+        self.rebuilt[key] = self.add("pw", value.fn, args, shape, value.dtype, attrs=value.attrs)
+        return self.rebuilt[key]
 
     def index_along(self, d: int, shape: tuple) -> Leaf:
         """The index along dim d at each position of `shape` (an iota broadcast over the other dims)."""
@@ -808,10 +825,13 @@ class _Builder:
         pointwise tree of leaves is rebuilt over shifted leaves; any other value becomes a "shift" view."""
         if isinstance(value, Leaf):
             return shift(value, self.fresh(value.name + "_"), shape, lo)
-        if isinstance(value, Node) and value.op == "pw" and value.fn != "gather":
+        key = ("shifted", id(value), tuple(shape), tuple(lo))
+        if key not in self.rebuilt and isinstance(value, Node) and value.op == "pw" and value.fn != "gather":
             args = [self.shifted(a, shape, lo) if isinstance(a, Value) else a for a in value.args]
-            return self.add("pw", value.fn, args, shape, value.dtype, attrs=value.attrs)
-        return self.add("view", "shift", [value], shape, value.dtype, lo=tuple(lo))
+            self.rebuilt[key] = self.add("pw", value.fn, args, shape, value.dtype, attrs=value.attrs)
+        elif key not in self.rebuilt:
+            self.rebuilt[key] = self.add("view", "shift", [value], shape, value.dtype, lo=tuple(lo))
+        return self.rebuilt[key]
 
     def cat(self, base, args, kwargs, v) -> Value:
         """cat/stack along a dim: each piece shifted to its place, then a where chain on the index along dim."""

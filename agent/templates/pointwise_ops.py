@@ -127,6 +127,10 @@ def _clamp(a, kw):
 
 
 def _cast(a, kw):
+    if kw.get("round") == "bfloat16":  # rounded where the program rounds, ties to even, as PyTorch rounds
+        return E(f"_round_bf16({f(a[0])})", "f")
+    if kw.get("round") == "float16":
+        return E(f"{f(a[0])}.to(tl.float16).to(tl.float32)", "f")
     dtype = kw.get("dtype")
     k = kind_of(dtype) if dtype is not None else a[0].kind
     if k == "f":
@@ -479,6 +483,14 @@ def _gcd(a, b):
         a = tl.where(step, b, a)
         b = r
     return a
+''',
+    # fp32 to the nearest bf16 by its bits (Triton's interpreter truncates in .to(tl.bfloat16), whatever the
+    # rounding asked for); past bf16's largest value, infinity, as PyTorch's
+    "_round_bf16": '''@triton.jit
+def _round_bf16(x):
+    b = x.to(tl.int32, bitcast=True)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) & -65536
+    return tl.where(x != x, x, b.to(tl.float32, bitcast=True))
 ''',
     "_signbit": '''@triton.jit
 def _signbit(x):

@@ -316,12 +316,18 @@ def test_a_running_max_s_indices_are_refused_in_a_sentence(tmp_path):
         "The forward uses the indices of a running max or min, which the templates do not compute."
 
 
-def test_a_top_k_past_its_bound_is_refused_in_a_sentence(tmp_path):
+def test_a_large_top_k_sorts_its_rows_and_past_a_sort_s_bound_is_refused_in_a_sentence(runner, tmp_path):
+    """k past 16 (a sampler's top 40) sorts the row; past a sort's 4096 elements it is refused."""
     task = tmp_path / "task.py"
     source = (FIXTURES / "low_topk.py").read_text()
-    task.write_text(source.replace("torch.topk(x, 5, dim=1)", "torch.topk(x, 20, dim=1)"))
+    task.write_text(source.replace("torch.topk(x, 5, dim=1)", "torch.topk(x, 40, dim=1)"))
     a = analyze(str(task), small=True)
-    assert unsupported_reason(a) == "A top-k is built for k of at most 16; this one has k 20."
+    out = runner.run(task, matching(a)[0].render(a, matching(a)[0].default(a)))
+    assert out["error"] is None and all(e <= 1e-6 for e in out["rel_errors"]) and all(out["exact"]), out
+    task.write_text(source.replace("torch.topk(x, 5, dim=1)", "torch.topk(x.view(2, 6300), 20, dim=1)"))
+    a = analyze(str(task), small=True)
+    assert unsupported_reason(a) == "A top-k is built for k of at most 16, or over rows of at most 4096; this " \
+                                    "one has k 20 over 6300."
 
 
 def test_nan_goes_through_relu_clamp_and_maximum_as_in_pytorch(runner):
@@ -590,3 +596,19 @@ def test_index_reduces_puts_and_other_rarer_forms(runner):
     cov (whose PyTorch form checks its weights' values, untraceable), an unsorted top-k and a buffer's element
     under one piece of a cat (a scalar address under a block mask, which Triton refuses)."""
     check("low_index_forms", runner)
+
+
+def test_an_fp32_program_rounds_where_it_casts_to_16_bits(runner):
+    """x.to(bfloat16).to(float32) in an fp32 program (fp8 scaling emulation) is a rounding the fp32 outputs
+    show: it was dropped (values stay fp32 until stored), 1e-3 off; now to the nearest, ties to even, by bits."""
+    source = check("low_rounding", runner)
+    assert "_round_bf16(" in source
+
+
+def test_a_recurrence_s_values_are_built_once_however_many_steps_use_them(runner):
+    """Each step of an unrolled IIR filter feeds the next two: rebuilding a shared value per use (placing the
+    stacked steps) made the program grow as 2^steps, and 48 steps never finished lowering. Each step placed in
+    the stack still has its own tree, so it grows as steps^2: 7,061 nodes at 40."""
+    check("low_recurrence", runner)
+    a = analyze(str(FIXTURES / "low_recurrence.py"), small=True)
+    assert len(lower(original(a)).nodes) < 8 * 40 ** 2

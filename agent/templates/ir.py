@@ -353,7 +353,10 @@ class _Builder:
         for (role, name), ph in zip(self.t.roles, placeholders):
             v = _val(ph)
             base = self.t.access(name) if role != "input" else name
-            leaf = Leaf(base, tuple(v.shape), v.dtype, kind="tensor", base=base, strides=tuple(v.stride()))
+            # an input is made contiguous by the candidate (program.py), whatever strides get_inputs() or the
+            # evaluator's copies give it (a transposed or sliced input was read with its own strides: wrong)
+            strides = contiguous_strides(v.shape) if role == "input" else tuple(v.stride())
+            leaf = Leaf(base, tuple(v.shape), v.dtype, kind="tensor", base=base, strides=strides)
             if v.is_complex():  # its pairs of reals (complex_ops.py)
                 if role == "input":
                     raise Unsupported(f"The forward takes a complex input ({name}), which the templates do not "
@@ -391,6 +394,9 @@ class _Builder:
             elif not isinstance(o, Node):
                 raise Unsupported("The forward returns a value that is not a tensor, which the templates do not "
                                   "build.")
+            if outputs[i].dtype == torch.float64:
+                raise Unsupported(f"The forward returns float64 (output {i}); the templates compute in float32, "
+                                  f"short of the accuracy float64 outputs are judged to.")
         from agent.templates.attention_match import fuse_attention  # (they build on this module's IR)
         from agent.templates.attention_mask import ModelState
         self.nodes = fuse_attention(self.nodes, outputs, ModelState(self.t, self.module))
@@ -644,6 +650,9 @@ class _Builder:
         return Leaf(self.fresh("c"), tuple(v.shape), v.dtype, kind="const", value=value, strides=(0,) * len(v.shape))
 
     def call_op(self, base, target, args, kwargs, v):
+        if base in ("_to_copy", "convert_element_type") and isinstance(args[0], (bool, int, float)):
+            cast = float if v.dtype.is_floating_point else bool if v.dtype == torch.bool else int
+            return cast(args[0])  # a number cast, as vmap's traces have them
         if base in IDENTITY or (base == "_to_copy" and kwargs.get("dtype", args[0].dtype) == args[0].dtype):
             return args[0]
         if base in ("scalar_tensor", "full", "zeros", "ones", "zeros_like", "ones_like", "full_like", "zero"):

@@ -612,3 +612,24 @@ def test_a_recurrence_s_values_are_built_once_however_many_steps_use_them(runner
     check("low_recurrence", runner)
     a = analyze(str(FIXTURES / "low_recurrence.py"), small=True)
     assert len(lower(original(a)).nodes) < 8 * 40 ** 2
+
+
+def test_a_float64_output_is_refused_in_a_sentence(tmp_path):
+    """The kernels compute in float32, and a float64 output is judged to float64's accuracy (tools/verify.py):
+    a float64 program is refused, where its GEMM once crashed on float32 times float64 operands."""
+    task = tmp_path / "task.py"
+    task.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+                    "        super().__init__()\n        self.fc = nn.Linear(24, 48).double()\n\n"
+                    "    def forward(self, x):\n        return torch.relu(self.fc(x))\n\n\ndef get_inputs():\n"
+                    "    return [torch.randn(9, 24, dtype=torch.float64)]\n\n\ndef get_init_inputs():\n    return []\n")
+    assert unsupported_reason(analyze(str(task), small=True)) == (
+        "The forward returns float64 (output 0); the templates compute in float32, short of the accuracy float64 "
+        "outputs are judged to.")
+
+
+def test_inputs_of_any_strides_are_read_through_their_contiguous_copies(runner):
+    check("low_strided_inputs", runner)
+
+
+def test_a_vmapped_forward_lowers(runner):
+    check("low_vmap", runner)

@@ -214,3 +214,23 @@ def test_probabilities_keep_their_range_through_the_trials(warm_executor, tmp_pa
     assert good.verdict == "correct", good.reason
     assert told.task_error and "a target past 1" in told.reason and "set scale_inputs = false" in told.reason, \
         told.reason
+
+
+def test_a_float64_output_is_judged_to_float64_s_tolerance(warm_executor, tmp_path):
+    """A float64 task's kernel that computes in float32 is 1e-7 off: it passed at fp32's tolerance, the only one
+    the evaluator applied; at float64's only a float64 computation passes."""
+    task = tmp_path / "task_f64.py"
+    task.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                    "        return torch.exp(x) * 2.5 + 1.0\n\n\ndef get_inputs():\n"
+                    "    return [torch.randn(1000, dtype=torch.float64)]\n\n\ndef get_init_inputs():\n    return []\n")
+    kernel = ("import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+              "def k(x_ptr, y_ptr, n, BLOCK: tl.constexpr):\n    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+              "    x = tl.load(x_ptr + offs, mask=offs < n){cast}\n"
+              "    tl.store(y_ptr + offs, tl.exp(x) * 2.5 + 1.0, mask=offs < n)\n\n\nclass ModelNew(nn.Module):\n"
+              "    def forward(self, x):\n        y = torch.empty_like(x)\n"
+              "        k[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)\n        return y\n")
+    single, double = warm_executor.map([
+        EvalJob(TaskSpec(str(task)), kernel.format(cast=".to(tl.float32)"), trials=2, profile=False),
+        EvalJob(TaskSpec(str(task)), kernel.format(cast=""), trials=2, profile=False)])
+    assert single.verdict == "incorrect" and "bound 1e-10" in single.reason, single.reason
+    assert double.verdict == "correct", double.reason

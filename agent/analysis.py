@@ -164,6 +164,14 @@ class Traced:
 def attribute_expr(root, path: str) -> str:
     """`self.network[0].weight` for "network.0.weight": attribute access where Python allows it, an index into
     a ModuleList, Sequential, list or dict, and getattr with a constant name otherwise."""
+    if any(part.startswith("_") for part in path.split(".")):  # a buffer a module keeps private (spectral norm's
+        # _u): the candidate language refuses private names, so it is looked up by its path
+        owner, _, name = path.rpartition(".")
+        module = root.get_submodule(owner)
+        if name in module._buffers:
+            return f"self.get_buffer({path!r})"
+        if name in module._parameters:
+            return f"self.get_parameter({path!r})"
     expr, obj = "self", root
     for part in path.split("."):
         if isinstance(obj, (list, tuple)):
@@ -320,6 +328,8 @@ def _build(module: types.ModuleType, meta: bool, limit: int | None = None,
     torch.manual_seed(0)
     with torch.device("meta") if meta else _Budget(limit) if limit else contextlib.nullcontext():
         model, inputs = module.Model(*module.get_init_inputs()), list(module.get_inputs())
+        # traced as the kernels read them: a candidate makes its inputs contiguous (templates/program.py)
+        inputs = [x.contiguous() if isinstance(x, torch.Tensor) else x for x in inputs]
     if dtype is None:
         return model, inputs
     cast = getattr(torch, dtype)

@@ -44,7 +44,9 @@ TENSOR_ATTRS = frozenset("""shape dtype device ndim T mT is_cuda itemsize is_sig
 """.split())  # of tensors, dtypes, devices and finfo
 TORCH_VALUES = frozenset("""float16 float32 float64 bfloat16 half float double int8 int16 int32 int64 uint8 bool
 long int short complex64 complex128 float8_e4m3fn float8_e5m2 Tensor Size device dtype""".split())
-MODULE_METHODS = frozenset("register_buffer register_parameter add_module".split())  # on self, in __init__
+# on self: in __init__, and the readers of the module's own state by path (a buffer a module keeps under a private
+# name, spectral norm's _u, which no attribute access may spell)
+MODULE_METHODS = frozenset("register_buffer register_parameter add_module get_buffer get_parameter".split())
 BUILTINS = frozenset("""range len min max abs int float bool tuple list dict set enumerate zip isinstance all
 any sum round divmod pow reversed sorted slice super print str repr ValueError TypeError RuntimeError
 AssertionError NotImplementedError IndexError KeyError True False None""".split())

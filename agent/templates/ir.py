@@ -581,6 +581,12 @@ class _Builder:
         if base in ("index_put", "_unsafe_index_put"):
             indices, values = list(args[1]), args[2]
             fn = "add" if (args[3] if len(args) > 3 else kwargs.get("accumulate", False)) else "set"
+            mask = indices[0] if len(indices) == 1 and isinstance(indices[0], Value) else None
+            if mask is not None and mask.dtype == torch.bool and fn == "set" and (
+                    not isinstance(values, Value) or values.numel == 1):  # x[mask] = v: a where, x's shape
+                lead = tuple(mask.shape) + (1,) * (rank - len(mask.shape))
+                value = values if not isinstance(values, Value) else self.reshaped(values, (1,) * rank)
+                return self.add("pw", "where", [self.reshaped(mask, lead), value, x], v.shape, v.dtype)
             a = next(d for d, i in enumerate(indices) if i is not None)  # the indexed dims: a to b
             b = len(indices) - next(d for d, i in enumerate(reversed(indices)) if i is not None)
             if any(i is None or i.dtype == torch.bool for i in indices[a:b]):

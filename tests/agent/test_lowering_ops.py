@@ -300,10 +300,16 @@ def test_a_scatter_copies_its_target_then_adds_atomically(runner):
     assert sorted(scattered) == ["tl.atomic_add"] * 4 + ["tl.store"] * 2
 
 
-def test_a_scatter_by_a_mask_is_refused_in_a_sentence(tmp_path):
+def test_a_write_through_a_mask_is_a_where_and_a_mask_over_later_dims_is_refused_in_a_sentence(runner, tmp_path):
+    """y[x > 0] = 1.0 (a clamp written as a mask, `h[h < -1] = -1`) is where(mask, 1.0, y); y[:, cols > 0] = 1.0
+    indexes a later dim by a mask, which is refused."""
     task = tmp_path / "task.py"
     source = (FIXTURES / "low_scatter.py").read_text()
-    task.write_text(source.replace("y[:, picks] = x[:, :2] + 1.0", "y[x > 0] = 1.0"))
+    task.write_text(source.replace("y[:, picks] = x[:, :2] + 1.0", "y[x > 0] = 1.0\n        y[x[:, 0] < -1] = 2.0"))
+    a = analyze(str(task), small=True)
+    out = runner.run(task, matching(a)[0].render(a, matching(a)[0].default(a)))
+    assert out["error"] is None and all(e <= 1e-4 for e in out["rel_errors"]) and all(out["exact"]), out
+    task.write_text(source.replace("y[:, picks] = x[:, :2] + 1.0", "y[:, x[0] > 0] = 1.0"))
     assert unsupported_reason(analyze(str(task), small=True)) == \
         "An index_put is built for integer indices of adjacent dims, not masks."
 
@@ -633,3 +639,7 @@ def test_inputs_of_any_strides_are_read_through_their_contiguous_copies(runner):
 
 def test_a_vmapped_forward_lowers(runner):
     check("low_vmap", runner)
+
+
+def test_weights_made_by_parametrizations(runner):
+    check("low_parametrized", runner)

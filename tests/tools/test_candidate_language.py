@@ -94,6 +94,8 @@ def copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     "        return x.to(p.dtype).reshape(-1)\n",
     "from triton.tools.tensor_descriptor import TensorDescriptor\n\ndef f(x):\n"
     "    d = TensorDescriptor(x, [64, 64], [64, 1], [32, 32])\n    copy_kernel[(4,)](d, x, 1, BLOCK=1)\n",
+    "class M(torch.nn.Module):\n    def forward(self, x):\n"  # a buffer a module keeps private, by its path
+    "        return x.to(self.get_buffer('norm.parametrizations.weight.0._u').dtype)\n",
 ])
 def test_what_honest_code_does_is_inside(body):
     assert check_source(KERNEL + ("import math\n" if "math." in body else "") + body) is None
@@ -110,6 +112,7 @@ def test_what_honest_code_does_is_inside(body):
     ("def f(x):\n    x[0] = 1.0\n    return x\n", "monkeypatch"),
     ("def f(x):\n    return str(x)\n", "tensor-to-python"),
     ("def f(x):\n    return x.__class__\n", "python-internals"),
+    ("class M(torch.nn.Module):\n    def forward(self, x):\n        return self._buffers\n", "python-internals"),
     ("def f(x):\n    return vars(x)\n", "computed-names"),
     ("def f(x):\n    return torch.randn(3)\n", "init-only"),
     ("torch.manual_seed(0)\n", "statements"),

@@ -50,3 +50,18 @@ def test_a_worker_lands_on_its_own_gpu_under_cuda_visible_devices(monkeypatch):
     assert device_name(0) == "GPU-8f2c"
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert device_name(1) == "1"
+
+
+def test_what_a_task_s_first_call_sets_up_is_not_counted_against_the_candidate(tmp_path, monkeypatch):
+    """torch.vmap registers Python kernels at its first call. Made by the reference during the trials, inside the
+    watch on the candidate, it rejected every candidate of a vmap task ("Python operator registrations
+    changed"); the reference now makes one call before the candidate's code runs."""
+    from agent.analysis import analyze
+    from agent.templates import matching
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path))
+    task = str(Path(__file__).parents[1] / "agent" / "fixtures" / "low_vmap.py")
+    a = analyze(task, small=True)
+    source = matching(a)[0].render(a, matching(a)[0].default(a))
+    with WarmWorker(isolation="persistent") as worker:
+        result = worker.run(EvalJob(TaskSpec(task), source, trials=2, profile=False))
+    assert result.verdict == "correct", result.reason

@@ -224,7 +224,8 @@ def test_a_float64_output_is_judged_to_float64_s_tolerance(warm_executor, tmp_pa
                     "        return torch.exp(x) * 2.5 + 1.0\n\n\ndef get_inputs():\n"
                     "    return [torch.randn(1000, dtype=torch.float64)]\n\n\ndef get_init_inputs():\n    return []\n")
     kernel = ("import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n\n\n@triton.jit\n"
-              "def k(x_ptr, y_ptr, n, BLOCK: tl.constexpr):\n    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+              "def k(x_ptr, y_ptr, n, BLOCK: tl.constexpr):\n"
+              "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
               "    x = tl.load(x_ptr + offs, mask=offs < n){cast}\n"
               "    tl.store(y_ptr + offs, tl.exp(x) * 2.5 + 1.0, mask=offs < n)\n\n\nclass ModelNew(nn.Module):\n"
               "    def forward(self, x):\n        y = torch.empty_like(x)\n"

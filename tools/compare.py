@@ -120,9 +120,12 @@ def compare(out, expected, tolerance: tuple[float, float, float], checked, golde
             _compare_low_precision(y, r, g, where, checked)
             continue
         bad, mismatched, ref_sq, finite = _finite_pattern(y, r)
-        if mismatched:
+        if bad:
             raise Failed("incorrect", f"{where} has {bad} NaN or Inf elements where the reference is finite "
                                       f"(or an unwritten element).")
+        if mismatched:
+            raise Failed("incorrect", f"{where} differs from the reference at {mismatched} elements where the "
+                                      f"reference is NaN or infinite (finite there, or another of NaN, Inf, -Inf).")
         atol_frac, rtol, rel_bound = fp64 if fp64 is not None and r.dtype == torch.float64 else tolerance
         ref_norm = math.sqrt(ref_sq)
         rms = ref_norm / max(finite, 1) ** 0.5
@@ -210,19 +213,19 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def _finite_pattern(y: torch.Tensor, r: torch.Tensor) -> tuple[int, bool, float, int]:
-    """(elements non-finite in y where r is finite, whether y's non-finite elements differ from r's at all,
-    the sum of squares of r's finite elements, how many there are), piece by piece, one sync at the end."""
+def _finite_pattern(y: torch.Tensor, r: torch.Tensor) -> tuple[int, int, float, int]:
+    """(elements non-finite in y where r is finite, elements where r is not finite and y differs, the sum of
+    squares of r's finite elements, how many there are), piece by piece, one sync at the end."""
     bad = mismatched = finite = torch.zeros((), dtype=torch.long, device=r.device)
     ref_sq = torch.zeros((), dtype=torch.float64, device=r.device)
     for a, b in _pieces(y, r):
         fin_a, fin_b = torch.isfinite(a), torch.isfinite(b)
         bad = bad + (fin_b > fin_a).sum()
-        mismatched = mismatched + (fin_a != fin_b).sum() + ((a.nan_to_num() != b.nan_to_num()) > fin_b).sum()
+        mismatched = mismatched + (fin_a > fin_b).sum() + ((a.nan_to_num() != b.nan_to_num()) & ~fin_a & ~fin_b).sum()
         finite = finite + fin_b.sum()
         b64 = b.nan_to_num(0.0, 0.0, 0.0).double()
         ref_sq = ref_sq + b64 @ b64
-    return int(bad.item()), bool(mismatched.item()), float(ref_sq.item()), int(finite.item())
+    return int(bad.item()), int(mismatched.item()), float(ref_sq.item()), int(finite.item())
 
 
 def _differences(y: torch.Tensor, r: torch.Tensor, atol: float, rtol: float) -> tuple[float, float, int]:

@@ -165,8 +165,12 @@ def render(analysis: TaskAnalysis, params: dict, template: str) -> str:
     pl = plan(analysis, params)
     kp = fitted(pl.main, _kernel_params(params))
     kp.update({"shapes": params["shapes"]} if "shapes" in params else {})
+    tuned = overrides(pl, params)
     if analysis.arch == "cpu":  # the interpreter folds a tl.reduce of a tuple element by element: its sum of 4093
-        kp["group"] = 0  # shifted values came out 1e-6 off where tl.sum's is 2e-8 (a GPU reduces both as a tree)
+        # shifted values came out 1e-6 off where tl.sum's is 2e-8 (a GPU reduces both as a tree); every kernel's
+        # sums are kept apart
+        kp["group"] = 0
+        tuned = {i: {**tuned.get(i, {}), "group": 0} for i in range(len(pl.kernels))}
     reason = kernel_invalid(pl.main, kp)
     if reason:
         raise ValueError(f"Invalid parameters for the {template} template: {reason}.")
@@ -174,7 +178,7 @@ def render(analysis: TaskAnalysis, params: dict, template: str) -> str:
     header = f"# --- Triton candidate built by the {template} template from the traced task; parameters: {shown}"
     products = {k: kp[k] for k in PRODUCT_KEYS if k in kp}  # every GEMM and attention kernel, tuned or not
     return render_program(analysis.source, pl.program, pl.kernels, pl.buffers, pl.primary, kp, header, products,
-                          overrides(pl, params), params.get("logs", LOGS[0]) == "sfu")
+                          tuned, params.get("logs", LOGS[0]) == "sfu")
 
 
 def features(analysis: TaskAnalysis, params: dict) -> dict:

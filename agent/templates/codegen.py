@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 
 from agent.templates.ir import Leaf, Node, Value, contiguous_strides
-from agent.templates.pointwise_ops import POINTWISE, E, f, kind_of, lit
+from agent.templates.pointwise_ops import POINTWISE, E, f, kind_of, lit, number
 from agent.templates.reductions import INT32_MAX, NEUTRAL, Reductions
 from agent.templates.schedule import Kernel
 
@@ -579,7 +579,7 @@ class Gen(Reductions):
         else:
             raise AssertionError(f"{m.name} ({m.op}) is computed by its pass, not on demand")
         self.kinds[m] = e.kind
-        if code is None:
+        if code is None or number(e) is not None:  # a number (a comparison of two) stays one: a bool has no .to()
             scope.cache[m] = e.code
             return e.code
         name = self.fresh("v")
@@ -609,6 +609,9 @@ class Gen(Reductions):
         key = ("inline", p, tuple(shape), level)
         if key not in scope.cache:
             e = self.pointwise(p, [self.arg(a, p, level, shape) for a in p.args], level)
+            if number(e) is not None:
+                scope.cache[key] = e
+                return e
             name = self.fresh("v")
             scope.lines.append(f"{name} = {e.code}")
             scope.cache[key] = E(name, e.kind)

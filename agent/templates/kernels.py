@@ -26,6 +26,7 @@ from agent.templates.codegen import (DESCRIPTOR_IMPORT, NEUTRAL, SMS, Gen, Kerne
 from agent.templates.fold import fold_sums, is_zero, reads_reduction
 from agent.templates.implicit_gemm import gemm_block, render_conv
 from agent.templates.ir import Leaf, Node, contiguous_strides
+from agent.templates.pointwise_ops import number
 from agent.templates.rnn_kernel import render_rnn
 from agent.templates.reductions import chan_merge, reduced, shifted_merge
 from agent.templates.schedule import Kernel, squeezed
@@ -441,7 +442,9 @@ def _point_sum(gen: Gen, r: Node, emit: bool = True) -> bool:
     if not (ok and emit):
         gen.body, gen.chunk_start = outer, start
         return ok
-    gen.body.lines += [f"rr = tl.broadcast_to({t.code}, [BLOCK_O, 1])", f"mask = rmask & (rr >= 0) & (rr < {gen.R})"]
+    at = f"tl.full([BLOCK_O, 1], {t.code}, tl.int64)" if number(t) is not None else \
+        f"tl.broadcast_to({t.code}, [BLOCK_O, 1])"  # one target for every row (all ignored): a number, not a tensor
+    gen.body.lines += [f"rr = {at}", f"mask = rmask & (rr >= 0) & (rr < {gen.R})"]
     # e at the target: a one-pass kernel's values over the whole row (and its rows held as pairs) are not it
     row_values, pairs, gen.pairs = gen.take_per_element(), gen.pairs, set()
     gen.reduce_now(r)

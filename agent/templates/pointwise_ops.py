@@ -7,6 +7,7 @@ may appear several times in an entry's code. Ops missing here make a task unsupp
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -60,6 +61,8 @@ def _num(*args: E) -> str:
 def _arith(op: str):
     def entry(a, kw):
         x, y = a[0], a[1]
+        if x.kind == y.kind == "b" and op in "+*":  # bool + bool is or, bool * bool and: a bool, never a 2
+            return E(f"({x.code} {'|' if op == '+' else '&'} {y.code})", "b")
         alpha = kw.get("alpha", 1)
         yc = y.code if alpha == 1 else f"({y.code} * {lit(alpha).code})"
         return E(f"({x.code} {op} {yc})", _num(x, y, lit(alpha)))
@@ -70,8 +73,27 @@ def _unary(template: str):
     return lambda a, kw: E(template.format(x=f(a[0])), "f")
 
 
+COMPARE = {">": operator.gt, "<": operator.lt, ">=": operator.ge, "<=": operator.le, "==": operator.eq,
+           "!=": operator.ne}
+
+
 def _cmp(op: str):
-    return lambda a, kw: E(f"({a[0].code} {op} {a[1].code})", "b")
+    """A comparison; of two numbers (a target filled with ignore_index against it), its value, since a Python
+    bool in a kernel has no .to()."""
+    def compare(a, kw):
+        x, y = number(a[0]), number(a[1])
+        return lit(COMPARE[op](x, y)) if x is not None and y is not None else E(f"({a[0].code} {op} {a[1].code})", "b")
+    return compare
+
+
+def number(e: E) -> float | None:
+    """The value of a literal expression (lit's), else None."""
+    if e.code in ("True", "False"):
+        return float(e.code == "True")
+    try:
+        return float(e.code)
+    except ValueError:
+        return None
 
 
 def _pow(a, kw):
@@ -99,7 +121,7 @@ def _div(a, kw):
         return E(f"_floordiv({a[0].code}, {a[1].code})" if mode == "floor" else f"({a[0].code} // {a[1].code})",
                  "i")
     if mode == "floor":
-        return E(f"tl.floor({q})", "f")
+        return E(f"_floordiv_f({f(a[0])}, {f(a[1])})", "f")
     if mode == "trunc":
         return E(f"_trunc({q})", "f")
     return E(q, "f")
@@ -255,9 +277,9 @@ POINTWISE = {
     "addcmul": lambda a, kw: E(f"({f(a[0])} + {kw.get('value', 1)!r} * {f(a[1])} * {f(a[2])})", "f"),
     "addcdiv": lambda a, kw: E(f"({f(a[0])} + {kw.get('value', 1)!r} * {f(a[1])} / {f(a[2])})", "f"),
     "remainder": lambda a, kw: E(f"_remainder({a[0].code}, {a[1].code})", "i") if a[0].kind == a[1].kind == "i"
-    else E(f"({f(a[0])} - {f(a[1])} * tl.floor({f(a[0])} / {f(a[1])}))", "f"),
+    else E(f"_remainder_f({f(a[0])}, {f(a[1])})", "f"),
     "fmod": lambda a, kw: E(f"({a[0].code} % {a[1].code})", "i") if a[0].kind == a[1].kind == "i"
-    else E(f"({f(a[0])} - {f(a[1])} * _trunc({f(a[0])} / {f(a[1])}))", "f"),
+    else E(f"({f(a[0])} % {f(a[1])})", "f"),  # a float's % is C's fmod: exact, and NaN or x at 0 and infinity
     "cast": _cast,
     "xlogy": _xlog(""),
     "special_xlog1py": _xlog("1.0 + "),
@@ -266,9 +288,10 @@ POINTWISE = {
     "asinh": _unary("tl.log({x} + tl.sqrt({x} * {x} + 1.0))"),
     "acosh": _unary("tl.log({x} + tl.sqrt({x} * {x} - 1.0))"),
     "atanh": _unary("(0.5 * _log1p(2.0 * {x} / (1.0 - {x})))"),
-    "hypot": lambda a, kw: E(f"tl.sqrt({f(a[0])} * {f(a[0])} + {f(a[1])} * {f(a[1])})", "f"),
-    "logaddexp": lambda a, kw: E(f"(tl.maximum({f(a[0])}, {f(a[1])}) + _log1p(_exp(-tl.abs({f(a[0])} - "
-                                 f"{f(a[1])}))))", "f"),
+    "hypot": lambda a, kw: E(f"_hypot({f(a[0])}, {f(a[1])})", "f"),
+    "logaddexp": lambda a, kw: _logaddexp(f(a[0]), f(a[1]), "_exp({d})", ""),
+    "logaddexp2": lambda a, kw: _logaddexp(f(a[0]), f(a[1]), "tl.exp2({d})", " * 1.4426950408889634"),
+    "angle": _unary("tl.where({x} != {x}, {x}, tl.where({x} < 0, 3.141592653589793, 0.0))"),
     "copysign": lambda a, kw: E(f"tl.where({_signbit(a[1])}, -tl.abs({f(a[0])}), tl.abs({f(a[0])}))", "f"),
     "signbit": lambda a, kw: E(_signbit(a[0]), "b"),
     "isfinite": lambda a, kw: E(f"(tl.abs({f(a[0])}) < float(\"inf\"))", "b"),
@@ -329,6 +352,14 @@ def _shift(a: list[E], kw: dict, left: bool) -> E:
     if kw["signed"]:
         return E(f"({x} >> tl.where({fits}, {n}, {bits - 1}))", "i")
     return E(f"tl.where({fits}, {x} >> {n}, 0)", "i")
+
+
+def _logaddexp(x: str, y: str, exp: str, scale: str) -> E:
+    """log(e^x + e^y) (or in base 2, with exp2 and the log's scale), as PyTorch's: where both are one infinity,
+    that infinity (the difference of the two would be NaN)."""
+    tail = exp.format(d=f"-tl.abs({x} - {y})")
+    return E(f"tl.where(({x} == {y}) & (tl.abs({x}) == float(\"inf\")), {x}, "
+             f"tl.maximum({x}, {y}) + _log1p({tail}){scale})", "f")
 
 
 def _polygamma(n: int, x: str) -> E:
@@ -491,6 +522,36 @@ def _round_bf16(x):
     b = x.to(tl.int32, bitcast=True)
     b = (b + 0x7FFF + ((b >> 16) & 1)) & -65536
     return tl.where(x != x, x, b.to(tl.float32, bitcast=True))
+''',
+    # as C's hypot: the larger magnitude times sqrt(1 + r^2), r the ratio of the smaller to it, so that squares
+    # of 1e20 do not overflow; infinite where either is, NaN where either is and neither is infinite
+    "_hypot": '''@triton.jit
+def _hypot(x, y):
+    a = tl.abs(x)
+    b = tl.abs(y)
+    m = tl.maximum(a, b)
+    r = tl.minimum(a, b) / tl.where(m == 0, 1.0, m)
+    h = m * tl.sqrt(1.0 + r * r)
+    h = tl.where((a != a) | (b != b), float("nan"), h)
+    return tl.where((a == float("inf")) | (b == float("inf")), float("inf"), h)
+''',
+    # floats' remainder and floor division as PyTorch computes them, from the exact fmod (a float's %): the
+    # remainder takes the divisor's sign; the quotient is (a - fmod) / b, one less where the signs differ, a
+    # division by zero a / b (x / inf and inf / x are 0 or -1, and NaN, where the quotient rounded away)
+    "_remainder_f": '''@triton.jit
+def _remainder_f(a, b):
+    m = a % b
+    return tl.where((m != 0) & ((b < 0) != (m < 0)), m + b, m)
+''',
+    "_floordiv_f": '''@triton.jit
+def _floordiv_f(a, b):
+    m = a % b
+    d = (a - m) / b
+    d = tl.where((m != 0) & ((b < 0) != (m < 0)), d - 1.0, d)
+    f = tl.floor(d)
+    f = tl.where(d - f > 0.5, f + 1.0, f)
+    f = tl.where(d != 0, f, tl.where(_signbit(a / b), -0.0, 0.0))
+    return tl.where(b == 0, a / b, f)
 ''',
     "_signbit": '''@triton.jit
 def _signbit(x):

@@ -10,6 +10,7 @@ from agent.analysis import analyze
 from agent.templates import base, matching, unsupported_reason
 from agent.templates.ir import lower, original
 from tools.rules import check_source
+from tools.results import EvalJob, TaskSpec
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -643,3 +644,15 @@ def test_a_vmapped_forward_lowers(runner):
 
 def test_weights_made_by_parametrizations(runner):
     check("low_parametrized", runner)
+
+
+def test_numerical_edges_are_pytorch_s(warm_executor):
+    """Each of these differed from PyTorch at its edges, or crashed (judged by the evaluator, whose rule for NaN and
+    infinities is exact): hypot overflowed, logaddexp of two equal infinities was NaN, floor division, remainder
+    and fmod by zero or infinity were NaN or wrong, bool + bool stored 2, and a
+    comparison of two numbers (targets all ignored) was a Python bool the kernel called .to() on."""
+    task = str(FIXTURES / "low_edges.py")
+    a = analyze(task, small=True, arch="cpu")
+    source = matching(a)[0].render(a, matching(a)[0].default(a))
+    result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=2, profile=False)).result()
+    assert result.verdict == "correct", result.reason

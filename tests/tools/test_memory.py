@@ -90,7 +90,10 @@ def test_piecewise_comparison_catches_one_bad_element_anywhere():
             compare(y, r, TOLERANCES[torch.float32], Checked())
     y = r.clone()
     y[3, 3], r[3, 3] = float("inf"), float("-inf")  # non-finite in both, but not the same
-    with pytest.raises(Failed, match="NaN or Inf"):
+    with pytest.raises(Failed, match="differs from the reference at 1 elements where the reference is NaN"):
+        compare(y, r, TOLERANCES[torch.float32], Checked())
+    y[3, 3], y[7, 7], r[7, 7] = float("-inf"), 1.0, float("nan")  # finite where the reference is not: it said
+    with pytest.raises(Failed, match="at 1 elements where the reference is NaN"):  # "0 NaN or Inf elements"
         compare(y, r, TOLERANCES[torch.float32], Checked())
     ints = torch.arange(300000)
     with pytest.raises(Failed, match="in 1 of 300000 elements"):

@@ -277,7 +277,7 @@ POINTWISE = {
     "addcmul": lambda a, kw: E(f"({f(a[0])} + {kw.get('value', 1)!r} * {f(a[1])} * {f(a[2])})", "f"),
     "addcdiv": lambda a, kw: E(f"({f(a[0])} + {kw.get('value', 1)!r} * {f(a[1])} / {f(a[2])})", "f"),
     "remainder": lambda a, kw: E(f"_remainder({a[0].code}, {a[1].code})", "i") if a[0].kind == a[1].kind == "i"
-    else E(f"_remainder_f({f(a[0])}, {f(a[1])})", "f"),
+    else E(f"_remainder({f(a[0])}, {f(a[1])})", "f"),
     "fmod": lambda a, kw: E(f"({a[0].code} % {a[1].code})", "i") if a[0].kind == a[1].kind == "i"
     else E(f"({f(a[0])} % {f(a[1])})", "f"),  # a float's % is C's fmod: exact, and NaN or x at 0 and infinity
     "cast": _cast,
@@ -535,14 +535,9 @@ def _hypot(x, y):
     h = tl.where((a != a) | (b != b), float("nan"), h)
     return tl.where((a == float("inf")) | (b == float("inf")), float("inf"), h)
 ''',
-    # floats' remainder and floor division as PyTorch computes them, from the exact fmod (a float's %): the
-    # remainder takes the divisor's sign; the quotient is (a - fmod) / b, one less where the signs differ, a
-    # division by zero a / b (x / inf and inf / x are 0 or -1, and NaN, where the quotient rounded away)
-    "_remainder_f": '''@triton.jit
-def _remainder_f(a, b):
-    m = a % b
-    return tl.where((m != 0) & ((b < 0) != (m < 0)), m + b, m)
-''',
+    # floats' floor division as PyTorch computes it, from the exact fmod (a float's %): (a - fmod) / b, one less
+    # where the signs differ, a division by zero a / b (x / inf and inf / x are 0 or -1, and NaN, where the
+    # quotient rounded away). Their remainder is _remainder's, the same formula over fmod.
     "_floordiv_f": '''@triton.jit
 def _floordiv_f(a, b):
     m = a % b
@@ -573,7 +568,8 @@ def _pairs(u, s):
     hi = ((u >> s) << s).to(tl.float32, bitcast=True)
     return tl.reshape(tl.join(lo, hi), [u.shape[0], u.shape[1] * 2])
 ''',
-    # integer division and remainder rounded down, as PyTorch's (Triton's // and % truncate, as C's do)
+    # integer division and remainder rounded down, as PyTorch's (Triton's // and % truncate, as C's do); the
+    # remainder serves floats too, over their % (C's fmod)
     "_floordiv": '''@triton.jit
 def _floordiv(a, b):
     q = a // b

@@ -69,6 +69,23 @@ def horner(x: str, coeffs: tuple[float, ...]) -> str:
 
 
 PI = 3.141592653589793
+
+
+def _bessel_j(order: int, zero_sq: float, small: tuple, p: tuple, q: tuple) -> str:
+    """j0 or j1: up to 5, (x^2 - its first zero^2) times the fit in u (and times x for the odd j1); past 5,
+    sqrt(2 / (pi x)) (P cos(x - phase) - Q / x sin(x - phase)), phase (2 order + 1) pi / 4, j1 taking x's sign."""
+    odd, signed = ("x * ", "tl.where(x < 0, -large, large)") if order else ("", "large")
+    return f'''@triton.jit
+def _bessel_j{order}(x):
+    a = tl.abs(x)
+    z = a * a
+    u = z * 0.04
+    t = 25.0 / z
+    w = a - {(2 * order + 1) * PI / 4!r}
+    large = ({horner("t", p)}) * tl.cos(w) - ({horner("t", q)}) / a * tl.sin(w)
+    large = large * {(2 / PI) ** 0.5!r} / tl.sqrt(a)
+    return tl.where(a <= 5.0, {odd}(z - {zero_sq!r}) * ({horner("u", small)}), {signed})
+'''
 HALF_PI = 1.5707963267948966
 
 SPECIAL = {
@@ -174,29 +191,8 @@ def _polygamma(x, N: tl.constexpr, fact, a, b, d1, d2, d3, d4, d5):
     r2 = r * r
     return fact * s + q * (a + r * b + r2 * (d1 + r2 * (d2 + r2 * (d3 + r2 * (d4 + r2 * d5)))))
 ''',
-    "_bessel_j0": f'''@triton.jit
-def _bessel_j0(x):
-    a = tl.abs(x)
-    z = a * a
-    u = z * 0.04
-    t = 25.0 / z
-    w = a - {PI / 4!r}
-    large = ({horner("t", J0_P)}) * tl.cos(w) - ({horner("t", J0_Q)}) / a * tl.sin(w)
-    return tl.where(a <= 5.0, (z - 5.783185962946785) * ({horner("u", J0_SMALL)}),
-                    large * {(2 / PI) ** 0.5!r} / tl.sqrt(a))
-''',
-    "_bessel_j1": f'''@triton.jit
-def _bessel_j1(x):
-    a = tl.abs(x)
-    z = a * a
-    u = z * 0.04
-    t = 25.0 / z
-    w = a - {3 * PI / 4!r}
-    large = ({horner("t", J1_P)}) * tl.cos(w) - ({horner("t", J1_Q)}) / a * tl.sin(w)
-    large = large * {(2 / PI) ** 0.5!r} / tl.sqrt(a)
-    return tl.where(a <= 5.0, x * (z - 14.681970642123892) * ({horner("u", J1_SMALL)}),
-                    tl.where(x < 0, -large, large))
-''',
+    "_bessel_j0": _bessel_j(0, 5.783185962946785, J0_SMALL, J0_P, J0_Q),
+    "_bessel_j1": _bessel_j(1, 14.681970642123892, J1_SMALL, J1_P, J1_Q),
     # odd: x times the fit near zero, the sign of x times the fit past 3.75
     "_i1": f'''@triton.jit
 def _i1(x):

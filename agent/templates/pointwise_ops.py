@@ -97,21 +97,29 @@ def number(e: E) -> float | None:
 
 
 def _pow(a, kw):
+    """PyTorch's pow: C's for a negative base (signed under an odd integral exponent, NaN under a fractional one),
+    its zeros and infinities; integers by squaring, wrapping as PyTorch's do."""
     x, e = a
-    if e.code.lstrip("-").replace(".", "", 1).isdigit():
-        p = float(e.code)
-        if p == int(p) and -4 <= p <= 8:
-            if p == 0:
-                return E("1.0", "f")
-            body = " * ".join([f(x)] * int(abs(p)))
-            return E(f"({body})" if p > 0 else f"(1.0 / ({body}))", "f")
-        if p == 0.5:
-            return E(f"tl.sqrt({f(x)})", "f")
-        if p == -0.5:
-            return E(f"tl.rsqrt({f(x)})", "f")
-    if x.code.replace(".", "", 1).isdigit():  # scalar ** tensor
-        return E(f"tl.exp2({f(e)} * {math.log2(float(x.code))!r})", "f")
-    return E(f"tl.exp2({f(e)} * tl.log2({f(x)}))", "f")
+    p = number(e)
+    if p is not None and p == int(p) and -4 <= p <= 8:
+        if p == 0:
+            return E("1", "i") if x.kind == "i" else E("1.0", "f")
+        if x.kind == "i" and p > 0:
+            return E(f"({' * '.join([x.code] * int(p))})", "i")
+        body = " * ".join([f(x)] * int(abs(p)))
+        return E(f"({body})" if p > 0 else f"(1.0 / ({body}))", "f")
+    if p == 0.5:  # as PyTorch's, which takes these exponents to sqrt and rsqrt
+        return E(f"tl.sqrt({f(x)})", "f")
+    if p == -0.5:
+        return E(f"tl.rsqrt({f(x)})", "f")
+    if x.kind == e.kind == "i":
+        return E(f"_powi({x.code}, {e.code})", "i")
+    c = number(x)
+    if c is not None and c > 0 and c != 1:  # a positive number ** tensor
+        return E(f"tl.exp2({f(e)} * {math.log2(c)!r})", "f")
+    base = f"(tl.zeros_like({f(e)}) + {f(x)})" if c is not None else f(x)  # the helper's operands are tensors
+    exponent = f"(tl.zeros_like({f(x)}) + {f(e)})" if p is not None else f(e)
+    return E(f"_pow({base}, {exponent})", "f")
 
 
 def _div(a, kw):
@@ -547,6 +555,31 @@ def _floordiv_f(a, b):
     f = tl.where(d - f > 0.5, f + 1.0, f)
     f = tl.where(d != 0, f, tl.where(_signbit(a / b), -0.0, 0.0))
     return tl.where(b == 0, a / b, f)
+''',
+    # C's pow by 2^(e log2|x|): the sign of x where e is an odd integer (-0.0's too), NaN for a negative base under
+    # a fractional exponent (not -inf's, whose powers are infinite or zero), 1 for x^0, 1^e and (-1)^(+-inf)
+    "_pow": '''@triton.jit
+def _pow(x, e):
+    a = tl.abs(x)
+    r = tl.exp2(e * tl.log2(a))
+    whole = tl.floor(e) == e
+    odd = whole & (e - 2.0 * tl.floor(e * 0.5) == 1.0)
+    r = tl.where(odd & _signbit(x) & (x == x), -r, r)
+    r = tl.where((x < 0) & ~whole & (a != float("inf")), float("nan"), r)
+    r = tl.where((e == 0) | (x == 1.0) | ((a == 1.0) & (tl.abs(e) == float("inf"))), 1.0, r)
+    return r
+''',
+    # an integer power by squaring over the exponent's 64 bits, wrapping as PyTorch's
+    "_powi": '''@triton.jit
+def _powi(x, e):
+    b = x + e * 0
+    n = e + x * 0
+    r = b * 0 + 1
+    for _ in range(64):
+        r = tl.where((n & 1) != 0, r * b, r)
+        b = b * b
+        n = n >> 1
+    return r
 ''',
     "_signbit": '''@triton.jit
 def _signbit(x):

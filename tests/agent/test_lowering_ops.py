@@ -656,3 +656,14 @@ def test_numerical_edges_are_pytorch_s(warm_executor):
     source = matching(a)[0].render(a, matching(a)[0].default(a))
     result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=2, profile=False)).result()
     assert result.verdict == "correct", result.reason
+
+
+def test_pow_is_c_s_at_its_edges_and_integers_are_exact(warm_executor):
+    """A general pow was 2^(e log2 x): NaN for every negative base (-2^3 too), a literal negative base was a
+    math.log2 error while lowering, and an integer power went through float32 (7^10 is not exact there)."""
+    task = str(FIXTURES / "low_pow.py")
+    a = analyze(task, small=True, arch="cpu")
+    source = matching(a)[0].render(a, matching(a)[0].default(a))
+    assert "_powi(" in source and "_pow(" in source
+    result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=2, profile=False)).result()
+    assert result.verdict == "correct", result.reason

@@ -216,7 +216,7 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
         raise NotImplementedError(f"a top-k is built for k of at most {TOPK_MOST}, or over rows of at most "
                                   f"{SORT_MOST}; this one has k {k} over {x.shape[dim]}")
     at = torch.arange(x.shape[dim], device=x.device).view([-1] + [1] * (x.dim() - dim - 1))
-    left = x if largest else -x
+    left = x if largest else torch.where(torch.isnan(x), -math.inf, -x)  # NaN ranks last among the smallest
     values, indices = [], []
     for _ in range(k):
         i = torch.argmax(left, dim, True)
@@ -224,7 +224,10 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
         indices.append(i)
         left = torch.where(at == i, -math.inf, left)
     out = torch.cat(values, dim)
-    return (out if largest else -out), torch.cat(indices, dim)
+    if not largest:  # a row's NaNs are its last values, the places past its other values
+        rank = torch.arange(k, device=x.device).view([-1] + [1] * (x.dim() - dim - 1))
+        out = torch.where(rank >= x.shape[dim] - torch.isnan(x).sum(dim, keepdim=True), math.nan, -out)
+    return out, torch.cat(indices, dim)
 
 
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):

@@ -41,8 +41,9 @@ def safe_softmax(x, dim, dtype=None):
 
 def logsumexp(x, dims, keepdim=False):
     dims = _dims(x, dims)
-    m = torch.amax(x, dims, True)  # (rows of -inf give NaN here where torch gives -inf)
+    m = torch.amax(x, dims, True)
     out = torch.log(torch.sum(torch.exp(x - m), dims, True)) + m
+    out = torch.where(torch.abs(m) == math.inf, m, out)  # a row of -inf is -inf, one with +inf +inf (x - m was NaN)
     return out if keepdim else torch.squeeze(out, dims)
 
 

@@ -527,8 +527,10 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
         gen.top.lines += _chunk(gen, "0")
         points = point_sums(kernel, p)
         # a max whose exp(x - max) the kernel sums: a NaN in x comes through the sum, so tl.max, whose NaN is lost
-        # (a NaN-keeping combine ran the interpreter's one-pass softmax more than 2x slower)
-        gen.stabilizers = {m for m in online_pairs(kernel).values() if m not in kernel.stores}
+        # (a NaN-keeping combine ran the interpreter's one-pass softmax more than 2x slower); but not where the max
+        # is also compared (logsumexp's infinite rows), which must see the NaN
+        gen.stabilizers = {m for m in online_pairs(kernel).values() if m not in kernel.stores and
+                           not any(a is m and n.fn not in ("sub", "add") for n in kernel.nodes for a in n.args)}
         for k, s in enumerate(sorted(set(stages.values()))):
             gen.restage(k)
             todo = [r for r, st in stages.items() if st == s]

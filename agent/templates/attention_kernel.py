@@ -9,7 +9,8 @@ and the accumulator are fp32; 16-bit inputs multiply as such (probabilities cast
 FlashAttention does), or upcast first with `operands="fp32"`; the output rounds once, on the store. A causal
 program stops at its last query's diagonal. Keys with fewer heads than the queries (grouped-query attention)
 are shared by each group of query heads; a mask (boolean, True keeps; or additive) broadcasts over whatever
-dims it lacks. A query that no key may see gives 0, as PyTorch's safe softmax does.
+dims it lacks. A query that no key may see gives 0 after a safe softmax (SDPA's), NaN after a plain one, as
+PyTorch's do.
 
     code = render_attention(kernel, "_attention_kernel0", {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4})
 """
@@ -129,7 +130,8 @@ def _source(name: str, kernel: Kernel, p: dict, num_m: int) -> str:
              f'acc = acc * alpha[:, None] + tl.dot(pt.to(vt.dtype), vt, input_precision="{prec}")',
              "m_i = m_new"]
     lines += [f"for n0 in range(0, {end}, BLOCK_N):"] + ["    " + b for b in body]
-    lines += ["out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # a query no key may see: 0",
+    # a query no key may see: 0 after a safe softmax (SDPA's), NaN (0 / 0) after a plain one, as PyTorch's
+    lines += ["out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]" if a.get("safe") else "out = acc / l_i[:, None]",
               f"tl.store(o_ptr + pid_b * {lq * dv} + rm[:, None] * {dv} + rdv[None, :], out, "
               f"mask=(rm[:, None] < {lq}) & (rdv[None, :] < {dv}))"]
     args = ["q_ptr", "k_ptr", "v_ptr"] + (["m_ptr"] if mask is not None else []) + ["o_ptr"]

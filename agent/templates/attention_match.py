@@ -25,29 +25,30 @@ def _last_dim(r: Node) -> bool:
     return tuple(r.attrs["dims"]) == (len(x.shape) - 1,) and r.attrs.get("keepdim")
 
 
-def _softmax_input(p, chain: list):
-    """x where p is softmax(x) over the last dim (plain or safe), else None; matched nodes go to `chain`."""
+def _softmax_input(p, chain: list) -> tuple[object, bool]:
+    """(x, whether safe) where p is softmax(x) over the last dim, plain or safe, else (None, False); matched nodes
+    go to `chain`."""
     safe = None
     if is_node(p, "pw", "where", 3) and p.args[1] in (0, 0.0):  # rows of -inf give 0 (the kernel's answer too)
         cond = p.args[0]
         if not (is_node(cond, "pw", "eq", 2) and cond.args[1] == -math.inf and
                 is_node(cond.args[0], "reduce", "max")):
-            return None
+            return None, False
         safe, p = [p, cond, cond.args[0]], p.args[2]
     if not is_node(p, "pw", "div", 2):
-        return None
+        return None, False
     e, s = p.args
     if not (is_node(e, "pw", "exp") and is_node(s, "reduce", "sum") and s.args[0] is e and _last_dim(s)):
-        return None
+        return None, False
     d = e.args[0]
     if not (is_node(d, "pw", "sub", 2) and d.attrs.get("alpha", 1) == 1 and
             is_node(d.args[1], "reduce", "max")):
-        return None
+        return None, False
     x, m = d.args
     if m.args[0] is not x or not _last_dim(m) or safe and (safe[2].args[0] is not x or not _last_dim(safe[2])):
-        return None
+        return None, False
     chain += [p, e, s, d, m] + (safe or [])
-    return x
+    return x, safe is not None
 
 
 def _transposed(kt, name: str) -> tuple[object, Node | None]:
@@ -80,7 +81,7 @@ def fuse_attention(nodes: list[Node], outputs: list, state=lambda base: None) ->
     for g2 in nodes:
         chain: list = []
         if is_node(g2, "gemm", "mm") and len(g2.shape) == 3:
-            x = _softmax_input(through_views(g2.args[0], chain), chain)
+            x, safe = _softmax_input(through_views(g2.args[0], chain), chain)
             found = score_terms(x, chain) if x is not None else None
             inner = set(chain)
             if found and all(set(readers.get(c, [])) <= inner | {g2} for c in chain) and \
@@ -92,7 +93,7 @@ def fuse_attention(nodes: list[Node], outputs: list, state=lambda base: None) ->
                     k, view = _transposed(g1.args[1], g2.name + "_k")
                     out += ([view] if view is not None else []) + mask.nodes + query[1]
                     g2.op, g2.fn, g2.args = "attention", "flash", [query[0], k, g2.args[1], mask.mask]
-                    g2.attrs = {"causal": mask.causal, "scale": scale}
+                    g2.attrs = {"causal": mask.causal, "scale": scale, "safe": safe}
                     if mask.batch is not None:
                         g2.attrs["mask_batch"] = mask.batch
         out.append(g2)

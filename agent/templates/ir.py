@@ -742,7 +742,7 @@ class _Builder:
         if base == "attention":  # agent/attention_ops.py: softmax(q k^T * scale + mask) v as one node
             operands = [self.in_memory(a) for a in args[:4]]
             return self.add("attention", "flash", operands, v.shape, v.dtype, causal=bool(args[4]),
-                            scale=float(args[5]))
+                            scale=float(args[5]), safe=True)  # SDPA's softmax is safe: a row seeing no key is 0
         if base == "_scaled_dot_product_flash_attention_for_cpu":
             raise Unsupported("The attention applies dropout, which draws random numbers, so the reference is not "
                               "deterministic.")

@@ -668,3 +668,15 @@ def test_pow_is_c_s_at_its_edges_and_integers_are_exact(warm_executor):
     assert "_powi(" in source and "_pow(" in source
     result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=2, profile=False)).result()
     assert result.verdict == "correct", result.reason
+
+
+def test_a_query_that_sees_no_key_is_nan_after_softmax_and_0_after_sdpa(warm_executor):
+    """The flash kernel gave such a query 0 (SDPA's safe softmax) also where the task wrote softmax(...) @ v, whose
+    row of -inf is NaN in PyTorch: the evaluator's exact rule for NaN rejected it."""
+    task = str(FIXTURES / "low_masked_rows.py")
+    a = analyze(task, small=True, arch="cpu")
+    t = matching(a)[0]
+    source = t.render(a, t.default(a))
+    assert t.NAME == "attention" and "out = acc / l_i[:, None]" in source
+    result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=2, profile=False)).result()
+    assert result.verdict == "correct", result.reason

@@ -19,6 +19,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+import torch
+
 from agent.templates.ir import Leaf, Node, Value, contiguous_strides
 from agent.templates.pointwise_ops import POINTWISE, E, f, kind_of, lit, number
 from agent.templates.reductions import INT32_MAX, NEUTRAL, Reductions
@@ -390,7 +392,10 @@ class Gen(Reductions):
             scalar = inside and not self.is_block(off) and self.is_block(inside)
             masked = f", mask={t(mask)}, other=0" if (self.is_block(off) or inside) and not scalar else ""
             # floats compute in fp32 whatever the run-time dtype (a suite may cast inputs to bf16)
-            cast = ".to(tl.float32)" if leaf.dtype.is_floating_point else ""
+            # and integers narrower than 32 bits in int32, as C promotes them: uint8 + int8 is an int16 in PyTorch,
+            # a uint8 in Triton
+            narrow_int = leaf.dtype in (torch.int8, torch.uint8, torch.int16)
+            cast = ".to(tl.float32)" if leaf.dtype.is_floating_point else ".to(tl.int32)" if narrow_int else ""
             # the tensor the kernel walks takes the kernel's policy; a smaller one read again along it (RoPE's cos
             # and sin, by every head) takes reread_evict
             reread = level == "full" and rereads(leaf, math.prod(self.D))
@@ -481,7 +486,10 @@ class Gen(Reductions):
         key = ("chunk load", leaf.base, off)
         if key not in self.body.cache:
             name = self.fresh("x")
-            cast = ".to(tl.float32)" if leaf.dtype.is_floating_point else ""
+            # and integers narrower than 32 bits in int32, as C promotes them: uint8 + int8 is an int16 in PyTorch,
+            # a uint8 in Triton
+            narrow_int = leaf.dtype in (torch.int8, torch.uint8, torch.int16)
+            cast = ".to(tl.float32)" if leaf.dtype.is_floating_point else ".to(tl.int32)" if narrow_int else ""
             self.body.lines.append(f"{name} = tl.load({self.ptr(leaf.base)} + {off}, mask={mask}, other=0){cast}")
             self.body.cache[key] = E(name, kind_of(leaf.dtype))
         return self.body.cache[key]
@@ -950,7 +958,14 @@ class Gen(Reductions):
         if m.fn in ("sort", "sort_indices"):
             return self.sort(m, v)
         neutral, combine = SCANS[m.fn]
-        src = f"tl.where(mask, {f(v) if m.dtype.is_floating_point else v.code}, {neutral})"
+        acc_type = "tl.float32"
+        code = f(v)
+        if not m.dtype.is_floating_point:  # integers at the result's width (an int32's cumsum is int64), exact
+            info = torch.iinfo(m.dtype)
+            neutral = {"cumsum": "0", "cumprod": "1", "cummax": str(info.min), "cummin": str(info.max)}[m.fn]
+            acc_type = "tl.int64" if m.dtype == torch.int64 else "tl.int32"
+            code = f"{v.code}.to({acc_type})"
+        src = f"tl.where(mask, {code}, {neutral})"
         out = self.fresh("s")
         if m.fn in ("cumsum", "cumprod"):
             call = f"tl.{m.fn}({{}}, axis={self.axis}, reverse={rev})"
@@ -961,7 +976,7 @@ class Gen(Reductions):
             self.body.lines.append(f"{out} = {call.format(src)}")
             return out
         carry, vv = self.fresh("carry"), self.fresh("vv")
-        self.top.lines.append(f"{carry} = tl.full({self.tile('red')}, {neutral}, tl.float32)")
+        self.top.lines.append(f"{carry} = tl.full({self.tile('red')}, {neutral}, {acc_type})")
         total = (f"tl.sum({vv}, axis={self.axis}, keep_dims=True)" if m.fn == "cumsum"
                  else f"tl.reduce({vv}, {self.axis}, {combine}, keep_dims=True)")
         self.body.lines += [f"{vv} = {src}", f"{out} = {join.format(call.format(vv), carry)}",

@@ -4,6 +4,8 @@ softmax (running max and rescaled sum of exp) and a pivoted one-pass mean/varian
 whose tiles, scopes and value emission these methods use."""
 from __future__ import annotations
 
+import torch
+
 from agent.templates.ir import Node
 from agent.templates.pointwise_ops import f
 
@@ -25,10 +27,17 @@ class Reductions:
     def reduce_now(self, r: Node) -> None:
         """One-pass reduction of a whole row held in registers."""
         v = self.reduce_input(r)
-        code = v.code + (".to(tl.int32)" if v.kind == "b" else "") if r.fn == "sum" and v.kind != "f" else f(v)
+        # an integer sum in int64 where PyTorch's is (tl.sum keeps int32's width, which wraps); a count in int32
+        wide = ".to(tl.int64)" if v.kind == "i" and r.dtype == torch.int64 else ".to(tl.int32)" if v.kind == "b" else ""
+        code = v.code + wide if r.fn == "sum" and v.kind != "f" else f(v)
         narrow = r.fn in ("max", "min") and v.code in self.raw  # a bf16 row held as loaded (Gen.narrow)
         code = self.raw[v.code] if narrow else code
         neutral = "0" if r.fn == "sum" and v.kind != "f" else NEUTRAL[r.fn]
+        if v.kind == "i" and r.fn in ("max", "min", "argmax", "argmin"):  # exact: not through float32
+            dtype = r.args[0].dtype
+            info = torch.iinfo(dtype)
+            code = f"{v.code}.to({'tl.int64' if dtype == torch.int64 else 'tl.int32'})"
+            neutral = str(info.min if r.fn in ("max", "argmax") else info.max)
         masked = f"tl.where(mask, {code}, {neutral})"
         out = self.fresh("r")
         ax = self.axis

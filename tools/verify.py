@@ -251,12 +251,13 @@ def reference_outputs(setup: Setup, inputs: list, checked: Checked | None = None
 
 def golden_outputs(setup: Setup, inputs: list, expected, dtype: torch.dtype = torch.float32):
     """The reference module and its inputs cast to `dtype` and run again: float32 when an output is bf16 or
-    fp16, float64 when one is fp32 (and no explicit atol/rtol says otherwise); None otherwise, and where the
-    reference cannot run in that dtype (it fixes its own dtypes, or the copy does not fit): such a task is judged
-    by the dtype's tolerances against PyTorch's result."""
+    fp16, float64 when one is fp32 or an integer (and no explicit atol/rtol says otherwise); None otherwise, and
+    where the reference cannot run in that dtype (it fixes its own dtypes, or the copy does not fit): such a task
+    is judged by the dtype's tolerances against PyTorch's result."""
     judged = LOW_PRECISION if dtype == torch.float32 else (torch.float32,)
-    if setup.explicit_tolerance or setup.golden.get(dtype) is False or not any(r.dtype in judged
-                                                                             for r in tensors(expected)):
+    integer = dtype == torch.float64  # and a float64 run for integer outputs (their ties)
+    if setup.explicit_tolerance or setup.golden.get(dtype) is False or not any(
+            r.dtype in judged or integer and not (r.is_floating_point() or r.is_complex()) for r in tensors(expected)):
         return None
     try:
         if dtype not in setup.golden:
@@ -282,7 +283,8 @@ def judge(setup: Setup, inputs: list, out, expected, checked: Checked) -> None:
         compare(out, expected, setup.tolerance, checked, golden, setup.fp64_tolerance)
     except Failed as e:
         outs, refs, wider = tensors(out), tensors(expected), None
-        if golden is None and len(outs) == len(refs) and any(r.dtype == torch.float32 for r in refs) and all(
+        if golden is None and len(outs) == len(refs) and any(
+                r.dtype == torch.float32 or not (r.is_floating_point() or r.is_complex()) for r in refs) and all(
                 y.shape == r.shape and y.dtype == r.dtype for y, r in zip(outs, refs)):  # a question of accuracy
             wider = golden_outputs(setup, inputs, expected, torch.float64)
         if wider is None:

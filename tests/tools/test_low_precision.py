@@ -96,3 +96,14 @@ def test_nan_where_pytorch_is_finite_fails_in_low_precision():
     bad[0, 0] = float("nan")
     with pytest.raises(Failed, match="NaN or Inf"):
         compare(bad, reference, TOLERANCES[torch.bfloat16], Checked(), golden=golden)
+
+
+def test_an_integer_output_may_break_ties_as_the_wider_run_does():
+    """An argmax over bf16 logits decides near-ties by their rounding: a kernel that keeps fp32 logits gives the fp32
+    run's token where PyTorch's bf16 gives another. Each element must still be one run's or the other's."""
+    ref, wide = torch.tensor([3, 1, 4, 1]), torch.tensor([3, 2, 4, 0])
+    compare(torch.tensor([3, 2, 4, 1]), ref, TOLERANCES[torch.bfloat16], Checked(), golden=wide)
+    with pytest.raises(Failed, match="differs from the reference and the wider run in 1 of 4 elements"):
+        compare(torch.tensor([3, 2, 5, 1]), ref, TOLERANCES[torch.bfloat16], Checked(), golden=wide)
+    with pytest.raises(Failed, match="differs from the reference in 1 of 4 elements"):
+        compare(torch.tensor([3, 2, 4, 1]), ref, TOLERANCES[torch.bfloat16], Checked())

@@ -22,6 +22,18 @@ def reduced(fn: str, x: str, axis, keep: bool = True) -> str:
     return f"tl.sum({x}, axis={axis}{dims})" if fn == "sum" else f"tl.reduce({x}, {axis}, {COMBINES[fn]}{dims})"
 
 
+def integer_accumulator(r: Node) -> tuple[str, str] | None:
+    """(neutral element, Triton dtype) of a looped integer sum, max or min's accumulator, exact at PyTorch's width
+    (a sum of int32s is int64); None for floats, booleans and products, which accumulate in float32."""
+    x = r.args[0]
+    if x.dtype.is_floating_point or x.dtype == torch.bool or r.fn == "prod":
+        return None
+    wide = (r.dtype if r.fn == "sum" else x.dtype) == torch.int64
+    info = torch.iinfo(x.dtype)
+    neutral = "0" if r.fn == "sum" else str(info.min if r.fn in ("max", "argmax") else info.max)
+    return neutral, "tl.int64" if wide else "tl.int32"
+
+
 class Reductions:
     # --- reductions --------------------------------------------------------------------------------
     def reduce_now(self, r: Node) -> None:
@@ -84,8 +96,8 @@ class Reductions:
 
     def reduce_start(self, r: Node) -> None:
         acc = self.fresh("acc")
-        init = NEUTRAL[r.fn]
-        self.top.lines.append(f"{acc} = tl.full({self.tile('full')}, {init}, tl.float32)")
+        init, acc_type = integer_accumulator(r) or (NEUTRAL[r.fn], "tl.float32")
+        self.top.lines.append(f"{acc} = tl.full({self.tile('full')}, {init}, {acc_type})")
         if r.fn in ("argmax", "argmin"):
             self.top.lines.append(f"{acc}_i = tl.zeros({self.tile('full')}, tl.int32)")
         self.top.cache[("acc", r)] = acc
@@ -93,7 +105,9 @@ class Reductions:
     def reduce_step(self, r: Node) -> None:
         v = self.reduce_input(r)
         acc = self.top.cache[("acc", r)]
-        masked = f"tl.where(mask, {f(v)}, {NEUTRAL[r.fn]})"
+        exact = integer_accumulator(r)
+        masked = (f"tl.where(mask, {v.code}.to({exact[1]}), {exact[0]})" if exact else
+                  f"tl.where(mask, {f(v)}, {NEUTRAL[r.fn]})")
         lines = self.body.lines
         if r.fn == "sum":
             lines.append(f"{acc} += {masked}")
@@ -226,7 +240,7 @@ class Reductions:
             self.kinds[r] = "i"
         else:
             self.top.lines.append(f"{out} = {reduced(r.fn, acc, ax)}")
-            self.kinds[r] = "f"
+            self.kinds[r] = "i" if integer_accumulator(r) else "f"
         self.top.cache[r] = out
 
     def lane_welford_start(self, squares: Node, total: Node) -> None:

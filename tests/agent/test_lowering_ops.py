@@ -682,8 +682,9 @@ def test_a_query_that_sees_no_key_is_nan_after_softmax_and_0_after_sdpa(warm_exe
     assert result.verdict == "correct", result.reason
 
 
-def test_integers_are_computed_at_pytorch_s_widths(warm_executor):
-    task = str(FIXTURES / "low_int_widths.py")
+@pytest.mark.parametrize("task", ["low_int_widths", "low_int_rows"])
+def test_integers_are_computed_at_pytorch_s_widths(task, warm_executor):
+    task = str(FIXTURES / f"{task}.py")
     a = analyze(task, small=True, arch="cpu")
     source = matching(a)[0].render(a, matching(a)[0].default(a))
     result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=2, profile=False)).result()

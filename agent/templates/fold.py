@@ -27,12 +27,13 @@ def fold_sums(kernel: Kernel) -> Kernel:
         if parts is not None:
             sums = [Node(f"{m.name}_f{i}", m.shape, m.dtype, op="reduce", fn="sum", args=[e], attrs=dict(m.attrs))
                     for i, e in enumerate([parts[0]] + [q for _, q in parts[1]])]
-            made = sums + [x for c, _ in parts[1] for x in _made(kernel, c)]  # sums of coefficients too
+            made = sums + [x for cs, _ in parts[1] for c in cs for x in _made(kernel, c)]  # sums of coefficients too
             new = sums[0]
-            for (c, _), s in zip(parts[1], sums[1:]):
-                prod = Node(f"{m.name}_c{len(made)}", m.shape, m.dtype, op="pw", fn="mul", args=[c, s])
-                new = Node(f"{m.name}_a{len(made)}", m.shape, m.dtype, op="pw", fn="add", args=[new, prod])
-                made += [prod, new]
+            for (cs, _), s in zip(parts[1], sums[1:]):
+                for c in cs:
+                    prod = Node(f"{m.name}_c{len(made)}", m.shape, m.dtype, op="pw", fn="mul", args=[c, s])
+                    new = Node(f"{m.name}_a{len(made)}", m.shape, m.dtype, op="pw", fn="add", args=[new, prod])
+                    made += [prod, new]
             for x in made[:-1]:
                 nodes.append(x)
                 level[x] = "red"
@@ -54,7 +55,8 @@ def fold_sums(kernel: Kernel) -> Kernel:
 
 
 def _fold(kernel: Kernel, r) -> tuple[Value, list[tuple[Value, Value]]] | None:
-    """(where(cond, P, 0), [(c, where(cond, q, 0)), ...]) for a foldable sum r, else None."""
+    """(where(cond, P, 0), [([c, ...], where(cond, q, 0)), ...]) for a foldable sum r, else None: the coefficients
+    of each q, in the order the terms came."""
     if not (isinstance(r, Node) and r.op == "reduce" and r.fn == "sum" and kernel.level.get(r) == "red"):
         return None
     w = r.args[0]
@@ -67,15 +69,15 @@ def _fold(kernel: Kernel, r) -> tuple[Value, list[tuple[Value, Value]]] | None:
     if parts is None:
         return None
     p, terms = parts
-    by_q: dict = {}  # equal coefficients share one sum: c1 * q + c2 * q = (c1 + c2) * q
+    # terms of one q share its sum, each coefficient still added in turn: cross-entropy's x[t] - max - log(sum) as
+    # (x[t] - max) - log(sum), exact where max is far larger than the loss (max + log(sum) first rounded it away)
+    by_q: dict = {}
     for c, q in terms:
-        key = q if isinstance(q, float) else id(q)
-        old = by_q.get(key)
-        by_q[key] = (c if old is None else _pw("add", old[0], c, like=c), q)
+        by_q.setdefault(q if isinstance(q, float) else id(q), ([], q))[0].append(c)
 
     def pick(v, name):
         return Node(name, w.shape, w.dtype, op="pw", fn="where", args=[cond, v, w.args[2]])
-    return pick(p, r.name + "_p"), [(c, pick(q, f"{r.name}_q{i}")) for i, (c, q) in enumerate(by_q.values())]
+    return pick(p, r.name + "_p"), [(cs, pick(q, f"{r.name}_q{i}")) for i, (cs, q) in enumerate(by_q.values())]
 
 
 def _affine(kernel: Kernel, v):

@@ -745,3 +745,11 @@ def test_rows_read_once_try_other_chunks_last(op, tried, tmp_path):
                                                                           "num_warps": p["num_warps"]}]
     assert (chunks == [(8192, 16), (2048, 8)]) == tried
     assert all(base.invalid(a, p) is None for p in out)
+
+
+@pytest.mark.parametrize("params", [{}, {"mode": "looped", "BLOCK_R": 128, "fold": 1},
+                                    {"mode": "looped", "BLOCK_R": 64, "SPLIT": 4, "fold": 1}])
+def test_a_folded_target_log_probability_keeps_rows_far_from_zero(params, runner):
+    """The fold summed the coefficients of one selected sum first: x[t] + (max + log(sum)) * -1, where
+    (x[t] - max) - log(sum) is exact; a row of -1e30s lost its whole loss."""
+    check("var_cross_entropy_offset", "rowwise", params, runner)

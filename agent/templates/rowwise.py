@@ -40,8 +40,9 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     read trails the first (LAG, third) and a split run in groups of rows that fit L2; where the default's rows
     are read twice and many, persistent programs next (params.persistent). A looped default that reads its row
     again, with eviction hints that keep it in L2 for the later pass (evict), comes second, or third after a form
-    that reads the row once; the looped alternative takes them too. A one-pass bf16 row that fits L2 comes
-    second as pairs, two rows a program at 4 warps; a looped row read once ends with other chunks (reads_once)."""
+    that reads the row once; the looped alternative takes them too, and in 4096-wide chunks is followed by
+    2048-wide ones at 8 warps. A one-pass bf16 row that fits L2 comes second as pairs, two rows a program at 4
+    warps; a looped row read once ends with other chunks (reads_once)."""
     d = default(analysis)
     main = base.plan(analysis).main
     streams = streams_rows(main)
@@ -62,6 +63,10 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
     if d.get("welford"):
         out.append({**d, "welford": 2})
     out.append(other)
+    if other.get("BLOCK_R") == 4096 and other.get("evict"):
+        # and 2048-wide chunks at 8 warps: on an H200 (session 69, ms) PolyNorm over 16384x8192 bf16 (three sums of
+        # powers a row) ran 0.1471 so, 0.1524 at 4096 and 16 warps, 0.1762 in one pass (compile's 0.1480)
+        out.append({**other, "BLOCK_R": 2048, "num_warps": 8})
     groups = l2_groups(main) if "GROUP" in space(analysis) and d["mode"] == "looped" else []
     if groups and main.writes_elements:
         # first: a chunk a program, held in registers across the row's combine (the input read once); then the

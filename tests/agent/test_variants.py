@@ -753,3 +753,11 @@ def test_a_folded_target_log_probability_keeps_rows_far_from_zero(params, runner
     """The fold summed the coefficients of one selected sum first: x[t] + (max + log(sum)) * -1, where
     (x[t] - max) - log(sum) is exact; a row of -1e30s lost its whole loss."""
     check("var_cross_entropy_offset", "rowwise", params, runner)
+
+
+def test_rows_of_8192_try_2048_wide_chunks_at_8_warps_after_4096_wide():
+    """PolyNorm over 16384x8192 bf16 on an H200 (session 69): 0.1471 ms in 2048-wide chunks at 8 warps, 0.1524 in
+    4096-wide at 16 (the only looped variant then), 0.1762 in one pass, torch.compile 0.1480."""
+    a = analyze(str(FIXTURES / "var_poly_norm.py"), small=False)
+    looped = [(p["BLOCK_R"], p["num_warps"]) for p in BY_NAME["rowwise"].variants(a) if p["mode"] == "looped"]
+    assert looped == [(4096, 16), (2048, 8)]

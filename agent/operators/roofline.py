@@ -28,8 +28,7 @@ template's main kernel), in this order:
             L2 for its later passes (evict), the last pass walking back over what L2 still holds, a split's
             output pass as a flat kernel
   gemm      the main GEMM: the vendor GEMM under the Triton epilogue (impl), FMA products split into TF32 parts
-            (precision tf32x3: a convolution's in registers, a matrix product's operands once in memory), a
-            convolution's channel tiles taking each K step from one tap's input channels (taps), split
+            (precision tf32x3: a convolution's in registers, a matrix product's operands once in memory), split
             operands' tiles walked by a persistent program an SM (persistent), a convolution's other tiles, a
             rows tile over two batch elements (SAMPLES), split-K where the output tiles do not fill the GPU,
             tile shapes nearer the output's (more tiles where they do not fill it, larger ones where they do)
@@ -61,7 +60,7 @@ from agent.templates.implicit_gemm import conv_tiles, gemm_dims, outer_steps
 from agent.templates.kernels import looped_passes, online_pairs
 from agent.templates.params import (MAX_PER_SM, SMS, deep_steps, gemm_tiles, held_split, interleaved_tiles,
                                     kernel_default, kernel_invalid, kernel_space, l2_groups, lag_split, lanes,
-                                    online_form, persistent, rows_form, sizes, tap_steps)
+                                    online_form, persistent, rows_form, sizes)
 from agent.templates.schedule import Kernel
 from agent.templates.split_operands import pays
 from agent.templates.stats_epilogue import Pool, Stats, recompute_pays, stats_pair
@@ -356,10 +355,6 @@ def _gemm(analysis, template, kernel: Kernel, p: dict, no_vendor: bool) -> list[
                      "persistent": int(persistent_pays(m, n, batch, p))},
                     "an fp32 matrix product in FMA products: try its operands split once into TF32 parts, three "
                     "tensor-core products a step (precision ieee->tf32x3)"))  # 1.8x cuBLAS's (split_operands)
-    taps = tap_steps(kernel.nodes[0], p) if not p.get("taps") and p.get("impl", "triton") == "triton" else {}
-    if taps:  # 1.5-4.6x fewer K-loop instructions over 19 KernelBench convolutions (params.tap_steps)
-        out.append((taps, "a convolution's channel tiles work out each column's tap, offsets and bounds an element: "
-                          "try each K step one tap's input channels (taps 0->1)"))
     if p.get("precision") == "tf32x3" and kernel.nodes[0].fn != "conv" and not p.get("persistent") and \
             p.get("shapes", "static") == "static" and p.get("SPLIT_K", 1) == 1 and persistent_pays(m, n, batch, p):
         out.append(({"impl": "triton", "persistent": 1}, f"{tiles} output tiles of split operands, a program each: "

@@ -19,7 +19,7 @@ from agent.templates.codegen import next_pow2
 from agent.templates.implicit_gemm import gemm_dims, outer_steps, phased, pointwise, rows_fit, streams
 from agent.templates.params import (CONV_BLOCK_K, ROWS_DOT_TILES, SMS, deep_steps, gemm_tiles, interleaved_tiles,
                                     kernel_default, kernel_invalid, kernel_space, phased_pair, pointwise_tiles,
-                                    rows_form, rows_paired, rows_stacked, stream_stages, tap_steps,
+                                    rows_form, rows_paired, rows_stacked, stream_stages,
                                     transposed_positions, wide_tiles)
 from agent.templates.program import work
 from agent.templates.split_operands import pays
@@ -270,16 +270,6 @@ def variants(analysis: TaskAnalysis) -> list[dict]:
         paired = rows_paired(k.nodes[0], out[rows + 1])
         if paired:  # then that at two batch elements a program and two stages (params.rows_paired)
             out.insert(rows + 2, {**out[rows + 1], **paired})
-    # the first Triton candidate in channel tiles in tap steps (params.tap_steps), after it and the tiles tried
-    # beside it (the narrower ones, or the channel tiles over the weight as it is)
-    at = next((i for i, p in enumerate(out) if p["impl"] == "triton" and tap_steps(k.nodes[0], p)), None) \
-        if conv else None
-    if at is not None:
-        taps = {**out[at], **tap_steps(k.nodes[0], out[at])}
-        at += 1
-        while at < len(out) and out[at] in (narrowed, channels):
-            at += 1
-        out.insert(at, taps)
     out = [p for p in out if kernel_invalid(k, base._kernel_params(p)) is None]
     rows = next((i for i, p in enumerate(out) if p.get("tiles") == "rows" and p["impl"] == "triton"), None)
     rp = base.plan(analysis, out[rows]) if rows is not None else None

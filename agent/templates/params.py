@@ -259,8 +259,9 @@ def tap_steps(node: Node, p: dict) -> dict:
     instructions a step, 681 without). Over the 19 of levels 1-2's convolutions whose first Triton candidate is in
     channel tiles, against the same tiles without tap steps, 1.5-4.6x fewer K-loop instructions (geomean 2.6x;
     benchmarks/sass_bench.py); in positions tiles, whose threads each hold few columns, 1-2% fewer (57, 65, 71):
-    taps_fit lets the search take them there, but no variant offers them. Not yet timed on a GPU, so it is a
-    variant, not a default."""
+    taps_fit lets the search take them there. Timed on an H200 (session 69, ms, the first channel-tile candidate
+    without -> with tap steps), they ran slower on all four tried: level 1's 69 10.41 -> 16.41, 62 7.87 -> 10.25,
+    55 11.47 -> 13.27, 80 7.85 -> 10.17. So no variant offers them; the search's moves still may."""
     if node.fn != "conv" or not p.get("BLOCK_K", 32) > 1 or conv_tiles(node, p) != "channels":
         return {}
     for bk in (p.get("BLOCK_K", 32), 32, 16):

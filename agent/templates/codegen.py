@@ -54,6 +54,15 @@ class _Walk:
     end: list[str]
 
 
+def load_cast(dtype: torch.dtype) -> str:
+    """What a loaded value of `dtype` is computed in: floats in fp32 whatever the run-time dtype (a suite may cast
+    inputs to bf16), integers narrower than 32 bits in int32 as C promotes them (uint8 + int8 is an int16 in
+    PyTorch, a uint8 in Triton), others as loaded."""
+    if dtype.is_floating_point:
+        return ".to(tl.float32)"
+    return ".to(tl.int32)" if dtype in (torch.int8, torch.uint8, torch.int16) else ""
+
+
 @dataclass
 class _Axis:
     """One spatial axis of a window op: its taps (tap index, input position, bounds checks) and the window's
@@ -391,11 +400,7 @@ class Gen(Reductions):
             # masks only a block of addresses, so the element is loaded, then the mask applied
             scalar = inside and not self.is_block(off) and self.is_block(inside)
             masked = f", mask={t(mask)}, other=0" if (self.is_block(off) or inside) and not scalar else ""
-            # floats compute in fp32 whatever the run-time dtype (a suite may cast inputs to bf16)
-            # and integers narrower than 32 bits in int32, as C promotes them: uint8 + int8 is an int16 in PyTorch,
-            # a uint8 in Triton
-            narrow_int = leaf.dtype in (torch.int8, torch.uint8, torch.int16)
-            cast = ".to(tl.float32)" if leaf.dtype.is_floating_point else ".to(tl.int32)" if narrow_int else ""
+            cast = load_cast(leaf.dtype)
             # the tensor the kernel walks takes the kernel's policy; a smaller one read again along it (RoPE's cos
             # and sin, by every head) takes reread_evict
             reread = level == "full" and rereads(leaf, math.prod(self.D))
@@ -486,10 +491,7 @@ class Gen(Reductions):
         key = ("chunk load", leaf.base, off)
         if key not in self.body.cache:
             name = self.fresh("x")
-            # and integers narrower than 32 bits in int32, as C promotes them: uint8 + int8 is an int16 in PyTorch,
-            # a uint8 in Triton
-            narrow_int = leaf.dtype in (torch.int8, torch.uint8, torch.int16)
-            cast = ".to(tl.float32)" if leaf.dtype.is_floating_point else ".to(tl.int32)" if narrow_int else ""
+            cast = load_cast(leaf.dtype)
             self.body.lines.append(f"{name} = tl.load({self.ptr(leaf.base)} + {off}, mask={mask}, other=0){cast}")
             self.body.cache[key] = E(name, kind_of(leaf.dtype))
         return self.body.cache[key]

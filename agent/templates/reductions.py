@@ -23,8 +23,9 @@ def reduced(fn: str, x: str, axis, keep: bool = True) -> str:
 
 
 def integer_accumulator(r: Node) -> tuple[str, str] | None:
-    """(neutral element, Triton dtype) of a looped integer sum, max or min's accumulator, exact at PyTorch's width
-    (a sum of int32s is int64); None for floats, booleans and products, which accumulate in float32."""
+    """(neutral element, Triton dtype) an integer sum, max, min, argmax or argmin reduces in, exact at PyTorch's
+    width (a sum of int32s is int64; a max not through float32); None for floats, booleans and products, which
+    reduce in float32."""
     x = r.args[0]
     if x.dtype.is_floating_point or x.dtype == torch.bool or r.fn == "prod":
         return None
@@ -39,17 +40,15 @@ class Reductions:
     def reduce_now(self, r: Node) -> None:
         """One-pass reduction of a whole row held in registers."""
         v = self.reduce_input(r)
-        # an integer sum in int64 where PyTorch's is (tl.sum keeps int32's width, which wraps); a count in int32
-        wide = ".to(tl.int64)" if v.kind == "i" and r.dtype == torch.int64 else ".to(tl.int32)" if v.kind == "b" else ""
-        code = v.code + wide if r.fn == "sum" and v.kind != "f" else f(v)
+        exact = integer_accumulator(r) if v.kind == "i" else None  # tl.sum keeps int32's width, which wraps
+        if exact:
+            neutral, code = exact[0], f"{v.code}.to({exact[1]})"
+        elif r.fn == "sum" and v.kind == "b":  # a count
+            neutral, code = "0", f"{v.code}.to(tl.int32)"
+        else:
+            neutral, code = NEUTRAL[r.fn], f(v)
         narrow = r.fn in ("max", "min") and v.code in self.raw  # a bf16 row held as loaded (Gen.narrow)
         code = self.raw[v.code] if narrow else code
-        neutral = "0" if r.fn == "sum" and v.kind != "f" else NEUTRAL[r.fn]
-        if v.kind == "i" and r.fn in ("max", "min", "argmax", "argmin"):  # exact: not through float32
-            dtype = r.args[0].dtype
-            info = torch.iinfo(dtype)
-            code = f"{v.code}.to({'tl.int64' if dtype == torch.int64 else 'tl.int32'})"
-            neutral = str(info.min if r.fn in ("max", "argmax") else info.max)
         masked = f"tl.where(mask, {code}, {neutral})"
         out = self.fresh("r")
         ax = self.axis

@@ -761,3 +761,10 @@ def test_rows_of_8192_try_2048_wide_chunks_at_8_warps_after_4096_wide():
     a = analyze(str(FIXTURES / "var_poly_norm.py"), small=False)
     looped = [(p["BLOCK_R"], p["num_warps"]) for p in BY_NAME["rowwise"].variants(a) if p["mode"] == "looped"]
     assert looped == [(4096, 16), (2048, 8)]
+
+
+def test_a_looped_argmax_keeps_each_lane_s_first_nan(runner):
+    """The chunk loop's update is one unordered compare and a check that the lane holds no NaN yet: without that
+    check, a lane's second NaN took its index."""
+    source = check("var_nan_args", "rowwise", {"mode": "looped", "BLOCK_R": 64}, runner)
+    assert "upd = ~(" in source

@@ -41,6 +41,10 @@ def safe_softmax(x, dim, dtype=None):
 
 def logsumexp(x, dims, keepdim=False):
     dims = _dims(x, dims)
+    if any(x.shape[d] == 0 for d in dims):  # the log of an empty sum, as PyTorch's (amax has no identity to give)
+        out = torch.full([1 if d in dims else n for d, n in enumerate(x.shape)], -math.inf, dtype=x.dtype,
+                         device=x.device)
+        return out if keepdim else torch.squeeze(out, dims)
     m = torch.amax(x, dims, True)
     out = torch.log(torch.sum(torch.exp(x - m), dims, True)) + m
     out = torch.where(torch.abs(m) == math.inf, m, out)  # a row of -inf is -inf, one with +inf +inf (x - m was NaN)

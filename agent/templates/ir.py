@@ -246,6 +246,7 @@ IDENTITY = {"detach", "alias", "clone", "lift_fresh_copy", "contiguous", "lift_f
 SCAN_FNS = ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp")  # running ops; a sort is a "scan" node too
 CONSTANT_MOST = 16  # the most elements of a tensor constant made in the forward that the kernels inline
 EMPTY = {"empty", "empty_like", "new_empty", "empty_strided", "empty_permuted"}  # unspecified contents: zeros
+EMPTY_REDUCTIONS = {"sum": 0, "mean": math.nan, "prod": 1}  # over no elements (amax has none: PyTorch raises)
 RANDOM = {"bernoulli", "rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "normal", "uniform",
           "native_dropout", "multinomial", "randperm", "exponential", "geometric", "cauchy", "log_normal",
           "rrelu_with_noise"}
@@ -960,6 +961,8 @@ class _Builder:
         if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
             dims = list(range(rank))
         dims = tuple(sorted({d % max(rank, 1) for d in ([dims] if isinstance(dims, int) else dims)}))
+        if any(x.shape[d] == 0 for d in dims) and base in EMPTY_REDUCTIONS:  # no elements: PyTorch's identity
+            return self.filled(v, EMPTY_REDUCTIONS[base])
         if base in ("max", "min"):  # max.dim -> (values, indices)
             vals = self.add("reduce", base, [x], v[0].shape, x.dtype, dims=dims, keepdim=keepdim)
             idx = self.add("reduce", "arg" + base, [x], v[1].shape, torch.int64, dims=dims, keepdim=keepdim)

@@ -650,8 +650,8 @@ def test_numerical_edges_are_pytorch_s(warm_executor):
     """Each of these differed from PyTorch at its edges, or crashed (judged by the evaluator, whose rule for NaN and
     infinities is exact): hypot overflowed, logaddexp of two equal infinities was NaN, floor division, remainder
     and fmod by zero or infinity were NaN or wrong, bool + bool stored 2, a comparison of two numbers (targets
-    all ignored) was a Python bool the kernel called .to() on, a smallest top-k took NaN first, not last, and a
-    logsumexp of a row of -inf (or with +inf) was NaN."""
+    all ignored) was a Python bool the kernel called .to() on, a smallest top-k took NaN first, not last, a
+    logsumexp of a row of -inf (or with +inf) was NaN, and a reduction over no elements failed to lower."""
     task = str(FIXTURES / "low_edges.py")
     a = analyze(task, small=True, arch="cpu")
     source = matching(a)[0].render(a, matching(a)[0].default(a))

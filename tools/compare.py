@@ -111,7 +111,7 @@ def compare(out, expected, tolerance: tuple[float, float, float], checked, golde
             raise Failed("incorrect", f"{where} has shape {tuple(y.shape)}, the reference {tuple(r.shape)}.")
         if y.dtype != r.dtype:
             raise Failed("incorrect", f"{where} has dtype {y.dtype}, the reference {r.dtype}.")
-        if not (r.is_floating_point() or r.is_complex()):
+        if exact(r):
             # exact; where there is a wider run, each element PyTorch's or that run's: an argmax or a count over
             # rounded values decides ties and thresholds as the values of one run or the other fall
             wide = g is not None and g.shape == r.shape and g.dtype == r.dtype
@@ -212,6 +212,11 @@ def _unlike(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Where a's NaN and Inf elements are not b's (a finite element against a non-finite one, or another one)."""
     fin_a, fin_b = torch.isfinite(a), torch.isfinite(b)
     return (fin_a != fin_b) | ((a.nan_to_num() != b.nan_to_num()) & ~fin_b)
+
+
+def exact(t: torch.Tensor) -> bool:
+    """Whether an output is compared exactly: integers and booleans, neither float nor complex."""
+    return not (t.is_floating_point() or t.is_complex())
 
 
 def _name(dtype: torch.dtype) -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._pytree import tree_flatten
 
-from tools.compare import (LOW_PRECISION, TF32_TOLERANCE, TOLERANCES, Failed, _pieces, compare,  # noqa: F401
+from tools.compare import (LOW_PRECISION, TF32_TOLERANCE, TOLERANCES, Failed, _pieces, compare, exact,  # noqa: F401
                            fingerprint, tensors)
 from tools.clean import precision_flags
 from tools.guard import LaunchRecorder, OpRecorder
@@ -257,7 +257,7 @@ def golden_outputs(setup: Setup, inputs: list, expected, dtype: torch.dtype = to
     judged = LOW_PRECISION if dtype == torch.float32 else (torch.float32,)
     integer = dtype == torch.float64  # and a float64 run for integer outputs (their ties)
     if setup.explicit_tolerance or setup.golden.get(dtype) is False or not any(
-            r.dtype in judged or integer and not (r.is_floating_point() or r.is_complex()) for r in tensors(expected)):
+            r.dtype in judged or integer and exact(r) for r in tensors(expected)):
         return None
     try:
         if dtype not in setup.golden:
@@ -284,7 +284,7 @@ def judge(setup: Setup, inputs: list, out, expected, checked: Checked) -> None:
     except Failed as e:
         outs, refs, wider = tensors(out), tensors(expected), None
         if golden is None and len(outs) == len(refs) and any(
-                r.dtype == torch.float32 or not (r.is_floating_point() or r.is_complex()) for r in refs) and all(
+                r.dtype == torch.float32 or exact(r) for r in refs) and all(
                 y.shape == r.shape and y.dtype == r.dtype for y, r in zip(outs, refs)):  # a question of accuracy
             wider = golden_outputs(setup, inputs, expected, torch.float64)
         if wider is None:

@@ -23,7 +23,7 @@ import torch
 
 from agent.templates.ir import Leaf, Node, Value, contiguous_strides
 from agent.templates.pointwise_ops import POINTWISE, E, f, kind_of, lit, number
-from agent.templates.reductions import INT32_MAX, NEUTRAL, Reductions
+from agent.templates.reductions import INT32_MAX, NEUTRAL, Reductions, integer_identity, integer_type
 from agent.templates.schedule import Kernel
 
 
@@ -963,9 +963,7 @@ class Gen(Reductions):
         acc_type = "tl.float32"
         code = f(v)
         if not m.dtype.is_floating_point:  # integers at the result's width (an int32's cumsum is int64), exact
-            info = torch.iinfo(m.dtype)
-            neutral = {"cumsum": "0", "cumprod": "1", "cummax": str(info.min), "cummin": str(info.max)}[m.fn]
-            acc_type = "tl.int64" if m.dtype == torch.int64 else "tl.int32"
+            neutral, acc_type = integer_identity(m.fn[3:], m.dtype), integer_type(m.dtype)  # cumsum: sum's
             code = f"{v.code}.to({acc_type})"
         src = f"tl.where(mask, {code}, {neutral})"
         out = self.fresh("s")

@@ -220,7 +220,8 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
     if k > TOPK_MOST:
         raise NotImplementedError(f"a top-k is built for k of at most {TOPK_MOST}, or over rows of at most "
                                   f"{SORT_MOST}; this one has k {k} over {x.shape[dim]}")
-    at = torch.arange(x.shape[dim], device=x.device).view([-1] + [1] * (x.dim() - dim - 1))
+    along = [-1] + [1] * (x.dim() - dim - 1)  # a vector laid along dim
+    at = torch.arange(x.shape[dim], device=x.device).view(along)
     left = x if largest else torch.where(torch.isnan(x), -math.inf, -x)  # NaN ranks last among the smallest
     values, indices = [], []
     for _ in range(k):
@@ -230,7 +231,7 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
         left = torch.where(at == i, -math.inf, left)
     out = torch.cat(values, dim)
     if not largest:  # a row's NaNs are its last values, the places past its other values
-        rank = torch.arange(k, device=x.device).view([-1] + [1] * (x.dim() - dim - 1))
+        rank = torch.arange(k, device=x.device).view(along)
         out = torch.where(rank >= x.shape[dim] - torch.isnan(x).sum(dim, keepdim=True), math.nan, -out)
     return out, torch.cat(indices, dim)
 

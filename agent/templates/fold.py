@@ -54,7 +54,7 @@ def fold_sums(kernel: Kernel) -> Kernel:
                   {swap.get(m, m): c for m, c in kernel.store_when.items()})
 
 
-def _fold(kernel: Kernel, r) -> tuple[Value, list[tuple[Value, Value]]] | None:
+def _fold(kernel: Kernel, r) -> tuple[Value, list[tuple[list, Value]]] | None:
     """(where(cond, P, 0), [([c, ...], where(cond, q, 0)), ...]) for a foldable sum r, else None: the coefficients
     of each q, in the order the terms came."""
     if not (isinstance(r, Node) and r.op == "reduce" and r.fn == "sum" and kernel.level.get(r) == "red"):

@@ -22,6 +22,18 @@ def reduced(fn: str, x: str, axis, keep: bool = True) -> str:
     return f"tl.sum({x}, axis={axis}{dims})" if fn == "sum" else f"tl.reduce({x}, {axis}, {COMBINES[fn]}{dims})"
 
 
+def integer_identity(fn: str, dtype: torch.dtype) -> str:
+    """The neutral element of an integer sum, product, max (argmax) or min (argmin) over values of `dtype`."""
+    info = torch.iinfo(dtype)
+    return {"sum": "0", "prod": "1", "max": str(info.min), "argmax": str(info.min), "min": str(info.max),
+            "argmin": str(info.max)}[fn]
+
+
+def integer_type(dtype: torch.dtype) -> str:
+    """The Triton type integers of `dtype` are computed in: int64's own, int32 for the narrower ones."""
+    return "tl.int64" if dtype == torch.int64 else "tl.int32"
+
+
 def integer_accumulator(r: Node) -> tuple[str, str] | None:
     """(neutral element, Triton dtype) an integer sum, max, min, argmax or argmin reduces in, exact at PyTorch's
     width (a sum of int32s is int64; a max not through float32); None for floats, booleans and products, which
@@ -29,10 +41,7 @@ def integer_accumulator(r: Node) -> tuple[str, str] | None:
     x = r.args[0]
     if x.dtype.is_floating_point or x.dtype == torch.bool or r.fn == "prod":
         return None
-    wide = (r.dtype if r.fn == "sum" else x.dtype) == torch.int64
-    info = torch.iinfo(x.dtype)
-    neutral = "0" if r.fn == "sum" else str(info.min if r.fn in ("max", "argmax") else info.max)
-    return neutral, "tl.int64" if wide else "tl.int32"
+    return integer_identity(r.fn, x.dtype), integer_type(r.dtype if r.fn == "sum" else x.dtype)
 
 
 class Reductions:

@@ -57,6 +57,32 @@ def online_pairs(kernel: Kernel) -> dict[Node, Node]:
     return pairs
 
 
+NAN_KEEPING = {"add", "sub", "rsub", "mul", "div", "true_divide", "neg", "reciprocal", "exp", "exp2", "log", "log2",
+               "log1p", "sqrt", "rsqrt"}  # pointwise ops whose result is NaN where an argument is
+
+
+def stabilizers(kernel: Kernel) -> set[Node]:
+    """The maxes whose exp(x - max) the kernel sums that may lose a NaN: reduced by tl.max and tl.maximum, faster
+    than a NaN-keeping combine (which ran the interpreter's one-pass softmax more than 2x slower). A row with a NaN
+    has a NaN sum; a max qualifies where every stored value its NaN would reach is NaN through that sum anyway (a
+    softmax, a cross-entropy), not where the max is stored or compared (logsumexp's infinite rows)."""
+    out = set()
+    for total, m in online_pairs(kernel).items():
+        nan, differs = {total}, {m}  # NaN in a row with a NaN either way; maybe not NaN with the NaN lost
+        for n in kernel.nodes:
+            if n is total or n is m:
+                continue
+            args = [a for a in n.args if isinstance(a, Node)]
+            if (n.op == "pw" and n.fn in NAN_KEEPING or n.op == "reduce" and n.fn == "sum") and \
+                    any(a in nan for a in args):
+                nan.add(n)
+            elif any(a in differs for a in args):
+                differs.add(n)
+        if not any(n in kernel.stores for n in differs):
+            out.add(m)
+    return out
+
+
 def welford_pairs(kernel: Kernel) -> dict[Node, Node]:
     """sum((x - sum(x) * c)^2) reductions whose mean reduction can share their pass (Welford's update):
     {sum of squares node: sum node}."""
@@ -508,6 +534,7 @@ def _sizes(kernel: Kernel, gen: Gen, p: dict) -> dict:
 
 def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> KernelCode:
     gen = gen or Gen(kernel, name, p)
+    gen.stabilizers = stabilizers(kernel)
     meta = _sizes(kernel, gen, p)
     gen.block_r = meta["BLOCK_R"]
     gen.chunk, gen.first_chunk = (lambda start: _chunk(gen, start)), "0"
@@ -526,11 +553,6 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
         gen.load_evict = "evict_last" if p.get("evict") and gen.layout == "row" else ""
         gen.top.lines += _chunk(gen, "0")
         points = point_sums(kernel, p)
-        # a max whose exp(x - max) the kernel sums: a NaN in x comes through the sum, so tl.max, whose NaN is lost
-        # (a NaN-keeping combine ran the interpreter's one-pass softmax more than 2x slower); but not where the max
-        # is also compared (logsumexp's infinite rows), which must see the NaN
-        gen.stabilizers = {m for m in online_pairs(kernel).values() if m not in kernel.stores and
-                           not any(a is m and n.fn not in ("sub", "add") for n in kernel.nodes for a in n.args)}
         for k, s in enumerate(sorted(set(stages.values()))):
             gen.restage(k)
             todo = [r for r, st in stages.items() if st == s]
@@ -623,6 +645,7 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     With EPI_PARTS, a convolution's epilogue wrote that many partials a row (stats_epilogue): only the second
     kernel runs, over SPLIT chunks a row."""
     gen = Gen(kernel, name, p)
+    gen.stabilizers = stabilizers(kernel)
     group = p.get("GROUP", 0)
     dyn = p.get("shapes") == "dynamic"
     meta = _sizes(kernel, gen, {**p, "mode": "looped"})
@@ -729,7 +752,8 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
         a, b_ = comb.fresh("r"), comb.fresh("r")
         if kind == "online":
             m, s = load("-3.0e38"), load("0.0")
-            lines += [f"{a} = tl.max({m}{keep})", f"{b_} = tl.sum({s} * tl.exp({m} - {a}){keep})"]
+            lines += [f"{a} = {gen.peak_max(first, m, None if held else 1, keep=not held)}",
+                      f"{b_} = tl.sum({s} * tl.exp({m} - {a}){keep})"]
         else:
             states = load("0.0"), load("0.0"), load("0.0")
             if held:  # the row's first mean as the shift: one reduction (reductions.shifted_merge)

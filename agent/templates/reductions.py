@@ -152,15 +152,16 @@ class Reductions:
         m, s = self.top.cache[("acc", peak)], self.top.cache[("acc", total)]
         vv = self.fresh("vv")
         self.body.lines.append(f"{vv} = tl.where(mask, {f(v)}, -float(\"inf\"))")
+        nan = "" if peak in self.stabilizers else ", propagate_nan=tl.PropagateNan.ALL"  # a lane's NaN stays
         if self.p.get("online") == 2:
             new = self.fresh("mn")
-            self.body.lines += [f"{new} = tl.maximum({m}, tl.max({vv}, axis={self.axis}, keep_dims=True))",
+            self.body.lines += [f"{new} = tl.maximum({m}, {self.peak_max(peak, vv, self.axis)}{nan})",
                                 f"{s} = {s} * _exp({m} - {new}) + _exp({vv} - {new})", f"{m} = {new}"]
             return
         if self.p.get("online") == 3:
             new, g = self.fresh("mn"), self.fresh("og")
             self.body.lines += [f"{g} = tl.reshape({vv}, {self._group_tile(peak, 3)}, can_reorder=False)",
-                                f"{new} = tl.maximum({m}, tl.max({g}, axis=2))",
+                                f"{new} = tl.maximum({m}, {self.peak_max(peak, g, 2, keep=False)}{nan})",
                                 f"{s} = {s} * _exp({m} - {new}) + tl.sum(_exp({g} - {new}[:, :, None]), axis=2)",
                                 f"{m} = {new}"]
             return
@@ -169,7 +170,14 @@ class Reductions:
         e = self.fresh("oe")
         self.body.lines += [f"{e} = _exp(-tl.abs({vv} - {m}))",
                             f"{s} = tl.where({vv} > {m}, {s} * {e} + 1.0, {s} + {e})",
-                            f"{m} = tl.maximum({m}, {vv})"]
+                            f"{m} = tl.maximum({m}, {vv}{nan})"]
+
+    def peak_max(self, peak: Node, x: str, axis, keep: bool = True) -> str:
+        """The max of `x` along `axis` for an online pair's max: tl.max for a softmax's stabilizer, whose NaN comes
+        through the sum anyway; NaN-keeping for one also compared (kernels.stabilizers)."""
+        if peak not in self.stabilizers:
+            return reduced("max", x, axis, keep)
+        return f"tl.max({x}, axis={axis}{', keep_dims=True' if keep else ''})"
 
     def _group_tile(self, peak: Node, dims: int = 2) -> str:
         """online=3's tile of group maxima ([BLOCK_O, BLOCK_R // G]), or with dims=3 the row tile in groups."""
@@ -184,7 +192,7 @@ class Reductions:
             self.top.lines.append(f"{rs} = tl.sum({s}, axis={self.axis}, keep_dims=True)")
             rm = m
         else:
-            self.top.lines += [f"{rm} = tl.max({m}, axis={self.axis}, keep_dims=True)",
+            self.top.lines += [f"{rm} = {self.peak_max(peak, m, self.axis)}",
                                f"{rs} = tl.sum({s} * tl.exp({m} - {rm}), axis={self.axis}, keep_dims=True)"]
         self.top.cache[peak], self.top.cache[total] = rm, rs
         self.kinds[peak] = self.kinds[total] = "f"

@@ -659,6 +659,33 @@ def test_numerical_edges_are_pytorch_s(warm_executor):
     assert result.verdict == "correct", result.reason
 
 
+@pytest.mark.parametrize("params", [{"online": 1}, {"online": 2}, {"online": 3}, {"online": 2, "SPLIT": 4},
+                                    {"online": 1, "SPLIT": 3}])
+def test_a_looped_logsumexp_keeps_a_nan_beside_an_infinity(warm_executor, params):
+    """A row looped in chunks (or split over programs) kept its running max with tl.maximum and tl.max, whose NaN
+    is lost: a row with NaN and +inf gave +inf, PyTorch NaN. The one-pass form already kept it (kernels.stabilizers)."""
+    task = str(FIXTURES / "low_lse_rows.py")
+    a = analyze(task, small=True, arch="cpu")
+    t = matching(a)[0]
+    source = t.render(a, {**t.default(a), "mode": "looped", "BLOCK_O": 1, "BLOCK_R": 128, **params})
+    assert "propagate_nan=tl.PropagateNan.ALL" in source
+    result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=2, profile=False)).result()
+    assert result.verdict == "correct", result.reason
+
+
+@pytest.mark.parametrize("task,keeps", [("04_softmax.py", False), ("05_log_softmax.py", False),
+                                        ("25_cross_entropy.py", False), ("15_logsumexp.py", True)])
+def test_only_a_max_whose_nan_could_be_lost_keeps_it(task, keeps):
+    """A softmax's or a cross-entropy's stabilizing max takes tl.max, faster, whose lost NaN comes back through
+    the sum (a cross-entropy's max also enters its loss as a product, after the fold); logsumexp compares its max,
+    so keeps the NaN, in one pass and in chunks."""
+    a = analyze(str(Path(__file__).parents[2] / "tasks" / task), small=True, arch="cpu")
+    t = matching(a)[0]
+    for mode in ({}, {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 16}):
+        source = t.render(a, {**t.default(a), **mode})
+        assert ("_max_combine" in source) == keeps, (task, mode)
+
+
 def test_pow_is_c_s_at_its_edges_and_integers_are_exact(warm_executor):
     """A general pow was 2^(e log2 x): NaN for every negative base (-2^3 too), a literal negative base was a
     math.log2 error while lowering, and an integer power went through float32 (7^10 is not exact there)."""

@@ -3,15 +3,18 @@ check reads a tensor as a Python bool), replaced while tracing by the same math 
 then computes what PyTorch computes for every argument the checks pass; the evaluator runs PyTorch's own op.
 
     with checked_ops.replaced():
-        gm = make_fx(forward)(...)   # torch.cov and torch.corrcoef trace as sums, a product and a division
+        gm = make_fx(forward)(...)   # torch.cov and torch.corrcoef trace as sums, a product and a division;
+                                     # F.gaussian_nll_loss as its math
 
 Functions are replaced at the Python level (a torch-function mode), as PyTorch's are composite ops that call
 each other in C++, below a decomposition table."""
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
+import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 
@@ -42,7 +45,23 @@ def corrcoef(x):
     return torch.clamp(c / std[:, None] / std[None, :], -1, 1)
 
 
-REPLACED = {torch.cov: cov, torch.Tensor.cov: cov, torch.corrcoef: corrcoef, torch.Tensor.corrcoef: corrcoef}
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    """F.gaussian_nll_loss without its check that no variance is negative: a variance one dim short of the input
+    is one a row, each at least eps, and the loss 0.5 (log var + (input - target)^2 / var), plus 0.5 log(2 pi) when
+    full."""
+    if isinstance(var, float):
+        var = torch.full_like(input, var)
+    elif var.shape == input.shape[:-1]:
+        var = var.unsqueeze(-1)
+    var = torch.clamp(var, min=eps)
+    loss = 0.5 * (torch.log(var) + (input - target) ** 2 / var)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return loss.mean() if reduction == "mean" else loss.sum() if reduction == "sum" else loss
+
+
+REPLACED = {torch.cov: cov, torch.Tensor.cov: cov, torch.corrcoef: corrcoef, torch.Tensor.corrcoef: corrcoef,
+            F.gaussian_nll_loss: gaussian_nll_loss}
 
 
 class _Replacing(TorchFunctionMode):

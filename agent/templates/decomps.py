@@ -55,7 +55,8 @@ def _moments(x, dims, correction=0):
     n = _count(x, dims)
     mean = torch.sum(x, dims, True) * (1.0 / n)
     centered = x - mean
-    var = torch.sum(centered * centered, dims, True) * (1.0 / max(n - correction, 0) if n > correction else float("nan"))
+    # PyTorch divides by max(n - correction, 0): by 0 where that is not positive, inf for a spread, NaN for none
+    var = torch.sum(centered * centered, dims, True) * (1.0 / (n - correction) if n > correction else math.inf)
     return mean, centered, var
 
 
@@ -212,7 +213,9 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
     """The k largest (smallest) along `dim` as k rounds of a max and its first index, each round's element then
     left out: torch.topk's values in order; its indices too where no two values tie (its choice among ties is
     its own). Unsorted (sorted=False), in this order too: PyTorch leaves that order unspecified, so a kernel may
-    pick any, and a task whose output depends on it is still judged against PyTorch's own."""
+    pick any, and a task whose output depends on it is still judged against PyTorch's own. A row with fewer than k
+    values above -inf (or, for the smallest, fewer than k that are not NaN) takes the rest by first index, none
+    twice."""
     dim = dim % max(x.dim(), 1)
     if k > TOPK_MOST and x.shape[dim] <= SORT_MOST:  # the row sorted, stably: ties in index order, as above
         values, indices = torch.sort(x, dim=dim, descending=largest, stable=True)
@@ -223,12 +226,17 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
     along = [-1] + [1] * (x.dim() - dim - 1)  # a vector laid along dim
     at = torch.arange(x.shape[dim], device=x.device).view(along)
     left = x if largest else torch.where(torch.isnan(x), -math.inf, -x)  # NaN ranks last among the smallest
-    values, indices = [], []
+    values, indices, free = [], [], None
     for _ in range(k):
+        top = torch.amax(left, [dim], True)
         i = torch.argmax(left, dim, True)
-        values.append(torch.amax(left, [dim], True))
+        if free is not None:  # a round whose best is -inf: the first element not yet taken (a taken one is -inf too)
+            i = torch.where(top == -math.inf, torch.argmax(free, dim, True), i)
+        values.append(top)
         indices.append(i)
-        left = torch.where(at == i, -math.inf, left)
+        hit = at == i
+        left = torch.where(hit, -math.inf, left)
+        free = torch.where(hit, 0.0, 1.0 if free is None else free)
     out = torch.cat(values, dim)
     if not largest:  # a row's NaNs are its last values, the places past its other values
         rank = torch.arange(k, device=x.device).view(along)

@@ -450,8 +450,9 @@ def _point_sum(gen: Gen, r: Node, emit: bool = True) -> bool:
     """A row's sum of where(i == t, e, 0), i its reduced index and t one value per row (cross-entropy's target),
     is e at i = t, or 0 where t is outside the row: emitted as one masked load per row, ahead of any chunk loop,
     instead of a compare and select per element. False (nothing emitted) for any other reduction; with `emit`
-    false, only whether r is one."""
-    w = r.args[0] if r.fn == "sum" and len(gen.k.rdims) == 1 else None
+    false, only whether r is one. Rows only: a column kernel (a class dim ahead of the spatial ones, as in a
+    segmentation's cross-entropy) sums the select over its tile."""
+    w = r.args[0] if r.fn == "sum" and len(gen.k.rdims) == 1 and gen.layout == "row" else None
     if not (isinstance(w, Node) and w.op == "pw" and w.fn == "where" and is_zero(w.args[2])
             and isinstance(w.args[0], Node) and w.args[0].fn == "eq"):
         return False

@@ -605,6 +605,19 @@ def test_index_reduces_puts_and_other_rarer_forms(runner):
     check("low_index_forms", runner)
 
 
+def test_a_gaussian_nll_loss_traces_without_its_value_check(runner):
+    """F.gaussian_nll_loss reads `torch.any(var < 0)` as a Python bool, which a trace cannot follow: the task was
+    a trace error; now its math, per element and with one variance a row (agent/checked_ops.py)."""
+    check("low_gaussian_nll", runner)
+
+
+def test_state_under_submodules_named_as_refused_tensor_methods(runner):
+    """`self.item.weight` (a recommender's item embedding) reads as `.item` to the candidate checker, which
+    rejected the generated kernel; such state is now read by its path (get_parameter, get_buffer)."""
+    source = check("low_state_names", runner)
+    assert "self.get_parameter('item.weight')" in source and "self.get_buffer('grad.scale')" in source
+
+
 def test_an_fp32_program_rounds_where_it_casts_to_16_bits(runner):
     """x.to(bfloat16).to(float32) in an fp32 program (fp8 scaling emulation) is a rounding the fp32 outputs
     show: it was dropped (values stay fp32 until stored), 1e-3 off; now to the nearest, ties to even, by bits."""
@@ -651,7 +664,9 @@ def test_numerical_edges_are_pytorch_s(warm_executor):
     infinities is exact): hypot overflowed, logaddexp of two equal infinities was NaN, floor division, remainder
     and fmod by zero or infinity were NaN or wrong, bool + bool stored 2, a comparison of two numbers (targets
     all ignored) was a Python bool the kernel called .to() on, a smallest top-k took NaN first, not last, a
-    logsumexp of a row of -inf (or with +inf) was NaN, and a reduction over no elements failed to lower."""
+    logsumexp of a row of -inf (or with +inf) was NaN, a reduction over no elements failed to lower, a top-k over
+    rows of fewer than k finite values took an index twice, and a variance over no more elements than its
+    correction was NaN, not inf."""
     task = str(FIXTURES / "low_edges.py")
     a = analyze(task, small=True, arch="cpu")
     source = matching(a)[0].render(a, matching(a)[0].default(a))
@@ -684,6 +699,17 @@ def test_only_a_max_whose_nan_could_be_lost_keeps_it(task, keeps):
     for mode in ({}, {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 16}):
         source = t.render(a, {**t.default(a), **mode})
         assert ("_max_combine" in source) == keeps, (task, mode)
+
+
+def test_a_cross_entropy_over_a_class_dim_ahead_of_the_pixels(warm_executor):
+    """A column kernel's target logit was taken as a row kernel's one load per row ([BLOCK_O, 1], a name a column
+    kernel does not have): every cross-entropy of an (N, C, H, W) segmentation output crashed."""
+    task = str(FIXTURES / "low_seg_ce.py")
+    a = analyze(task, small=True, arch="cpu")
+    t = matching(a)[0]
+    result = warm_executor.submit(EvalJob(TaskSpec(task), t.render(a, t.default(a)), trials=2,
+                                          profile=False)).result()
+    assert result.verdict == "correct", result.reason
 
 
 def test_pow_is_c_s_at_its_edges_and_integers_are_exact(warm_executor):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import io
 import keyword
 import logging
 import math
@@ -37,6 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from agent import attention_ops, checked_ops, recurrent_ops
+from tools.language import FORBIDDEN_ATTRS
 from tools.task import output_fault
 
 aten = torch.ops.aten
@@ -164,8 +166,9 @@ class Traced:
 def attribute_expr(root, path: str) -> str:
     """`self.network[0].weight` for "network.0.weight": attribute access where Python allows it, an index into
     a ModuleList, Sequential, list or dict, and getattr with a constant name otherwise."""
-    if any(part.startswith("_") for part in path.split(".")):  # a buffer a module keeps private (spectral norm's
-        # _u): the candidate language refuses private names, so it is looked up by its path
+    if any(part.startswith("_") or part in FORBIDDEN_ATTRS or "hook" in part.lower() for part in path.split(".")):
+        # a buffer a module keeps private (spectral norm's _u), or one under a submodule named as a tensor method
+        # (a recommender's `item` embedding): the candidate language refuses those names, so it is looked up by path
         owner, _, name = path.rpartition(".")
         module = root.get_submodule(owner)
         if name in module._buffers:
@@ -276,15 +279,18 @@ def trace(module: types.ModuleType, *, meta: bool, decompositions: dict | None =
 
 @contextlib.contextmanager
 def _quiet_fake_tensors():
-    """FakeTensorMode logs a traceback for each op that fails on fake tensors before it raises; a capture that
-    fails says why in its own failure, so the log would only repeat it on the terminal."""
-    logger = logging.getLogger("torch._subclasses.fake_tensor")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
+    """FakeTensorMode logs a traceback for each op that fails on fake tensors before it raises, and the shape
+    solver the graph so far for a tensor read as a Python bool; a capture that fails says why in its own failure,
+    so the log would only repeat it on the terminal."""
+    loggers = [logging.getLogger(n) for n in ("torch._subclasses.fake_tensor", "torch.fx.experimental.symbolic_shapes")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def _first_line(e: Exception) -> str:
@@ -416,7 +422,10 @@ def _export(module, meta: bool, decompositions: dict, *, dtype: str | None = Non
     table = torch.export.default_decompositions()
     for op, fn in decompositions.items():
         table[op] = fn
-    ep = torch.export.export(model, tuple(inputs), strict=False).run_decompositions(table)
+    with contextlib.redirect_stderr(io.StringIO()):  # a failing export prints its partial graph there; the
+        # capture's own failure says why in a sentence
+        ep = torch.export.export(model, tuple(inputs), strict=False)
+    ep = ep.run_decompositions(table)
     gm, sig = ep.graph_module, ep.graph_signature
     kinds = {"PARAMETER": "param", "BUFFER": "buffer", "CONSTANT_TENSOR": "attribute"}
     user = iter(arg_names[i] for i, x in enumerate(inputs) if isinstance(x, torch.Tensor))

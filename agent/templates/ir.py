@@ -1004,6 +1004,9 @@ class _Builder:
         if dropout and train and layers > 1:
             raise Unsupported("The recurrent layers apply dropout in training mode, which is random, so the "
                               "reference is not deterministic.")
+        if len(weights) != layers * (2 if bidirectional else 1) * (4 if has_biases else 2):
+            raise Unsupported("The LSTM projects its hidden state (proj_size), which the recurrent kernel does not "
+                              "compute.")
         h0, c0 = (hx[0], hx[1]) if mode == "lstm" else (hx, None)
         out = self.add("rnn", mode, [x, h0, c0, *weights], v[0].shape, v[0].dtype, layers=int(layers),
                        bidirectional=bool(bidirectional), batch_first=bool(batch_first), has_biases=bool(has_biases))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agent.analysis import analyze
-from agent.templates import BY_NAME, matching
+from agent.templates import BY_NAME, matching, unsupported_reason
 from tools.rules import check_source
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -52,3 +52,18 @@ def test_layers_called_without_an_initial_state_start_from_zeros(kind, runner, t
     assert ".fill_(0)" in candidate and check_source(candidate, task.read_text()) is None
     out = runner.run(task, candidate)
     assert out["error"] is None and all(e <= 1e-5 for e in out["rel_errors"]), out
+
+
+def test_an_lstm_with_a_projection_is_refused_in_a_sentence(tmp_path):
+    """proj_size adds a fifth weight per layer (weight_hr) and narrows h: the kernel read the next layer's weights
+    in its place and gave a wrong sequence, where it now says what it does not compute."""
+    task = tmp_path / "rnn_proj.py"
+    task.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                    "    def __init__(self):\n        super().__init__()\n"
+                    "        self.rnn = nn.LSTM(5, 6, 2, batch_first=True, proj_size=3)\n\n"
+                    "    def forward(self, x):\n        return self.rnn(x)[0]\n\n\n"
+                    "def get_inputs():\n    return [torch.randn(2, 4, 5)]\n\n\n"
+                    "def get_init_inputs():\n    return []\n")
+    a = analyze(str(task), small=True)
+    assert unsupported_reason(a) == ("The LSTM projects its hidden state (proj_size), which the recurrent kernel "
+                                     "does not compute.")

@@ -106,7 +106,7 @@ def moves(analysis, template, params: dict, result: EvalResult, task: dict, marg
         found += _spills(kernel, current, result, i)
         found += _registers(kernel, current, result, i) if bytes_bound(t.copy_ms, t.floor_ms) else []
         if bound == "memory" and kernel.layout == "row":
-            found += _reads(kernel, current) + _chunks(kernel, current)
+            found += _reads(kernel, current) + _chunks(kernel, current) + _held_rows(kernel, current)
     if kernel.layout == "gemm" and i == pl.primary:
         found += _gemm(analysis, template, kernel, params, vendor_loses(pl, kernel.nodes[0]))
     if bound == "memory" and tunable:
@@ -305,6 +305,28 @@ def _chunks(kernel: Kernel, p: dict) -> list[tuple[dict, str]]:
         more = {"BLOCK_R": br * times, "num_warps": min(max(space["num_warps"]), warps * times)}
         if more["BLOCK_R"] in space["BLOCK_R"]:
             out.append((more, f"rows read once, {br}-wide chunks: try more bytes in flight ({_words(p, more)})"))
+    return out
+
+
+def _held_rows(kernel: Kernel, p: dict) -> list[tuple[dict, str]]:
+    """A row held in registers (one_pass) wider than a chunk: the row in 4096-wide chunks at 16 warps, then 2048 at
+    8, a pass read again kept in L2 (evict). PolyNorm over 16384x8192 bf16 (session 70, ms) in one pass at 16 warps
+    ran 0.1978 on an H100 (0.1762 on an H200, session 69), in 4096-wide chunks 0.1810 (0.1524) and in 2048-wide
+    ones 0.1842 (0.1470); the search had spent its budget of 4 on one-pass forms and parameter moves."""
+    space, width = kernel_space(kernel), sizes(kernel)[1]
+    if p.get("mode") != "one_pass" or p.get("SPLIT", 1) > 1 or "looped" not in space.get("mode", []) or width <= 4096:
+        return []
+    out = []
+    for block, warps in ((4096, 16), (2048, 8)):
+        chunked = {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": block, "num_warps": warps, "pairs": 0}
+        if not p.get("pairs"):
+            del chunked["pairs"]
+        if "evict" in space and looped_passes(kernel, {**p, **chunked}) > 1:
+            chunked["evict"] = 1
+        if block in space["BLOCK_R"] and warps in space["num_warps"] and kernel_invalid(kernel, {**p, **chunked}) is None:
+            words = ", ".join(f"{k} {p.get(k, 0)}->{v}" for k, v in chunked.items() if p.get(k, 0) != v)
+            out.append((chunked, f"a row of {width} held in registers at {p.get('num_warps', 4)} warps: try it in "
+                                 f"{block}-wide chunks ({words})"))
     return out
 
 

@@ -685,4 +685,4 @@ DECOMPOSITIONS.update(torch._decomp.get_decompositions([  # these overloads only
     aten.ldexp.Tensor, aten.block_diag.default, aten.affine_grid_generator.default, aten.new_full.default,
     aten.index_copy.default, aten.index_copy_.default, aten.isin.Tensor_Tensor, aten.isin.Tensor_Scalar,
     aten.isin.Scalar_Tensor, aten.special_entr.default, aten.index_reduce_.default, aten.mvlgamma.default,
-    aten._weight_norm_interface.default, aten.vdot.default]))
+    aten._weight_norm_interface.default, aten.vdot.default, aten.diagonal_copy.default]))

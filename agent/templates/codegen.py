@@ -107,6 +107,8 @@ def next_pow2(n: int) -> int:
 
 
 HALF = {"torch.float16": "tl.float16", "torch.bfloat16": "tl.bfloat16"}
+STEPS = {"round", "floor", "ceil", "trunc", "frac", "remainder", "fmod", "eq", "ne", "lt", "le", "gt", "ge", "sign",
+         "signbit", "heaviside"}  # pointwise functions a value's last bit can move by a whole step (Gen.stepped)
 
 
 def tf32_parts(name: str) -> list[str]:
@@ -599,16 +601,26 @@ class Gen(Reductions):
 
     def pointwise(self, m: Node, args: list, level: str) -> E:
         """m's expression over its emitted args. Per element, a true division by a row's value (softmax's sum)
-        multiplies by its reciprocal, taken once per row."""
+        multiplies by its reciprocal, taken once per row; but not where a step (a rounding, a comparison) takes the
+        quotient, whose last bit can move it a whole step (an fp8 quantizer's x / scale at a tie)."""
         d = m.args[1] if m.fn == "div" and len(m.args) == 2 else None
         if level == "full" and not m.attrs.get("rounding_mode") and isinstance(d, Node) and \
-                self.k.level.get(d) == "red" and args[1].kind == "f":
+                self.k.level.get(d) == "red" and args[1].kind == "f" and not self.stepped(m):
             key = ("reciprocal", d)
             if key not in self.top.cache:
                 self.top.cache[key] = self.fresh("inv")
                 self.top.lines.append(f"{self.top.cache[key]} = 1.0 / {args[1].code}")
             return E(f"({f(args[0])} * {self.top.cache[key]})", "f")
         return POINTWISE[m.fn](args, m.attrs)
+
+    def stepped(self, m: Node) -> bool:
+        """Whether a step function of the kernel takes m: a rounding (round, floor, ceil, trunc, a cast that rounds
+        or makes an integer), a remainder or a comparison."""
+        for n in self.k.nodes:
+            if n.op == "pw" and any(a is m for a in n.args) and (n.fn in STEPS or n.fn == "cast" and (
+                    n.attrs.get("round") or not n.dtype.is_floating_point)):
+                return True
+        return False
 
     def inline(self, p: Node, shape: tuple, level: str) -> E:
         """A pointwise node of leaves, recomputed here at the consumer's positions (its leaves attached to the

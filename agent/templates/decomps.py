@@ -101,6 +101,15 @@ def put_(x, index, source, accumulate=False):
     return x.copy_(put(x, index, source, accumulate))
 
 
+def masked_scatter(x, mask, source):
+    """x with its places under mask (broadcast) filled in turn, row-major, from source's elements: each masked
+    place takes the source element its count of masked places before it names."""
+    x, mask = torch.broadcast_tensors(x, mask)
+    before = torch.cumsum(mask.reshape(-1).to(torch.int64), 0) - 1
+    taken = torch.gather(source.reshape(-1), 0, torch.clamp(before, min=0))
+    return torch.where(mask, taken.view(mask.shape), x)
+
+
 def index_reduce(x, dim, index, source, reduce, *, include_self=True):
     """index_reduce by mean, amax or amin as scatters of the source along `dim` (a product is not built): a
     mean as a sum over a count, and without the target's own values (include_self False) a reduction from the
@@ -631,6 +640,7 @@ DECOMPOSITIONS = {
     aten.lcm.default: lcm,
     aten.addbmm.default: addbmm,
     aten.put.default: put,
+    aten.masked_scatter.default: masked_scatter,
     aten.put_.default: put_,
     aten.index_reduce.default: index_reduce,
     aten.frexp.Tensor: frexp,

@@ -20,7 +20,7 @@ import torch
 
 from agent.analysis import TaskAnalysis, trace
 from agent.templates.decomps import DECOMPOSITIONS, SORT_MOST
-from agent.templates.pointwise_ops import BITCAST, POINTWISE, SHIFTS
+from agent.templates.pointwise_ops import BITCAST, FLOAT8, POINTWISE, SHIFTS, WRAPS
 
 aten = torch.ops.aten
 
@@ -484,10 +484,18 @@ class _Builder:
         return self.call_op(base, target, args, kwargs, v)
 
     def rounding(self, x: Value, v) -> dict:
-        """A cast's attrs where it rounds: a float32 value made bf16 or fp16 in a program whose outputs are all
+        """A cast's attrs where it rounds or wraps: to float8 always, an integer to a narrower one always (a float's
+        out of range is undefined: left as is); a float32 value made bf16 or fp16 in a program whose outputs are all
         float32 or wider (an fp8 or bf16 emulation) is rounded there, as PyTorch rounds it, since the outputs
         are judged to fp32's precision. Elsewhere values stay float32 until stored: a bf16 program computes its
         chains of ops in fp32, more accurately than PyTorch, which rounds after each op."""
+        if str(v.dtype)[6:] in FLOAT8 and x.dtype.is_floating_point:  # always: fp8's steps are no rounding error
+            return {"round": str(v.dtype)[6:]}
+        if str(v.dtype)[6:] in WRAPS and not x.dtype.is_floating_point and x.dtype != torch.bool and \
+                (torch.iinfo(x.dtype).min < torch.iinfo(v.dtype).min or torch.iinfo(x.dtype).max > torch.iinfo(v.dtype).max):
+            return {"wrap": str(v.dtype)[6:]}  # an integer made narrower keeps its low bits, as PyTorch's
+        if v.dtype in (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz):
+            raise Unsupported(f"The forward casts to {v.dtype}, whose rounding the kernels do not compute.")
         narrow = v.dtype in (torch.bfloat16, torch.float16) and x.dtype in (torch.float32, torch.float64)
         return {"round": str(v.dtype)[6:]} if narrow and self.wide_outputs else {}
 

@@ -156,17 +156,30 @@ def _clamp(a, kw):
     return E(code, kind)
 
 
+# float8 formats a cast rounds to, as _round_f8's arguments: mantissa bits, the least normal exponent, the
+# largest finite value, and whether a value past it is infinite (e5m2) or that value (e4m3fn saturates, as
+# PyTorch's conversion does, infinities too)
+FLOAT8 = {"float8_e4m3fn": (3, -6, 448.0, 0), "float8_e5m2": (2, -14, 57344.0, 1)}
+WRAPS = {"int8": (8, True), "uint8": (8, False), "int16": (16, True), "int32": (32, True)}  # bits, signed
+
+
 def _cast(a, kw):
     if kw.get("round") == "bfloat16":  # rounded where the program rounds, ties to even, as PyTorch rounds
         return E(f"_round_bf16({f(a[0])})", "f")
     if kw.get("round") == "float16":
         return E(f"{f(a[0])}.to(tl.float16).to(tl.float32)", "f")
+    if kw.get("round") in FLOAT8:
+        return E(f"_round_f8({f(a[0])}, {', '.join(map(str, FLOAT8[kw['round']]))})", "f")
     dtype = kw.get("dtype")
     k = kind_of(dtype) if dtype is not None else a[0].kind
     if k == "f":
         return E(f(a[0]), "f")
     if k == "b":
         return E(b(a[0]), "b")
+    if kw.get("wrap"):  # its low bits, sign-extended where the type is signed
+        bits, signed = WRAPS[kw["wrap"]]
+        low = f"({a[0].code}.to(tl.int64) & {(1 << bits) - 1})"
+        return E(f"(({low} ^ {1 << (bits - 1)}) - {1 << (bits - 1)})" if signed else low, "i")
     return E(f"{a[0].code}.to(tl.int64)" if a[0].kind != "i" else a[0].code, "i")
 
 
@@ -530,6 +543,18 @@ def _round_bf16(x):
     b = x.to(tl.int32, bitcast=True)
     b = (b + 0x7FFF + ((b >> 16) & 1)) & -65536
     return tl.where(x != x, x, b.to(tl.float32, bitcast=True))
+''',
+    # fp32 to the nearest float8 value (FLOAT8), ties to even, by its quantum: 2^(e - MBITS) in x's binade e,
+    # 2^(EMIN - MBITS) below the normal range; the division by it and the product are exact
+    "_round_f8": '''@triton.jit
+def _round_f8(x, MBITS: tl.constexpr, EMIN: tl.constexpr, BIG: tl.constexpr, INF: tl.constexpr):
+    bits = x.to(tl.int32, bitcast=True)
+    e = tl.maximum(((bits >> 23) & 0xFF) - 127, EMIN) - MBITS
+    q = ((e + 127) << 23).to(tl.float32, bitcast=True)
+    a = tl.abs(x) / q
+    a = tl.where(a < 8388608.0, (a + 8388608.0) - 8388608.0, a) * q
+    a = tl.where(a > BIG, float("inf") if INF else BIG, a)
+    return (a.to(tl.int32, bitcast=True) | (bits & -2147483648)).to(tl.float32, bitcast=True)
 ''',
     # as C's hypot: the larger magnitude times sqrt(1 + r^2), r the ratio of the smaller to it, so that squares
     # of 1e20 do not overflow; infinite where either is, NaN where either is and neither is infinite

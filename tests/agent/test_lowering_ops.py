@@ -599,7 +599,8 @@ def test_shifts_bits_and_integer_functions_as_pytorch_defines_them(runner):
 
 
 def test_index_reduces_puts_and_other_rarer_forms(runner):
-    """index_reduce without the target's own values, put_, addbmm, isin, an off-diagonal diag_embed, weighted
+    """index_reduce without the target's own values, put_, addbmm, isin, an off-diagonal diag_embed, torch.diag of a
+    matrix (diagonal_copy), weighted
     cov (whose PyTorch form checks its weights' values, untraceable), an unsorted top-k and a buffer's element
     under one piece of a cat (a scalar address under a block mask, which Triton refuses)."""
     check("low_index_forms", runner)
@@ -616,6 +617,19 @@ def test_state_under_submodules_named_as_refused_tensor_methods(runner):
     rejected the generated kernel; such state is now read by its path (get_parameter, get_buffer)."""
     source = check("low_state_names", runner)
     assert "self.get_parameter('item.weight')" in source and "self.get_buffer('grad.scale')" in source
+
+
+def test_quantizers_round_to_float8_and_narrow_integers_wrap(warm_executor):
+    """A cast to float8 was dropped (the value stayed fp32), an int32 made int8 kept its value past 127, a per-row
+    quantizer's x / scale multiplied by the scale's reciprocal (a tie one bit off moves a whole fp8 step: 4x
+    PyTorch's bf16 error in one element), and masked_scatter did not lower."""
+    task = str(FIXTURES / "low_quant.py")
+    a = analyze(task, small=True, arch="cpu")
+    t = matching(a)[0]
+    source = t.render(a, t.default(a))
+    assert "_round_f8(" in source and "1.0 / " not in source
+    result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=3, profile=False)).result()
+    assert result.verdict == "correct", result.reason
 
 
 def test_an_fp32_program_rounds_where_it_casts_to_16_bits(runner):

@@ -475,8 +475,9 @@ def analyze(task_source_or_path: str, small: bool, *, shapes: dict | None = None
     traced = trace(module, meta=not small, dtype=dtype)
     gm = traced.gm
     for node in gm.graph.nodes:
-        v = node.meta.get("val")
-        if isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in v.shape):
+        values = node.meta.get("val")
+        values = values if isinstance(values, (tuple, list)) else [values]  # torch.unique's (values, counts)
+        if any(isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in v.shape) for v in values):
             raise TraceError(f"The forward makes a tensor whose size depends on its input's values ({node.target}), "
                              "which a kernel of fixed shapes cannot compute.")
     out_node = next(n for n in gm.graph.nodes if n.op == "output")

@@ -971,6 +971,8 @@ class Gen(Reductions):
             return self.log_scan(v, rev)
         if m.fn in ("sort", "sort_indices"):
             return self.sort(m, v)
+        if m.fn in ("cummax_indices", "cummin_indices"):
+            return self.index_scan(m, v)
         neutral, combine = SCANS[m.fn]
         acc_type = "tl.float32"
         code = f(v)
@@ -994,6 +996,24 @@ class Gen(Reductions):
         self.body.lines += [f"{vv} = {src}", f"{out} = {join.format(call.format(vv), carry)}",
                             f"{carry} = {join.format(carry, total)}"]
         return out
+
+    def index_scan(self, m: Node, v: E) -> str:
+        """The indices of a running max or min, a scan of (value, index) pairs (_lastmax_combine): over a row in
+        chunks, each chunk's scan joined with the pair of the chunks before it."""
+        big = m.fn == "cummax_indices"
+        combine, neutral = ("_lastmax_combine", '-float("inf")') if big else ("_lastmin_combine", 'float("inf")')
+        xv, iv, sv, si = (self.fresh(p) for p in ("xv", "xi", "sv", "si"))
+        self.body.lines += [f"{xv} = tl.where(mask, {f(v)}, {neutral})", f"{iv} = {self.reduced_index()}",
+                            f"{sv}, {si} = tl.associative_scan(({xv}, {iv}), {self.axis}, {combine})"]
+        if self.body is self.top:
+            return si
+        cv, ci, tv, ti = (self.fresh(p) for p in ("cv", "ci", "tv", "ti"))
+        self.top.lines += [f"{cv} = tl.full({self.tile('red')}, {neutral}, tl.float32)",
+                           f"{ci} = tl.zeros({self.tile('red')}, tl.int32)"]
+        self.body.lines += [f"{tv}, {ti} = tl.reduce(({xv}, {iv}), {self.axis}, {combine}, keep_dims=True)",
+                            f"{sv}, {si} = {combine}({cv}, {ci}, {sv}, {si})",
+                            f"{cv}, {ci} = {combine}({cv}, {ci}, {tv}, {ti})"]
+        return si
 
     def log_scan(self, v: E, rev: bool) -> str:
         """log(cumsum(exp(x))) as a scan of pairs (running max m, sum of exp(x - m)), the value m + log(sum): no

@@ -243,6 +243,7 @@ SPLIT_VIEWS = {"unbind", "split", "split_with_sizes", "unsafe_split", "unsafe_sp
                "unsafe_chunk", "tensor_split"}  # one view per piece
 VIEWS = ORDER_VIEWS | STRIDED_VIEWS | SPLIT_VIEWS | {"getitem"}  # ops whose result shares its input's memory
 IDENTITY = {"detach", "alias", "clone", "lift_fresh_copy", "contiguous", "lift_fresh"}
+VALUE_SIZED = {"nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive", "bincount", "histogram"}
 SCAN_FNS = ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp")  # running ops; a sort is a "scan" node too
 CONSTANT_MOST = 16  # the most elements of a tensor constant made in the forward that the kernels inline
 EMPTY = {"empty", "empty_like", "new_empty", "empty_strided", "empty_permuted"}  # unspecified contents: zeros
@@ -406,9 +407,6 @@ class _Builder:
             if node in live:
                 order.append(node)
                 live.update(a for a in node.inputs if isinstance(a, Node))
-        if any(n.fn in ("cummax_indices", "cummin_indices") for n in order):
-            raise Unsupported("The forward uses the indices of a running max or min, which the templates do not "
-                              "compute.")
         return Program(order[::-1], outputs, spec, list(self.t.arg_names), self.bases, float_base,
                        complex_bases=frozenset(complex_bases))
 
@@ -720,7 +718,7 @@ class _Builder:
             x, dims = args[0], (args[1] % max(len(args[0].shape), 1),)
             if base not in ("cumsum", "cumprod") and not x.dtype.is_floating_point:
                 raise Unsupported(f"A running {base[3:]} of integers is not built.")
-            if base in ("cummax", "cummin"):  # (values, indices); the indices refused where read (build)
+            if base in ("cummax", "cummin"):  # (values, indices), each a scan
                 return (self.add("scan", base, [x], v[0].shape, v[0].dtype, dims=dims, reverse=False),
                         self.add("scan", base + "_indices", [x], v[1].shape, torch.int64, dims=dims, reverse=False))
             return self.add("scan", base, [x], v.shape, v.dtype, dims=dims, reverse=False)
@@ -757,6 +755,9 @@ class _Builder:
                               "deterministic.")
         if base in POOLS:
             return self.pool(target, base, args, kwargs, v)
+        if base in VALUE_SIZED:  # traced on real tensors, its size is this input's: another's would differ
+            raise Unsupported(f"The forward makes a tensor whose size depends on its input's values ({target}), "
+                              "which a kernel of fixed shapes cannot compute.")
         raise Unsupported(f"No template lowers {target}.")
 
     def view(self, target, base, args, kwargs, v) -> Value:

@@ -667,6 +667,22 @@ def _argmin_combine(v1, i1, v2, i2):
     second = (v2 < v1) | (n2 & ~n1) | (((v2 == v1) | (n1 & n2)) & (i2 < i1))
     return tl.where(second, v2, v1), tl.where(second, i2, i1)
 ''',
+    # (value, index) pairs of a running max (min), as torch.cummax (cummin) takes them: the larger (smaller)
+    # value, a NaN above all, and between equal values or two NaNs the later index
+    "_lastmax_combine": '''@triton.jit
+def _lastmax_combine(v1, i1, v2, i2):
+    n1 = v1 != v1
+    n2 = v2 != v2
+    second = (n2 & ~n1) | (~n1 & ~n2 & (v2 > v1)) | (((v2 == v1) | (n1 & n2)) & (i2 > i1))
+    return tl.where(second, v2, v1), tl.where(second, i2, i1)
+''',
+    "_lastmin_combine": '''@triton.jit
+def _lastmin_combine(v1, i1, v2, i2):
+    n1 = v1 != v1
+    n2 = v2 != v2
+    second = (n2 & ~n1) | (~n1 & ~n2 & (v2 < v1)) | (((v2 == v1) | (n1 & n2)) & (i2 > i1))
+    return tl.where(second, v2, v1), tl.where(second, i2, i1)
+''',
     # two (max, sum of exp(x - max)) pairs as one: the larger max, each sum scaled to it (by 1 where its own
     # max is that max, also where both are infinite)
     "_lse_combine": '''@triton.jit

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from agent.analysis import TraceError, analyze, load_task
+from agent.templates import unsupported_reason
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -83,17 +84,38 @@ def test_to_json_is_plain_and_complete():
     assert all({"target", "shape", "dtype", "flops", "bytes"} <= set(op) for op in data["ops"])
 
 
+def test_a_mixture_of_experts_dispatched_by_token_lists_is_refused_for_its_sizes():
+    """A top-1 router whose experts take the tokens torch.where picks, which branches on their count: traced on
+    real tensors, the lists have this input's sizes, and the refusal said no template lowers aten.nonzero."""
+    source = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+              "        super().__init__()\n        self.router = nn.Linear(6, 3)\n"
+              "        self.experts = nn.ModuleList([nn.Linear(6, 6) for _ in range(3)])\n\n"
+              "    def forward(self, x):\n        pick = self.router(x).argmax(-1)\n        out = torch.zeros_like(x)\n"
+              "        for e, expert in enumerate(self.experts):\n            (tok,) = torch.where(pick == e)\n"
+              "            if tok.numel():\n                out.index_add_(0, tok, expert(x[tok]))\n        return out\n\n\n"
+              "def get_inputs():\n    return [torch.randn(10, 6)]\n\n\ndef get_init_inputs():\n    return []\n")
+    try:
+        said = unsupported_reason(analyze(source, small=True))
+    except TraceError as e:
+        said = str(e)
+    assert said == ("The forward makes a tensor whose size depends on its input's values (aten.nonzero.default), "
+                    "which a kernel of fixed shapes cannot compute.")
+
+
 def test_rejects_a_file_without_the_kernelbench_names():
     with pytest.raises(ValueError, match="get_inputs"):
         analyze("import torch\nclass Model: pass\n", small=True)
 
 
-def test_a_size_that_depends_on_input_values_is_refused_in_a_sentence():
+@pytest.mark.parametrize("call, op", [("torch.bincount(i, minlength=10)", "aten.bincount.default"),
+                                      ("torch.unique(i, return_counts=True)[1]", "aten._unique2.default")])
+def test_a_size_that_depends_on_input_values_is_refused_in_a_sentence(call, op):
+    """unique's op returns a tuple: the sentence named the getitem after it (<built-in function getitem>)."""
     source = ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, i):\n"
-              "        return torch.bincount(i, minlength=10)\n\n\ndef get_inputs():\n"
+              f"        return {call}\n\n\ndef get_inputs():\n"
               "    return [torch.randint(0, 10, (50,))]\n\n\ndef get_init_inputs():\n    return []\n")
     with pytest.raises(TraceError) as caught:
         analyze(source, small=True)
     said = str(caught.value)
-    assert said == ("The forward makes a tensor whose size depends on its input's values (aten.bincount.default), "
+    assert said == (f"The forward makes a tensor whose size depends on its input's values ({op}), "
                     "which a kernel of fixed shapes cannot compute.")

@@ -315,12 +315,15 @@ def test_a_write_through_a_mask_is_a_where_and_a_mask_over_later_dims_is_refused
         "An index_put is built for integer indices of adjacent dims, not masks."
 
 
-def test_a_running_max_s_indices_are_refused_in_a_sentence(tmp_path):
+def test_a_running_min_s_indices_down_a_middle_dim(runner, tmp_path):
+    """cummin's indices, once refused in a sentence, down a 3-D value's middle dim (a column kernel's scan)."""
     task = tmp_path / "task.py"
     task.write_text((FIXTURES / "low_scans_more.py").read_text().replace("torch.cummin(cube, 1)[0]",
                                                                          "torch.cummin(cube, 1)[1]"))
-    assert unsupported_reason(analyze(str(task), small=True)) == \
-        "The forward uses the indices of a running max or min, which the templates do not compute."
+    a = analyze(str(task), small=True)
+    assert unsupported_reason(a) is None
+    out = runner.run(task, matching(a)[0].render(a, matching(a)[0].default(a)))
+    assert out["error"] is None and all(out["exact"]) and len(out["exact"]) >= 1, out
 
 
 def test_a_large_top_k_sorts_its_rows_and_past_a_sort_s_bound_is_refused_in_a_sentence(runner, tmp_path):
@@ -629,6 +632,20 @@ def test_quantizers_round_to_float8_and_narrow_integers_wrap(warm_executor):
     source = t.render(a, t.default(a))
     assert "_round_f8(" in source and "1.0 / " not in source
     result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=3, profile=False)).result()
+    assert result.verdict == "correct", result.reason
+
+
+@pytest.mark.parametrize("params", [{}, {"mode": "looped", "BLOCK_R": 16}])
+def test_a_running_max_s_indices_are_the_later_of_ties(params, warm_executor):
+    """torch.cummax and cummin's indices were refused; now a scan of (value, index) pairs, the later index among
+    equal values and NaNs as PyTorch's, in one pass and in chunks joined with the pair before them."""
+    task = str(FIXTURES / "low_cum_indices.py")
+    a = analyze(task, small=True, arch="cpu")
+    assert unsupported_reason(a) is None
+    t = matching(a)[0]
+    source = t.render(a, {**t.default(a), **params})
+    assert ("_lastmax_combine(cv" in source) == bool(params)
+    result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=2, profile=False)).result()
     assert result.verdict == "correct", result.reason
 
 

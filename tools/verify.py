@@ -327,11 +327,22 @@ def _check_plain_tensors(out) -> None:
 def _check_structure(out, expected) -> None:
     """The candidate returns what the reference returns: the same nesting of tensors, on the same device."""
     (ys, out_spec), (rs, ref_spec) = tree_flatten(out), tree_flatten(expected)
-    if out_spec != ref_spec:
+    if _nesting(out_spec) != _nesting(ref_spec):
         raise Failed("incorrect", f"it returned {_kind(out)} where the reference returns {_kind(expected)}.")
     for i, (y, r) in enumerate(zip(ys, rs)):
         if isinstance(r, torch.Tensor) and isinstance(y, torch.Tensor) and y.device != r.device:
             raise Failed("incorrect", f"output {i} is on {y.device}, the reference's on {r.device}.")
+
+
+def _nesting(spec) -> tuple:
+    """A pytree spec as plain tuples, a namedtuple's type as its name and fields: the candidate's copy of the
+    task's namedtuple class is another class object of the same name and fields."""
+    children = tuple(_nesting(c) for c in (spec.children() if hasattr(spec, "children") else spec.children_specs))
+    named = next((k for k in (spec.type, spec.context) if isinstance(k, type) and issubclass(k, tuple) and
+                  hasattr(k, "_fields")), None)  # pytree keeps the class as the type or as the context
+    if named is not None:
+        return (named.__qualname__, tuple(named._fields)), children
+    return spec.type, spec.context, children
 
 
 def _kind(value) -> str:

@@ -314,16 +314,18 @@ def _held_rows(kernel: Kernel, p: dict) -> list[tuple[dict, str]]:
     ran 0.1978 on an H100 (0.1762 on an H200, session 69), in 4096-wide chunks 0.1810 (0.1524) and in 2048-wide
     ones 0.1842 (0.1470); the search had spent its budget of 4 on one-pass forms and parameter moves."""
     space, width = kernel_space(kernel), sizes(kernel)[1]
-    if p.get("mode") != "one_pass" or p.get("SPLIT", 1) > 1 or "looped" not in space.get("mode", []) or width <= 4096:
+    if p.get("mode") != "one_pass" or p.get("SPLIT", 1) > 1 or "looped" not in space.get("mode", []) or \
+            width <= 4096:
         return []
     out = []
     for block, warps in ((4096, 16), (2048, 8)):
-        chunked = {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": block, "num_warps": warps, "pairs": 0}
-        if not p.get("pairs"):
-            del chunked["pairs"]
+        chunked = {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": block, "num_warps": warps}
+        if p.get("pairs"):
+            chunked["pairs"] = 0
         if "evict" in space and looped_passes(kernel, {**p, **chunked}) > 1:
             chunked["evict"] = 1
-        if block in space["BLOCK_R"] and warps in space["num_warps"] and kernel_invalid(kernel, {**p, **chunked}) is None:
+        valid = block in space["BLOCK_R"] and warps in space["num_warps"]
+        if valid and kernel_invalid(kernel, {**p, **chunked}) is None:
             words = ", ".join(f"{k} {p.get(k, 0)}->{v}" for k, v in chunked.items() if p.get(k, 0) != v)
             out.append((chunked, f"a row of {width} held in registers at {p.get('num_warps', 4)} warps: try it in "
                                  f"{block}-wide chunks ({words})"))

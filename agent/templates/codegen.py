@@ -1044,12 +1044,15 @@ class Gen(Reductions):
         comes out beside its value. Lanes past the row sort last. The values and the indices share one sort."""
         flip = "~" if m.attrs["descending"] else ""
         key = ("sort", m.args[0], flip)
+        ints = not m.args[0].dtype.is_floating_point  # an integer of 32 bits or fewer is its own key
         if key not in self.top.cache:
             x, b, k, s = (self.fresh(p) for p in ("sx", "sb", "sk", "ss"))
-            self.body.lines += [
+            self.body.lines += [f"{b} = {v.code}.to(tl.int32)"] if ints else [
                 f"{x} = {f(v)}",
-                f"{b} = tl.where({x} != {x}, 0x7FC00000, tl.where({x} == 0, 0, {x}.to(tl.int32, bitcast=True)))",
-                f"{k} = tl.where(mask, {flip}tl.where({b} < 0, {b} ^ 0x7FFFFFFF, {b}), 0x7FFFFFFF)",
+                f"{b} = tl.where({x} != {x}, 0x7FC00000, tl.where({x} == 0, 0, {x}.to(tl.int32, bitcast=True)))"]
+            order = b if ints else f"tl.where({b} < 0, {b} ^ 0x7FFFFFFF, {b})"
+            self.body.lines += [
+                f"{k} = tl.where(mask, {flip}{order}, 0x7FFFFFFF)",
                 f"{s} = tl.sort(({k}.to(tl.int64) << 32) | (rr + tl.zeros_like({k})).to(tl.int64), dim={self.axis})"]
             self.top.cache[key] = s
         s, out = self.top.cache[key], self.fresh("s")
@@ -1057,8 +1060,9 @@ class Gen(Reductions):
             self.body.lines.append(f"{out} = {s} & 0xFFFFFFFF")
             return out
         k = self.fresh("sk")
-        self.body.lines += [f"{k} = {flip}({s} >> 32).to(tl.int32)",
-                            f"{out} = tl.where({k} < 0, {k} ^ 0x7FFFFFFF, {k}).to(tl.float32, bitcast=True)"]
+        self.body.lines.append(f"{k} = {flip}({s} >> 32).to(tl.int32)")
+        self.body.lines.append(f"{out} = {k}" if ints else
+                               f"{out} = tl.where({k} < 0, {k} ^ 0x7FFFFFFF, {k}).to(tl.float32, bitcast=True)")
         return out
 
 

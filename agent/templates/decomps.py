@@ -110,6 +110,39 @@ def masked_scatter(x, mask, source):
     return torch.where(mask, taken.view(mask.shape), x)
 
 
+def _window(n, periodic, dtype, device, shape):
+    """A window of n as `shape` gives it at positions 0..n-1 over its span (n periodic, else n - 1), as
+    torch.*_window computes it; one element is 1."""
+    if n <= 1:
+        return torch.ones(n, dtype=dtype or torch.get_default_dtype(), device=device)
+    at = torch.arange(n, dtype=torch.float64 if dtype == torch.float64 else torch.float32, device=device)
+    return shape(at, n if periodic else n - 1).to(dtype or torch.get_default_dtype())
+
+
+def hamming_window(n, periodic=True, alpha=0.54, beta=0.46, *, dtype=None, layout=None, device=None,
+                   pin_memory=None):
+    return _window(n, periodic, dtype, device, lambda i, span: alpha - beta * torch.cos(i * (2 * math.pi / span)))
+
+
+def hann_window(n, periodic=True, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return hamming_window(n, periodic, 0.5, 0.5, dtype=dtype, device=device)
+
+
+def blackman_window(n, periodic=True, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _window(n, periodic, dtype, device, lambda i, span: 0.42 - 0.5 * torch.cos(i * (2 * math.pi / span)) +
+                   0.08 * torch.cos(i * (4 * math.pi / span)))
+
+
+def bartlett_window(n, periodic=True, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _window(n, periodic, dtype, device, lambda i, span: 1 - torch.abs(i * (2 / span) - 1))
+
+
+def kaiser_window(n, periodic=True, beta=12.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _window(n, periodic, dtype, device, lambda i, span: torch.special.i0(
+        beta * torch.sqrt(torch.clamp(1 - (i * (2 / span) - 1) ** 2, min=0))) / torch.special.i0(
+        torch.tensor(beta, dtype=i.dtype, device=i.device)))
+
+
 def index_reduce(x, dim, index, source, reduce, *, include_self=True):
     """index_reduce by mean, amax or amin as scatters of the source along `dim` (a product is not built): a
     mean as a sum over a count, and without the target's own values (include_self False) a reduction from the
@@ -674,6 +707,10 @@ DECOMPOSITIONS = {
 # torch's own decompositions (Inductor's) of ops with no lowering here, into indexed loads, views, products and
 # pointwise ops that have one: resampling (nearest, linear, cubic, a sampling grid), pixel (un)shuffle, im2col,
 # GLU, the batched and vector forms of addmm, renorm and two margin losses
+for _op, _fn in ((aten.hann_window, hann_window), (aten.hamming_window, hamming_window),
+                 (aten.blackman_window, blackman_window), (aten.bartlett_window, bartlett_window),
+                 (aten.kaiser_window, kaiser_window)):
+    DECOMPOSITIONS.update({getattr(_op, o): _fn for o in _op.overloads() if not o.endswith("out")})
 DECOMPOSITIONS.update(torch._decomp.get_decompositions([
     aten.upsample_nearest1d, aten.upsample_nearest2d, aten.upsample_nearest3d, aten._upsample_nearest_exact1d,
     aten._upsample_nearest_exact2d, aten._upsample_nearest_exact3d, aten.upsample_linear1d,

@@ -265,6 +265,20 @@ def _copied(into) -> bool:
     return into.op == "call_function"
 
 
+def _read_after(node, order: dict) -> bool:
+    """Whether the tensor an in-place `node` updates is read after it: the op's own result, or the tensor it
+    writes into, by an op that does not update it in place too (a chain of updates is followed to its end)."""
+    written, stack = node.args[0], [node]
+    while stack:
+        m = stack.pop()
+        for user in list(m.users) + ([u for u in written.users if order[u] > order[node]] if m is node else []):
+            if user.op == "call_function" and _in_place(_base_name(user.target)) and user.args[0] in (m, written):
+                stack.append(user)
+            elif user is not node:
+                return True
+    return False
+
+
 def _read_around(node, into, order: dict) -> bool:
     """Whether `into`, a view that `node` writes in place, views a tensor read after `node` other than through
     `into`: the write would have to reach it too (a circular pad's edges copied into slices of the padded
@@ -469,6 +483,10 @@ class _Builder:
                     and not _copied(node.args[0]):  # state for the next call
                 raise Unsupported(f"The forward overwrites the module's state ({args[0].base}) on every call, so "
                                   "its result depends on how many calls came before it.")
+            if isinstance(args[0], Leaf) and args[0].kind == "tensor" and not _copied(node.args[0]) and \
+                    _read_after(node, self.order):  # a running statistic the forward uses once updated
+                raise Unsupported(f"The forward updates the module's state ({args[0].base}) in place and reads the "
+                                  "new value, so its result depends on how many calls came before it.")
             if base == "copy_":  # into a tensor the forward made (a fill's): the source, broadcast and cast
                 result = self.copy(args, v)
             else:
@@ -482,16 +500,17 @@ class _Builder:
         return self.call_op(base, target, args, kwargs, v)
 
     def rounding(self, x: Value, v) -> dict:
-        """A cast's attrs where it rounds or wraps: to float8 always, an integer to a narrower one always (a float's
-        out of range is undefined: left as is); a float32 value made bf16 or fp16 in a program whose outputs are all
-        float32 or wider (an fp8 or bf16 emulation) is rounded there, as PyTorch rounds it, since the outputs
-        are judged to fp32's precision. Elsewhere values stay float32 until stored: a bf16 program computes its
-        chains of ops in fp32, more accurately than PyTorch, which rounds after each op."""
+        """A cast's attrs where it rounds or wraps: to float8 always, an integer to a narrower one always (a float
+        out of an integer's range is undefined: left as is); a float32 value made bf16 or fp16 in a program whose
+        outputs are all float32 or wider (an fp8 or bf16 emulation) is rounded there, as PyTorch rounds it, since
+        the outputs are judged to fp32's precision. Elsewhere values stay float32 until stored: a bf16 program
+        computes its chains of ops in fp32, more accurately than PyTorch, which rounds after each op."""
         if str(v.dtype)[6:] in FLOAT8 and x.dtype.is_floating_point:  # always: fp8's steps are no rounding error
             return {"round": str(v.dtype)[6:]}
-        if str(v.dtype)[6:] in WRAPS and not x.dtype.is_floating_point and x.dtype != torch.bool and \
-                (torch.iinfo(x.dtype).min < torch.iinfo(v.dtype).min or torch.iinfo(x.dtype).max > torch.iinfo(v.dtype).max):
-            return {"wrap": str(v.dtype)[6:]}  # an integer made narrower keeps its low bits, as PyTorch's
+        if str(v.dtype)[6:] in WRAPS and not x.dtype.is_floating_point and x.dtype != torch.bool:
+            src, dst = torch.iinfo(x.dtype), torch.iinfo(v.dtype)
+            if src.min < dst.min or src.max > dst.max:  # an integer made narrower keeps its low bits, as PyTorch's
+                return {"wrap": str(v.dtype)[6:]}
         if v.dtype in (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz):
             raise Unsupported(f"The forward casts to {v.dtype}, whose rounding the kernels do not compute.")
         narrow = v.dtype in (torch.bfloat16, torch.float16) and x.dtype in (torch.float32, torch.float64)
@@ -552,8 +571,9 @@ class _Builder:
         x = args[0]
         dim = (args[1] if len(args) > 1 else kwargs.get("dim", -1)) % max(len(x.shape), 1)
         descending = bool(args[2] if len(args) > 2 else kwargs.get("descending", False))
-        if not x.dtype.is_floating_point:
-            raise Unsupported("A sort of integers is not built.")
+        if x.dtype in (torch.int64, torch.uint64, torch.uint32, torch.bool):
+            raise Unsupported(f"A sort of {str(x.dtype)[6:]} values is not built (its 32-bit key holds int32 values "
+                              "at most).")
         if x.shape[dim] > SORT_MOST:
             raise Unsupported(f"A sort is built along rows of at most {SORT_MOST} elements; this one has "
                               f"{x.shape[dim]}.")

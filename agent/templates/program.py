@@ -560,6 +560,9 @@ def _render_tree(tree) -> str:
         return tree
     if type(tree).__module__ == "torch.return_types":  # (values, indices) as torch.max returns them
         return f"torch.return_types.{type(tree).__name__}(({', '.join(_render_tree(t) for t in tree)}))"
+    if isinstance(tree, tuple) and hasattr(type(tree), "_fields") and "<" not in type(tree).__qualname__:
+        # the task's own namedtuple, defined at its top level (the candidate holds the task's source)
+        return f"{type(tree).__qualname__}({', '.join(_render_tree(t) for t in tree)})"
     if isinstance(tree, tuple):
         inner = ", ".join(_render_tree(t) for t in tree)
         return f"({inner},)" if len(tree) == 1 else f"({inner})"

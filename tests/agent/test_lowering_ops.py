@@ -649,6 +649,44 @@ def test_a_running_max_s_indices_are_the_later_of_ties(params, warm_executor):
     assert result.verdict == "correct", result.reason
 
 
+def test_integers_of_32_bits_sort_as_their_own_keys_and_int64_is_refused(warm_executor, tmp_path):
+    """A sort of integers was refused (the key is built from a float's bits); int32 and narrower are their own
+    key now, and an int64 sort, whose values a 32-bit key may not hold, is refused in a sentence."""
+    task = str(FIXTURES / "low_int_sort.py")
+    a = analyze(task, small=True, arch="cpu")
+    t = matching(a)[0]
+    result = warm_executor.submit(EvalJob(TaskSpec(task), t.render(a, t.default(a)), trials=3,
+                                          profile=False)).result()
+    assert result.verdict == "correct", result.reason
+    wide = tmp_path / "task.py"
+    wide.write_text((FIXTURES / "low_int_sort.py").read_text().replace(".to(torch.int32)", ""))
+    assert unsupported_reason(analyze(str(wide), small=True)) == \
+        "A sort of int64 values is not built (its 32-bit key holds int32 values at most)."
+
+
+def test_a_namedtuple_is_returned_as_the_task_s_and_a_state_read_after_its_update_is_refused(warm_executor):
+    """A task's own namedtuple came back a plain tuple (and the candidate's copy of its class is another class
+    object, which the evaluator's structure check now takes by name and fields); a buffer updated in place and read
+    back was computed from the state at its first call only, wrong from the second."""
+    task = str(FIXTURES / "low_named_state.py")
+    a = analyze(task, small=True, arch="cpu")
+    t = matching(a)[0]
+    source = t.render(a, t.default(a))
+    assert "return Stats(" in source
+    result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=2, profile=False)).result()
+    assert result.verdict == "correct", result.reason
+    updating = analyze(task, small=True, arch="cpu", shapes={"update": True})
+    assert unsupported_reason(updating) == ("The forward updates the module's state (self.running) in place and "
+                                            "reads the new value, so its result depends on how many calls came "
+                                            "before it.")
+
+
+def test_window_functions_made_in_the_forward(runner):
+    """torch.hann_window, hamming_window, blackman_window, bartlett_window and kaiser_window did not lower (a
+    factory no template knew); each is now its formula over an arange, periodic or symmetric."""
+    check("low_windows", runner, bound=1e-6)
+
+
 def test_an_fp32_program_rounds_where_it_casts_to_16_bits(runner):
     """x.to(bfloat16).to(float32) in an fp32 program (fp8 scaling emulation) is a rounding the fp32 outputs
     show: it was dropped (values stay fp32 until stored), 1e-3 off; now to the nearest, ties to even, by bits."""

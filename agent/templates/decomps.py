@@ -704,13 +704,14 @@ DECOMPOSITIONS = {
     aten.multilabel_margin_loss_forward.default: multilabel_margin_loss_forward,
 }
 
-# torch's own decompositions (Inductor's) of ops with no lowering here, into indexed loads, views, products and
-# pointwise ops that have one: resampling (nearest, linear, cubic, a sampling grid), pixel (un)shuffle, im2col,
-# GLU, the batched and vector forms of addmm, renorm and two margin losses
+# each window function's overloads (but its out= forms)
 for _op, _fn in ((aten.hann_window, hann_window), (aten.hamming_window, hamming_window),
                  (aten.blackman_window, blackman_window), (aten.bartlett_window, bartlett_window),
                  (aten.kaiser_window, kaiser_window)):
     DECOMPOSITIONS.update({getattr(_op, o): _fn for o in _op.overloads() if not o.endswith("out")})
+# torch's own decompositions (Inductor's) of ops with no lowering here, into indexed loads, views, products and
+# pointwise ops that have one: resampling (nearest, linear, cubic, a sampling grid), pixel (un)shuffle, im2col,
+# GLU, the batched and vector forms of addmm, renorm and two margin losses
 DECOMPOSITIONS.update(torch._decomp.get_decompositions([
     aten.upsample_nearest1d, aten.upsample_nearest2d, aten.upsample_nearest3d, aten._upsample_nearest_exact1d,
     aten._upsample_nearest_exact2d, aten._upsample_nearest_exact3d, aten.upsample_linear1d,

@@ -30,6 +30,18 @@ def check(task: str, runner, rewritten: bool = True, bound: float = 1e-4) -> str
     return source
 
 
+def judged(executor, task: str, params: dict | None = None, trials: int = 2) -> str:
+    """The first matching template's default candidate (`params` replaced) for fixture `task`, judged correct by
+    the evaluator at arch cpu, whose rule for NaN and infinities is exact; its source."""
+    path = str(FIXTURES / f"{task}.py")
+    a = analyze(path, small=True, arch="cpu")
+    t = matching(a)[0]
+    source = t.render(a, {**t.default(a), **(params or {})})
+    result = executor.submit(EvalJob(TaskSpec(path), source, trials=trials, profile=False)).result()
+    assert result.verdict == "correct", result.reason
+    return source
+
+
 def test_triangles_and_pads(runner):
     source = check("low_triangle_pad", runner)
     assert "tl.where(" in source and "-1.5" in source  # the pad value outside the shifted input
@@ -626,38 +638,22 @@ def test_quantizers_round_to_float8_and_narrow_integers_wrap(warm_executor):
     """A cast to float8 was dropped (the value stayed fp32), an int32 made int8 kept its value past 127, a per-row
     quantizer's x / scale multiplied by the scale's reciprocal (a tie one bit off moves a whole fp8 step: 4x
     PyTorch's bf16 error in one element), and masked_scatter did not lower."""
-    task = str(FIXTURES / "low_quant.py")
-    a = analyze(task, small=True, arch="cpu")
-    t = matching(a)[0]
-    source = t.render(a, t.default(a))
+    source = judged(warm_executor, "low_quant", trials=3)
     assert "_round_f8(" in source and "1.0 / " not in source
-    result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=3, profile=False)).result()
-    assert result.verdict == "correct", result.reason
 
 
 @pytest.mark.parametrize("params", [{}, {"mode": "looped", "BLOCK_R": 16}])
 def test_a_running_max_s_indices_are_the_later_of_ties(params, warm_executor):
     """torch.cummax and cummin's indices were refused; now a scan of (value, index) pairs, the later index among
     equal values and NaNs as PyTorch's, in one pass and in chunks joined with the pair before them."""
-    task = str(FIXTURES / "low_cum_indices.py")
-    a = analyze(task, small=True, arch="cpu")
-    assert unsupported_reason(a) is None
-    t = matching(a)[0]
-    source = t.render(a, {**t.default(a), **params})
+    source = judged(warm_executor, "low_cum_indices", params)
     assert ("_lastmax_combine(cv" in source) == bool(params)
-    result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=2, profile=False)).result()
-    assert result.verdict == "correct", result.reason
 
 
 def test_integers_of_32_bits_sort_as_their_own_keys_and_int64_is_refused(warm_executor, tmp_path):
     """A sort of integers was refused (the key is built from a float's bits); int32 and narrower are their own
     key now, and an int64 sort, whose values a 32-bit key may not hold, is refused in a sentence."""
-    task = str(FIXTURES / "low_int_sort.py")
-    a = analyze(task, small=True, arch="cpu")
-    t = matching(a)[0]
-    result = warm_executor.submit(EvalJob(TaskSpec(task), t.render(a, t.default(a)), trials=3,
-                                          profile=False)).result()
-    assert result.verdict == "correct", result.reason
+    judged(warm_executor, "low_int_sort", trials=3)
     wide = tmp_path / "task.py"
     wide.write_text((FIXTURES / "low_int_sort.py").read_text().replace(".to(torch.int32)", ""))
     assert unsupported_reason(analyze(str(wide), small=True)) == \
@@ -668,14 +664,8 @@ def test_a_namedtuple_is_returned_as_the_task_s_and_a_state_read_after_its_updat
     """A task's own namedtuple came back a plain tuple (and the candidate's copy of its class is another class
     object, which the evaluator's structure check now takes by name and fields); a buffer updated in place and read
     back was computed from the state at its first call only, wrong from the second."""
-    task = str(FIXTURES / "low_named_state.py")
-    a = analyze(task, small=True, arch="cpu")
-    t = matching(a)[0]
-    source = t.render(a, t.default(a))
-    assert "return Stats(" in source
-    result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=2, profile=False)).result()
-    assert result.verdict == "correct", result.reason
-    updating = analyze(task, small=True, arch="cpu", shapes={"update": True})
+    assert "return Stats(" in judged(warm_executor, "low_named_state")
+    updating = analyze(str(FIXTURES / "low_named_state.py"), small=True, arch="cpu", shapes={"update": True})
     assert unsupported_reason(updating) == ("The forward updates the module's state (self.running) in place and "
                                             "reads the new value, so its result depends on how many calls came "
                                             "before it.")
@@ -736,11 +726,7 @@ def test_numerical_edges_are_pytorch_s(warm_executor):
     logsumexp of a row of -inf (or with +inf) was NaN, a reduction over no elements failed to lower, a top-k over
     rows of fewer than k finite values took an index twice, and a variance over no more elements than its
     correction was NaN, not inf."""
-    task = str(FIXTURES / "low_edges.py")
-    a = analyze(task, small=True, arch="cpu")
-    source = matching(a)[0].render(a, matching(a)[0].default(a))
-    result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=2, profile=False)).result()
-    assert result.verdict == "correct", result.reason
+    judged(warm_executor, "low_edges")
 
 
 @pytest.mark.parametrize("params", [{"online": 1}, {"online": 2}, {"online": 3}, {"online": 2, "SPLIT": 4},
@@ -748,13 +734,8 @@ def test_numerical_edges_are_pytorch_s(warm_executor):
 def test_a_looped_logsumexp_keeps_a_nan_beside_an_infinity(warm_executor, params):
     """A row looped in chunks (or split over programs) kept its running max with tl.maximum and tl.max, whose NaN
     is lost: a row with NaN and +inf gave +inf, PyTorch NaN. The one-pass form already kept it (kernels.stabilizers)."""
-    task = str(FIXTURES / "low_lse_rows.py")
-    a = analyze(task, small=True, arch="cpu")
-    t = matching(a)[0]
-    source = t.render(a, {**t.default(a), "mode": "looped", "BLOCK_O": 1, "BLOCK_R": 128, **params})
+    source = judged(warm_executor, "low_lse_rows", {"mode": "looped", "BLOCK_O": 1, "BLOCK_R": 128, **params})
     assert "propagate_nan=tl.PropagateNan.ALL" in source
-    result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=2, profile=False)).result()
-    assert result.verdict == "correct", result.reason
 
 
 @pytest.mark.parametrize("task,keeps", [("04_softmax.py", False), ("05_log_softmax.py", False),
@@ -773,41 +754,23 @@ def test_only_a_max_whose_nan_could_be_lost_keeps_it(task, keeps):
 def test_a_cross_entropy_over_a_class_dim_ahead_of_the_pixels(warm_executor):
     """A column kernel's target logit was taken as a row kernel's one load per row ([BLOCK_O, 1], a name a column
     kernel does not have): every cross-entropy of an (N, C, H, W) segmentation output crashed."""
-    task = str(FIXTURES / "low_seg_ce.py")
-    a = analyze(task, small=True, arch="cpu")
-    t = matching(a)[0]
-    result = warm_executor.submit(EvalJob(TaskSpec(task), t.render(a, t.default(a)), trials=2,
-                                          profile=False)).result()
-    assert result.verdict == "correct", result.reason
+    judged(warm_executor, "low_seg_ce")
 
 
 def test_pow_is_c_s_at_its_edges_and_integers_are_exact(warm_executor):
     """A general pow was 2^(e log2 x): NaN for every negative base (-2^3 too), a literal negative base was a
     math.log2 error while lowering, and an integer power went through float32 (7^10 is not exact there)."""
-    task = str(FIXTURES / "low_pow.py")
-    a = analyze(task, small=True, arch="cpu")
-    source = matching(a)[0].render(a, matching(a)[0].default(a))
+    source = judged(warm_executor, "low_pow")
     assert "_powi(" in source and "_pow(" in source
-    result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=2, profile=False)).result()
-    assert result.verdict == "correct", result.reason
 
 
 def test_a_query_that_sees_no_key_is_nan_after_softmax_and_0_after_sdpa(warm_executor):
     """The flash kernel gave such a query 0 (SDPA's safe softmax) also where the task wrote softmax(...) @ v, whose
     row of -inf is NaN in PyTorch: the evaluator's exact rule for NaN rejected it."""
-    task = str(FIXTURES / "low_masked_rows.py")
-    a = analyze(task, small=True, arch="cpu")
-    t = matching(a)[0]
-    source = t.render(a, t.default(a))
-    assert t.NAME == "attention" and "out = acc / l_i[:, None]" in source
-    result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=2, profile=False)).result()
-    assert result.verdict == "correct", result.reason
+    source = judged(warm_executor, "low_masked_rows")
+    assert "_attention_kernel" in source and "out = acc / l_i[:, None]" in source
 
 
 @pytest.mark.parametrize("task", ["low_int_widths", "low_int_rows"])
 def test_integers_are_computed_at_pytorch_s_widths(task, warm_executor):
-    task = str(FIXTURES / f"{task}.py")
-    a = analyze(task, small=True, arch="cpu")
-    source = matching(a)[0].render(a, matching(a)[0].default(a))
-    result = warm_executor.submit(EvalJob(TaskSpec(task), source, trials=2, profile=False)).result()
-    assert result.verdict == "correct", result.reason
+    judged(warm_executor, task)

@@ -38,7 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from agent import attention_ops, checked_ops, recurrent_ops
-from tools.language import FORBIDDEN_ATTRS
+from tools.language import refused_on_self
 from tools.task import output_fault
 
 aten = torch.ops.aten
@@ -166,7 +166,7 @@ class Traced:
 def attribute_expr(root, path: str) -> str:
     """`self.network[0].weight` for "network.0.weight": attribute access where Python allows it, an index into
     a ModuleList, Sequential, list or dict, and getattr with a constant name otherwise."""
-    if any(part.startswith("_") or part in FORBIDDEN_ATTRS or "hook" in part.lower() for part in path.split(".")):
+    if any(refused_on_self(part) for part in path.split(".")):
         # a buffer a module keeps private (spectral norm's _u), or one under a submodule named as a tensor method
         # (a recommender's `item` embedding): the candidate language refuses those names, so it is looked up by path
         owner, _, name = path.rpartition(".")

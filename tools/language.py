@@ -58,6 +58,15 @@ TO_PYTHON = frozenset("item tolist numpy data_ptr untyped_storage storage __arra
 FORBIDDEN_ATTRS = TO_PYTHON | frozenset("""set_ apply_ map_ map2_ as_subclass backward retain_grad requires_grad_
 requires_grad grad grad_fn is_leaf data pin_memory share_memory_ cpu cuda apply register_module train eval
 load_state_dict""".split())
+
+
+def refused_on_self(attr: str) -> bool:
+    """Whether the checker refuses `attr` as a link of a `self.` path (language_check's attribute_name: hooks,
+    private names, tensor-to-Python reads and other forbidden attributes), so that model state under it is read by
+    its path instead (agent/analysis.py attribute_expr)."""
+    return "hook" in attr.lower() or attr in FORBIDDEN_ATTRS or attr.startswith("_") and attr != "__init__"
+
+
 JIT_DECORATOR_KEYS = {"triton.jit": {"do_not_specialize", "do_not_specialize_on_alignment", "debug", "noinline"},
                       "triton.autotune": {"configs", "key", "reset_to_zero", "restore_value", "warmup", "rep",
                                           "cache_results"},

@@ -479,12 +479,11 @@ class _Builder:
             if stale:
                 raise Unsupported(f"The forward writes in place through a view ({target} into "
                                   f"{_base_name(into.target)}), which the templates do not build.")
-            if base == "copy_" and isinstance(args[0], Leaf) and args[0].kind == "tensor" \
-                    and not _copied(node.args[0]):  # state for the next call
+            state = isinstance(args[0], Leaf) and args[0].kind == "tensor" and not _copied(node.args[0])
+            if base == "copy_" and state:  # state for the next call
                 raise Unsupported(f"The forward overwrites the module's state ({args[0].base}) on every call, so "
                                   "its result depends on how many calls came before it.")
-            if isinstance(args[0], Leaf) and args[0].kind == "tensor" and not _copied(node.args[0]) and \
-                    _read_after(node, self.order):  # a running statistic the forward uses once updated
+            if state and _read_after(node, self.order):  # a running statistic the forward uses once updated
                 raise Unsupported(f"The forward updates the module's state ({args[0].base}) in place and reads the "
                                   "new value, so its result depends on how many calls came before it.")
             if base == "copy_":  # into a tensor the forward made (a fill's): the source, broadcast and cast

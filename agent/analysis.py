@@ -336,11 +336,21 @@ def _build(module: types.ModuleType, meta: bool, limit: int | None = None,
         model, inputs = module.Model(*module.get_init_inputs()), list(module.get_inputs())
         # traced as the kernels read them: a candidate makes its inputs contiguous (templates/program.py)
         inputs = [x.contiguous() if isinstance(x, torch.Tensor) else x for x in inputs]
+    _fixed_momentum(model)
     if dtype is None:
         return model, inputs
     cast = getattr(torch, dtype)
     return model.to(cast), [x.to(cast) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
                             for x in inputs]
+
+
+def _fixed_momentum(model: torch.nn.Module) -> None:
+    """A batch norm with momentum=None keeps a cumulative average: its factor, 1 / the batches seen, is a buffer
+    read as a Python number, which no capture can follow. It moves only the running statistics, whose updates
+    the kernels leave out, so the traced copy takes a fixed factor; the outputs are the same."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.momentum is None:
+            m.momentum = 0.1
 
 
 def _state(model: torch.nn.Module) -> list[tuple[str, str, torch.Tensor]]:

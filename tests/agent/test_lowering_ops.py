@@ -671,6 +671,12 @@ def test_a_namedtuple_is_returned_as_the_task_s_and_a_state_read_after_its_updat
                                             "before it.")
 
 
+def test_a_batch_norm_with_a_cumulative_average_traces(warm_executor):
+    """momentum=None makes a training batch norm read its batch count as a Python number (1 / batches seen), which
+    refused the task as branching on tensor values; that factor only moves the running statistics."""
+    judged(warm_executor, "low_bn_cumulative")
+
+
 def test_window_functions_made_in_the_forward(runner):
     """torch.hann_window, hamming_window, blackman_window, bartlett_window and kaiser_window did not lower (a
     factory no template knew); each is now its formula over an arange, periodic or symmetric."""

@@ -114,8 +114,12 @@ STEPS = {"round", "floor", "ceil", "trunc", "frac", "remainder", "fmod", "eq", "
 def tf32_parts(name: str) -> list[str]:
     """Lines splitting an fp32 tile `name` into TF32 parts {name}h + {name}l, once for every product that reads
     it (parts "hand"): the high part rounded to TF32's 10 mantissa bits in integer arithmetic, the low part the
-    exact rest (TF32 tensor cores read it to its top 10 bits, 2^-22 of the value)."""
+    exact rest (TF32 tensor cores read it to its top 10 bits, 2^-22 of the value). An infinity (or a value whose
+    rounding overflows) is all low part: only lo * hi reads it, against the other's high part, which is 0 only
+    where that value is, so its products are PyTorch's (a high infinity met a low part of 0 or of the other
+    sign in hi * lo, and made NaN)."""
     return [f"{name}h = (({name}.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)",
+            f'{name}h = tl.where(tl.abs({name}h) == float("inf"), 0.0, {name}h)',
             f"{name}l = {name} - {name}h"]
 
 

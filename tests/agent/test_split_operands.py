@@ -40,7 +40,8 @@ torch.save({"x": x, **bufs}, sys.argv[1])
 def test_the_parts_are_tf32_values_that_sum_to_the_operand(tmp_path):
     """The parts are padded with zeros to whole tiles and K steps. hi keeps x's top 11 bits (rounded; truncated where rounding would overflow to infinity), lo the rest
     rounded to 11 bits: both have their low 13 bits zero (a TF32 product reads no others), hi + lo is x to
-    2^-22 of it, an infinity splits into itself and 0 (not inf - inf), and a NaN stays a NaN. A value far below
+    2^-22 of it, an infinity splits into 0 and itself (so that no part of it meets a low part of 0), and a NaN
+    stays a NaN. A value far below
     1 (here under 2^-100, 1e-40 among them) may keep fewer bits: its lo is a subnormal number."""
     import torch
 
@@ -63,9 +64,19 @@ def test_the_parts_are_tf32_values_that_sum_to_the_operand(tmp_path):
         exact = x.double()[normal]
         assert ((hi.double() + lo.double())[normal] - exact).abs().le(exact.abs() * 2**-22).all()
         assert (lo.double().abs()[normal] <= exact.abs() * 2**-10).all()  # 2^-11 where rounded
-        assert torch.isinf(hi[5]) and torch.isinf(hi[6]) and lo[5] == 0 and lo[6] == 0
+        assert hi[5] == 0 and hi[6] == 0 and lo[5] == float("inf") and lo[6] == float("-inf")
         assert torch.isnan(hi[7])
         assert torch.isfinite(hi[3]) and torch.isfinite(lo[3])  # FLT_MAX: rounding it up would overflow
+
+
+def test_products_of_infinities_split_into_parts_are_pytorch_s(runner):
+    """An infinite operand split as inf + (inf - inf) made every product it met NaN, and as inf + 0 a NaN where it
+    met a weight TF32 holds exactly (inf * 0 in hi * lo): a finite result after it (a tanh, a minimum) was NaN.
+    Both the convolution's parts split in registers and the GEMM's split once in memory."""
+    from test_templates import check
+
+    source = check("split_inf", "gemm", {"precision": "tf32x3"}, runner)
+    assert "tah = " in source and "_split0[(" in source
 
 
 @pytest.mark.parametrize("shapes, precision", [

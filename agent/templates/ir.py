@@ -265,6 +265,23 @@ def _copied(into) -> bool:
     return into.op == "call_function"
 
 
+def _state_reaches_output(into) -> bool:
+    """Whether the value of the module state that `into` views (through views and aliases) reaches an output by
+    any path. Where none does (an instance norm's running statistics in training mode) the outputs are the same
+    whatever the state holds, and its update is bookkeeping the kernels leave out, as a batch norm's."""
+    while into.op == "call_function" and _base_name(into.target) in VIEWS | {"detach", "alias", "lift_fresh"}:
+        into = into.args[0]
+    seen, stack = {into}, [into]
+    while stack:
+        for user in stack.pop().users:
+            if user.op == "output":
+                return True
+            if user not in seen:
+                seen.add(user)
+                stack.append(user)
+    return False
+
+
 def _read_after(node, order: dict) -> bool:
     """Whether the tensor an in-place `node` updates is read after it: the op's own result, or the tensor it
     writes into, by an op that does not update it in place too (a chain of updates is followed to its end)."""
@@ -480,7 +497,7 @@ class _Builder:
                 raise Unsupported(f"The forward writes in place through a view ({target} into "
                                   f"{_base_name(into.target)}), which the templates do not build.")
             state = isinstance(args[0], Leaf) and args[0].kind == "tensor" and not _copied(node.args[0])
-            if base == "copy_" and state:  # state for the next call
+            if base == "copy_" and state and _state_reaches_output(into):  # state for the next call
                 raise Unsupported(f"The forward overwrites the module's state ({args[0].base}) on every call, so "
                                   "its result depends on how many calls came before it.")
             if state and _read_after(node, self.order):  # a running statistic the forward uses once updated

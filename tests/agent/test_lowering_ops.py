@@ -671,10 +671,11 @@ def test_a_namedtuple_is_returned_as_the_task_s_and_a_state_read_after_its_updat
                                             "before it.")
 
 
-def test_a_batch_norm_with_a_cumulative_average_traces(warm_executor):
+def test_norms_whose_running_statistics_no_output_reads(warm_executor):
     """momentum=None makes a training batch norm read its batch count as a Python number (1 / batches seen), which
-    refused the task as branching on tensor values; that factor only moves the running statistics."""
-    judged(warm_executor, "low_bn_cumulative")
+    refused the task as branching on tensor values; a training instance norm that tracks running statistics
+    copies them into its buffers, which refused it as state carried to the next call. Neither reaches an output."""
+    judged(warm_executor, "low_norm_running")
 
 
 def test_window_functions_made_in_the_forward(runner):

@@ -257,21 +257,25 @@ POOLS = {"max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool2d", "av
          "_adaptive_avg_pool3d", "adaptive_max_pool2d", "adaptive_max_pool3d"}
 
 
-def _copied(into) -> bool:
-    """Whether the tensor that `into` views (through views and aliases) is one the forward made, a clone of an
-    input among them, rather than an input or the module's own."""
+def _viewed(into):
+    """The node of the tensor that `into` views, through views and aliases."""
     while into.op == "call_function" and _base_name(into.target) in VIEWS | {"detach", "alias", "lift_fresh"}:
         into = into.args[0]
-    return into.op == "call_function"
+    return into
+
+
+def _copied(into) -> bool:
+    """Whether the tensor that `into` views is one the forward made, a clone of an input among them, rather than
+    an input or the module's own."""
+    return _viewed(into).op == "call_function"
 
 
 def _state_reaches_output(into) -> bool:
-    """Whether the value of the module state that `into` views (through views and aliases) reaches an output by
-    any path. Where none does (an instance norm's running statistics in training mode) the outputs are the same
-    whatever the state holds, and its update is bookkeeping the kernels leave out, as a batch norm's."""
-    while into.op == "call_function" and _base_name(into.target) in VIEWS | {"detach", "alias", "lift_fresh"}:
-        into = into.args[0]
-    seen, stack = {into}, [into]
+    """Whether the value of the module state that `into` views (_viewed) reaches an output by any path. Where
+    none does (an instance norm's running statistics in training mode) the outputs are the same whatever the
+    state holds, and its update is bookkeeping the kernels leave out, as a batch norm's."""
+    root = _viewed(into)
+    seen, stack = {root}, [root]
     while stack:
         for user in stack.pop().users:
             if user.op == "output":

@@ -1000,13 +1000,15 @@ class _Builder:
         return self.add("reduce", "sum", [prod], v.shape, v.dtype, dims=(len(b.shape) - 2,), keepdim=True)
 
     def reduce(self, base, args, kwargs, v) -> Value:
-        x = args[0]
+        x, scalar = args[0], not args[0].shape
+        if scalar:  # a 0-dim tensor's dim 0 (or -1, or all of them) is its one element
+            x = self.reshaped(x, (1,))
         rank = len(x.shape)
         if base in ("max", "min") and len(args) == 1:  # full max/min
             return self.add("reduce", base, [x], v[0].shape if isinstance(v, tuple) else v.shape, x.dtype,
                             dims=tuple(range(rank)), keepdim=False)
         dims = args[1] if len(args) > 1 else kwargs.get("dim")
-        keepdim = bool(args[2] if len(args) > 2 else kwargs.get("keepdim", False))
+        keepdim = bool(args[2] if len(args) > 2 else kwargs.get("keepdim", False)) and not scalar
         if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
             dims = list(range(rank))
         dims = tuple(sorted({d % max(rank, 1) for d in ([dims] if isinstance(dims, int) else dims)}))

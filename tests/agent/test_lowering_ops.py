@@ -678,6 +678,12 @@ def test_norms_whose_running_statistics_no_output_reads(warm_executor):
     judged(warm_executor, "low_norm_running")
 
 
+def test_reductions_of_a_0_dim_tensor_over_its_dim_0(warm_executor):
+    """s.sum(0) of a 0-dim s indexed a dim it lacks (an IndexError while lowering), and an unbatched cross-entropy's
+    reduction of its 0-dim picked logit failed the scheduler's check; each now reduces the one element."""
+    judged(warm_executor, "low_scalar_reduce")
+
+
 def test_window_functions_made_in_the_forward(runner):
     """torch.hann_window, hamming_window, blackman_window, bartlett_window and kaiser_window did not lower (a
     factory no template knew); each is now its formula over an arange, periodic or symmetric."""

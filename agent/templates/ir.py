@@ -286,6 +286,32 @@ def _state_reaches_output(into) -> bool:
     return False
 
 
+def _fresh_write(node, chain: list | None, order: dict) -> bool:
+    """Whether an in-place copy `node` into module state writes through slices and selects (`chain`: fixed
+    bounds) a value computed without that state (a static cache's slots for this call's keys), and nothing
+    reads the state before it: every call then writes the same region with its own values, so what the outputs
+    read of the state, the region written or the rest never written, does not depend on the calls before."""
+    if _base_name(node.target) != "copy_" or not chain:
+        return False
+    root = _viewed(chain[0])
+    stack = [root]
+    while stack:
+        for u in stack.pop().users:
+            if u.op == "call_function" and _base_name(u.target) in VIEWS:
+                stack.append(u)
+            elif u is not node and order[u] < order[node]:  # read before the write: the last call's values
+                return False
+    seen, stack = set(), [node.args[1]]
+    while stack:
+        m = stack.pop()
+        if m is root:
+            return False
+        if isinstance(m, torch.fx.Node) and m not in seen:
+            seen.add(m)
+            stack.extend(m.all_input_nodes)
+    return True
+
+
 def _read_after(node, order: dict) -> bool:
     """Whether the tensor an in-place `node` updates is read after it: the op's own result, or the tensor it
     writes into, by an op that does not update it in place too (a chain of updates is followed to its end)."""
@@ -500,7 +526,8 @@ class _Builder:
             if stale:
                 raise Unsupported(f"The forward writes in place through a view ({target} into "
                                   f"{_base_name(into.target)}), which the templates do not build.")
-            state = isinstance(args[0], Leaf) and args[0].kind == "tensor" and not _copied(node.args[0])
+            state = isinstance(args[0], Leaf) and args[0].kind == "tensor" and not _copied(node.args[0]) \
+                and not _fresh_write(node, chain, self.order)
             if base == "copy_" and state and _state_reaches_output(into):  # state for the next call
                 raise Unsupported(f"The forward overwrites the module's state ({args[0].base}) on every call, so "
                                   "its result depends on how many calls came before it.")

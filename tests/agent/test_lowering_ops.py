@@ -684,6 +684,15 @@ def test_reductions_of_a_0_dim_tensor_over_its_dim_0(warm_executor):
     judged(warm_executor, "low_scalar_reduce")
 
 
+def test_a_static_cache_written_before_it_is_read(warm_executor):
+    """Keys written into fixed slots of the module's buffers, then read: each call writes the same slots with its
+    own values first, so its outputs do not depend on the calls before (it was refused as state carried to the
+    next call). Read before the write, the slots hold the last call's keys: still refused."""
+    judged(warm_executor, "low_static_cache")
+    reading = analyze(str(FIXTURES / "low_static_cache.py"), small=True, arch="cpu", shapes={"read_first": True})
+    assert "overwrites the module's state (self.keys)" in unsupported_reason(reading)
+
+
 def test_window_functions_made_in_the_forward(runner):
     """torch.hann_window, hamming_window, blackman_window, bartlett_window and kaiser_window did not lower (a
     factory no template knew); each is now its formula over an arange, periodic or symmetric."""

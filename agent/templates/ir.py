@@ -270,20 +270,22 @@ def _copied(into) -> bool:
     return _viewed(into).op == "call_function"
 
 
+def _downstream(root) -> set:
+    """The nodes that read `root`'s value, directly or through others."""
+    seen, stack = set(), [root]
+    while stack:
+        for user in stack.pop().users:
+            if user not in seen:
+                seen.add(user)
+                stack.append(user)
+    return seen
+
+
 def _state_reaches_output(into) -> bool:
     """Whether the value of the module state that `into` views (_viewed) reaches an output by any path. Where
     none does (an instance norm's running statistics in training mode) the outputs are the same whatever the
     state holds, and its update is bookkeeping the kernels leave out, as a batch norm's."""
-    root = _viewed(into)
-    seen, stack = {root}, [root]
-    while stack:
-        for user in stack.pop().users:
-            if user.op == "output":
-                return True
-            if user not in seen:
-                seen.add(user)
-                stack.append(user)
-    return False
+    return any(n.op == "output" for n in _downstream(_viewed(into)))
 
 
 def _fresh_write(node, chain: list | None, order: dict) -> bool:
@@ -301,15 +303,7 @@ def _fresh_write(node, chain: list | None, order: dict) -> bool:
                 stack.append(u)
             elif u is not node and order[u] < order[node]:  # read before the write: the last call's values
                 return False
-    seen, stack = set(), [node.args[1]]
-    while stack:
-        m = stack.pop()
-        if m is root:
-            return False
-        if isinstance(m, torch.fx.Node) and m not in seen:
-            seen.add(m)
-            stack.extend(m.all_input_nodes)
-    return True
+    return node.args[1] is not root and node.args[1] not in _downstream(root)
 
 
 def _read_after(node, order: dict) -> bool:

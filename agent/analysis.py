@@ -241,7 +241,9 @@ class _Skipped(Exception):
 
 
 # how each capture says the forward read a value out of a tensor it traced (an `if` on a tensor, .item())
-DATA_DEPENDENT = ("GuardOnDataDependentSymNode", "_local_scalar_dense")
+# What a capture's failure says of a read of a tensor's values: a branch on one, one read as a number, a tensor
+# given where an int goes (a size: pack_padded_sequence's lengths)
+DATA_DEPENDENT = ("GuardOnDataDependentSymNode", "_local_scalar_dense", "but got FakeTensor")
 
 
 def trace(module: types.ModuleType, *, meta: bool, decompositions: dict | None = None,

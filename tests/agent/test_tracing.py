@@ -74,11 +74,13 @@ def test_an_untraceable_task_names_every_capture_in_one_sentence():
         assert part in message, message
 
 
-def test_a_branch_on_a_tensor_s_value_is_said_in_one_sentence(capfd):
-    """Every capture fails on a data-dependent read; the reason names that, not each capture's guard text, and
-    the terminal shows no partial graph (torch.export printed one, and the shape solver logged a warning)."""
+@pytest.mark.parametrize("task", ["trace_value_branch", "trace_value_size"])
+def test_a_branch_on_a_tensor_s_value_is_said_in_one_sentence(task, capfd):
+    """Every capture fails on a data-dependent read (a branch, a number, a size: a tensor where an int goes); the
+    reason names that, not each capture's guard text, and the terminal shows no partial graph (torch.export
+    printed one, and the shape solver logged a warning)."""
     with pytest.raises(TraceError) as e:
-        capture("trace_value_branch", small=True)
+        capture(task, small=True)
     assert str(e.value) == ("The forward branches on the values in its tensors (a tensor used as a Python bool or "
                             "number, as in `if torch.any(x < 0)`), which a traced kernel cannot follow.")
     err = capfd.readouterr().err

@@ -240,9 +240,8 @@ class _Skipped(Exception):
     """A capture that did not try (the task is too large for it)."""
 
 
-# how each capture says the forward read a value out of a tensor it traced (an `if` on a tensor, .item())
-# What a capture's failure says of a read of a tensor's values: a branch on one, one read as a number, a tensor
-# given where an int goes (a size: pack_padded_sequence's lengths)
+# how each capture says the forward read a value out of a tensor it traced (an `if` on a tensor, .item(), a
+# tensor given where an int goes: a size, as pack_padded_sequence's lengths)
 DATA_DEPENDENT = ("GuardOnDataDependentSymNode", "_local_scalar_dense", "but got FakeTensor")
 
 

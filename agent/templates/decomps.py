@@ -544,7 +544,8 @@ def _aa_filter(x, cubic: bool):
 def _aa_taps(size_in: int, size_out: int, scale_factor, cubic: bool):
     """Each output's window, as PyTorch's antialiased resize takes it (a filter widened by the scale where it
     shrinks, over the inputs whose centers fall within its support, truncated to the image): its first input
-    [size_out] and its normalized weights [size_out, taps], a tap past the window weighing 0."""
+    [size_out], its normalized weights [size_out, taps] and which taps are in it [size_out, taps] (a tap past
+    the window weighs 0)."""
     scale = 1.0 / scale_factor if scale_factor else size_in / size_out
     support = (2.0 if cubic else 1.0) * max(scale, 1.0)
     taps = int(math.ceil(support)) * 2 + 1
@@ -552,9 +553,10 @@ def _aa_taps(size_in: int, size_out: int, scale_factor, cubic: bool):
     lo = torch.clamp(torch.trunc(center - support + 0.5), min=0.0)
     hi = torch.clamp(torch.trunc(center + support + 0.5), max=float(size_in))
     at = lo[:, None] + torch.arange(taps, dtype=torch.float32)
-    w = torch.where(at < hi[:, None], _aa_filter((at - center[:, None] + 0.5) / max(scale, 1.0), cubic), 0.0)
+    inside = at < hi[:, None]
+    w = torch.where(inside, _aa_filter((at - center[:, None] + 0.5) / max(scale, 1.0), cubic), 0.0)
     total = w.sum(1, keepdim=True)
-    return lo.to(torch.int64), w / torch.where(total != 0.0, total, 1.0)
+    return lo.to(torch.int64), w / torch.where(total != 0.0, total, 1.0), inside
 
 
 def upsample_aa(cubic: bool):
@@ -562,13 +564,47 @@ def upsample_aa(cubic: bool):
         if align_corners:  # not decomposed: the op stays, and no template lowers it
             return NotImplemented
         for dim, size, scale in ((-1, output_size[1], scales_w), (-2, output_size[0], scales_h)):
-            lo, w = _aa_taps(x.shape[dim], size, scale, cubic)
-            at = torch.clamp(lo[:, None] + torch.arange(w.shape[1]), max=x.shape[dim] - 1)  # weight 0 past the end
+            lo, w, inside = _aa_taps(x.shape[dim], size, scale, cubic)
+            at = torch.clamp(lo[:, None] + torch.arange(w.shape[1]), max=x.shape[dim] - 1)
             window = x.index_select(dim, at.flatten()).unflatten(dim, tuple(at.shape))  # [..., size, taps(, W)]
-            weight = w.to(x.dtype) if dim == -1 else w.to(x.dtype)[:, :, None]
-            x = (window * weight).sum(dim)
+            weight, inside = (w.to(x.dtype), inside) if dim == -1 else (w.to(x.dtype)[:, :, None], inside[:, :, None])
+            x = torch.where(inside, window * weight, 0.0).sum(dim)  # a tap past the window adds 0, not 0 * inf
         return x
     return resize
+
+
+def _linear_taps(size_in: int, size_out: int, align_corners: bool, scale, device):
+    """Each output's two inputs along one dim and the second's weight, as PyTorch's linear resampling takes them:
+    the source coordinate in float32, clamped at 0 (half a pixel in, unless align_corners), its floor and the
+    next input (the last one at the image's end)."""
+    i = torch.arange(size_out, device=device).to(torch.float32)
+    if align_corners:
+        src = i * ((size_in - 1) / (size_out - 1) if size_out > 1 else 0.0)
+    else:
+        step = 1.0 / scale if scale is not None and scale > 0 else size_in / size_out
+        src = (step * (i + 0.5) - 0.5).clamp(min=0.0)
+    lo = src.to(torch.int64)
+    return lo, (lo + 1).clamp(max=size_in - 1), (src - lo).clamp(0.0, 1.0)
+
+
+def upsample_linear(x, output_size, align_corners, *scales):
+    """Linear, bilinear and trilinear resampling as PyTorch's kernels weigh it, the last dim first: a * (1 - t) +
+    b * t, in float32. torch's own decomposition takes a + (b - a) * t, which makes two -inf neighbours NaN where
+    PyTorch's kernels give -inf (a ReLU after it gives 0)."""
+    dtype, spatial = x.dtype, x.dim() - 2
+    scales = (list(scales) + [None] * spatial)[:spatial]
+    y = x.to(torch.float32)
+    for d in reversed(range(spatial)):
+        lo, hi, t = _linear_taps(x.shape[2 + d], output_size[d], align_corners, scales[d], x.device)
+        t = t.view([-1] + [1] * (spatial - 1 - d))
+        y = y.index_select(2 + d, lo) * (1.0 - t) + y.index_select(2 + d, hi) * t
+    return y.to(dtype) if dtype.is_floating_point else torch.round(y).to(dtype)
+
+
+def upsample_linear_vec(x, output_size, align_corners, scale_factors):
+    if output_size is None:
+        output_size = [int(n * f) for n, f in zip(x.shape[2:], scale_factors)]
+    return upsample_linear(x, output_size, align_corners, *(scale_factors or []))
 
 
 def _search(values, seq, right: bool, out_int32: bool):
@@ -718,6 +754,10 @@ DECOMPOSITIONS.update(torch._decomp.get_decompositions([
     aten.upsample_bilinear2d, aten.upsample_trilinear3d, aten.upsample_bicubic2d, aten.grid_sampler_2d,
     aten.pixel_shuffle, aten.pixel_unshuffle, aten.im2col, aten.glu, aten.baddbmm, aten.addmv, aten.addr,
     aten.renorm, aten.margin_ranking_loss, aten.soft_margin_loss]))
+DECOMPOSITIONS.update({op.default: upsample_linear for op in (aten.upsample_linear1d, aten.upsample_bilinear2d,
+                                                              aten.upsample_trilinear3d)})
+DECOMPOSITIONS.update({op.vec: upsample_linear_vec for op in (aten.upsample_linear1d, aten.upsample_bilinear2d,
+                                                              aten.upsample_trilinear3d)})
 DECOMPOSITIONS.update(torch._decomp.get_decompositions([  # these overloads only: the others lower as they are
     aten.col2im.default, aten.fill_.Scalar, aten.fill_.Tensor, aten.fill.Scalar, aten.new_zeros.default,
     aten.multi_margin_loss.default, aten.hinge_embedding_loss.default, aten.log_sigmoid_forward.default,

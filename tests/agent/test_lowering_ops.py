@@ -693,6 +693,13 @@ def test_a_static_cache_written_before_it_is_read(warm_executor):
     assert "overwrites the module's state (self.keys)" in unsupported_reason(reading)
 
 
+def test_resampling_over_infinities_is_pytorch_s(runner):
+    """Linear resampling took torch's decomposition, a + (b - a) * t: two -inf neighbours made NaN, where PyTorch's
+    kernels give -inf (0 after a ReLU); an antialiased resize's taps past its window weighed 0, and 0 * -inf is
+    NaN. Found by the evaluator's masked inputs."""
+    check("low_resample_inf", runner, bound=1e-5)
+
+
 def test_window_functions_made_in_the_forward(runner):
     """torch.hann_window, hamming_window, blackman_window, bartlett_window and kaiser_window did not lower (a
     factory no template knew); each is now its formula over an arange, periodic or symmetric."""

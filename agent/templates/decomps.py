@@ -12,8 +12,9 @@ aten = torch.ops.aten
 
 
 def _dims(x, dims) -> list[int]:
-    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0) or x.dim() == 0:  # a 0-dim x: its dim
-        return list(range(x.dim()))  # 0 is all of it (none)
+    """The dims a reduction takes: all of them where none are given, and none of a 0-dim x (its dim 0 or -1)."""
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0) or x.dim() == 0:
+        return list(range(x.dim()))
     return [d % max(x.dim(), 1) for d in ([dims] if isinstance(dims, int) else dims)]
 
 

@@ -152,12 +152,28 @@ def index_reduce(x, dim, index, source, reduce, *, include_self=True):
         return NotImplemented
     dim = dim % max(x.dim(), 1)
     index = index.view([-1 if d == dim else 1 for d in range(source.dim())]).expand(source.shape)
+    return _reduce_into(x, dim, index, source, reduce, include_self)
+
+
+def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
+    """scatter_reduce over floats by mean, or by sum, amax or amin without the target's own values, as
+    index_reduce's scatters (the others lower as they are; a product is not built)."""
+    built = reduce == "mean" or reduce in ("sum", "amax", "amin") and not include_self
+    if not built or not x.dtype.is_floating_point:
+        return NotImplemented
+    source = src[tuple(slice(0, n) for n in index.shape)]  # the source's elements at the index's positions
+    return _reduce_into(x, dim % max(x.dim(), 1), index, source, reduce, include_self)
+
+
+def _reduce_into(x, dim, index, source, reduce, include_self):
+    """x with `source` reduced into it along `dim` at `index` (the source's shape), by sum, mean, amax or amin: a
+    reduction without the target's own values (include_self False) kept where some source element lands."""
     count = torch.zeros_like(x).scatter_add(dim, index, torch.ones_like(source))
-    if reduce == "mean":
+    if reduce in ("sum", "mean"):
         total = torch.zeros_like(x).scatter_add(dim, index, source)
         if include_self:
             total, count = total + x, count + 1
-        return torch.where(count == 0, x, total / count)
+        return torch.where(count == 0, x, total / count if reduce == "mean" else total)
     if include_self:
         return x.scatter_reduce(dim, index, source, reduce)
     start = torch.full_like(x, -math.inf if reduce == "amax" else math.inf)
@@ -735,6 +751,7 @@ DECOMPOSITIONS = {
     aten.l1_loss.default: l1_loss,
     aten.huber_loss.default: huber_loss,
     aten.smooth_l1_loss.default: smooth_l1_loss,
+    aten.scatter_reduce.two: scatter_reduce,
     aten.nll_loss_forward.default: nll_loss_forward,
     aten.nll_loss2d_forward.default: nll_loss_forward,
     aten.binary_cross_entropy.default: binary_cross_entropy,

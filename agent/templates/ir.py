@@ -682,8 +682,8 @@ class _Builder:
                        "amin": "min"}
                 if reduce not in fns or not (args[5] if len(args) > 5 else kwargs.get("include_self", True)) or \
                         reduce in ("amax", "amin") and not x.dtype.is_floating_point:
-                    raise Unsupported(f"A scatter reducing by {reduce!r} is built only as a sum, or over floats a "
-                                      "max or a min, that takes in the target's own values.")
+                    raise Unsupported(f"A scatter reducing by {reduce!r} is built only as a sum or, over floats, a "
+                                      "mean, a max or a min.")
                 domain, fn = tuple(args[2].shape), fns[reduce]
                 src = args[3] if len(args) > 3 else kwargs.get("src", kwargs.get("value"))
                 for d, n in enumerate(domain):  # the source's elements at the index's positions

@@ -568,16 +568,13 @@ def test_antialiased_resizes_are_weighted_sums_over_each_output_s_window(runner,
 
 def test_scatters_that_take_a_max_or_a_min(runner, tmp_path):
     """scatter_reduce by amax, amin and sum, and an embedding bag in max mode, had no lowering: the target's copy
-    takes each value by an atomic max or min. One that leaves the target's own values out is refused in a
-    sentence."""
+    takes each value by an atomic max or min. One by product is refused in a sentence."""
     source = check("low_scatter_max", runner)
     assert "tl.atomic_max(" in source and "tl.atomic_min(" in source
     task = tmp_path / "task.py"
-    task.write_text((FIXTURES / "low_scatter_max.py").read_text().replace('x, "amax")',
-                                                                        'x, "amax", include_self=False)'))
-    assert unsupported_reason(analyze(str(task), small=True)) == ("A scatter reducing by 'amax' is built only as a "
-                                                                  "sum, or over floats a max or a min, that takes in "
-                                                                  "the target's own values.")
+    task.write_text((FIXTURES / "low_scatter_max.py").read_text().replace('x, "amax")', 'x, "prod")'))
+    assert unsupported_reason(analyze(str(task), small=True)) == ("A scatter reducing by 'prod' is built only as a "
+                                                                  "sum or, over floats, a mean, a max or a min.")
 
 
 def test_a_named_pair_is_returned_as_the_reference_returns_it(warm_executor):
@@ -698,6 +695,12 @@ def test_resampling_over_infinities_is_pytorch_s(runner):
     kernels give -inf (0 after a ReLU); an antialiased resize's taps past its window weighed 0, and 0 * -inf is
     NaN. Found by the evaluator's masked inputs."""
     check("low_resample_inf", runner, bound=1e-5)
+
+
+def test_scatter_reduce_by_mean_and_without_the_target_s_own_values(warm_executor):
+    """scatter_reduce by mean, and by sum, amax or amin with include_self=False, were refused; each is now
+    index_reduce's scatters: a sum over a count, or a reduction from the identity kept where a value lands."""
+    judged(warm_executor, "low_scatter_reduce")
 
 
 def test_window_functions_made_in_the_forward(runner):

@@ -643,6 +643,23 @@ def _search(values, seq, right: bool, out_int32: bool):
     return lo.to(torch.int32 if out_int32 else torch.int64)
 
 
+def _triangle_indices(upper: bool):
+    """torch.triu_indices / tril_indices: each row's first column and count in the triangle, their running
+    ends, and for each element (row-major, as PyTorch orders them) its row by a search of those ends and its
+    column from its place in the row."""
+    def indices(row, col, offset=0, *, dtype=torch.long, layout=None, device=None, pin_memory=False):
+        r = torch.arange(row, device=device)
+        first = torch.clamp(r + offset, min=0) if upper else torch.zeros_like(r)
+        count = torch.clamp(col - first if upper else torch.clamp(r + offset + 1, max=col), min=0)
+        total = sum(max(0, col - max(i + offset, 0)) if upper else max(0, min(i + offset + 1, col))
+                    for i in range(row))
+        ends = torch.cumsum(count, 0)
+        t = torch.arange(total, device=device)
+        rows = _search(t, ends, True, False)
+        return torch.stack([rows, t - (ends - count)[rows] + first[rows]]).to(dtype)
+    return indices
+
+
 def bucketize(x, boundaries, *, out_int32=False, right=False):
     return _search(x, boundaries, right, out_int32)
 
@@ -752,6 +769,8 @@ DECOMPOSITIONS = {
     aten.huber_loss.default: huber_loss,
     aten.smooth_l1_loss.default: smooth_l1_loss,
     aten.scatter_reduce.two: scatter_reduce,
+    aten.triu_indices.default: _triangle_indices(upper=True),
+    aten.tril_indices.default: _triangle_indices(upper=False),
     aten.nll_loss_forward.default: nll_loss_forward,
     aten.nll_loss2d_forward.default: nll_loss_forward,
     aten.binary_cross_entropy.default: binary_cross_entropy,

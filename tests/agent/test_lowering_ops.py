@@ -703,6 +703,12 @@ def test_scatter_reduce_by_mean_and_without_the_target_s_own_values(warm_executo
     judged(warm_executor, "low_scatter_reduce")
 
 
+def test_triangle_indices_made_in_the_forward(warm_executor):
+    """torch.triu_indices and tril_indices had no lowering; each element's row is now a search of the rows'
+    running counts, its column its place in the row (rectangular, with offsets of either sign)."""
+    judged(warm_executor, "low_triangle_indices")
+
+
 def test_window_functions_made_in_the_forward(runner):
     """torch.hann_window, hamming_window, blackman_window, bartlett_window and kaiser_window did not lower (a
     factory no template knew); each is now its formula over an arange, periodic or symmetric."""

@@ -423,6 +423,13 @@ def _nan_to_num(x: str, nan, posinf, neginf) -> str:
 # 52_Conv2d_Activation_BatchNorm's mish at elements of the shifted trial for it. Near 0 they are polynomials:
 # Taylor terms of exp to x**9 where |x| < 0.5, and log(1 + x) = 2 atanh(s), s = x / (2 + x), to s**15 where
 # |x| < 0.5; both under 2e-9 of the value there, and exp or log is well conditioned elsewhere.
+_PAIR_COMBINE = '''@triton.jit
+def _{name}_combine(v1, i1, v2, i2):
+    n1 = v1 != v1
+    n2 = v2 != v2
+    second = (v2 {better} v1) | (n2 & ~n1) | (((v2 == v1) | (n1 & n2)) & (i2 {tie} i1))
+    return tl.where(second, v2, v1), tl.where(second, i2, i1)
+'''
 HELPERS = {
     # below 2 ** 23 an fp32 sum with 2 ** 23 keeps no fraction: the addition rounds it off, ties to even
     "_rint": '''@triton.jit
@@ -651,38 +658,10 @@ def _max_combine(a, b):
 def _min_combine(a, b):
     return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
 ''',
-    # (value, index) pairs: the larger (smaller) value, NaN above all as PyTorch's argmax and argmin take it, and
-    # between equal values (or two NaNs) the first index
-    "_argmax_combine": '''@triton.jit
-def _argmax_combine(v1, i1, v2, i2):
-    n1 = v1 != v1
-    n2 = v2 != v2
-    second = (v2 > v1) | (n2 & ~n1) | (((v2 == v1) | (n1 & n2)) & (i2 < i1))
-    return tl.where(second, v2, v1), tl.where(second, i2, i1)
-''',
-    "_argmin_combine": '''@triton.jit
-def _argmin_combine(v1, i1, v2, i2):
-    n1 = v1 != v1
-    n2 = v2 != v2
-    second = (v2 < v1) | (n2 & ~n1) | (((v2 == v1) | (n1 & n2)) & (i2 < i1))
-    return tl.where(second, v2, v1), tl.where(second, i2, i1)
-''',
-    # (value, index) pairs of a running max (min), as torch.cummax (cummin) takes them: the larger (smaller)
-    # value, a NaN above all, and between equal values or two NaNs the later index
-    "_lastmax_combine": '''@triton.jit
-def _lastmax_combine(v1, i1, v2, i2):
-    n1 = v1 != v1
-    n2 = v2 != v2
-    second = (n2 & ~n1) | (~n1 & ~n2 & (v2 > v1)) | (((v2 == v1) | (n1 & n2)) & (i2 > i1))
-    return tl.where(second, v2, v1), tl.where(second, i2, i1)
-''',
-    "_lastmin_combine": '''@triton.jit
-def _lastmin_combine(v1, i1, v2, i2):
-    n1 = v1 != v1
-    n2 = v2 != v2
-    second = (n2 & ~n1) | (~n1 & ~n2 & (v2 < v1)) | (((v2 == v1) | (n1 & n2)) & (i2 > i1))
-    return tl.where(second, v2, v1), tl.where(second, i2, i1)
-''',
+    # (value, index) pairs: the larger (smaller) value, NaN above all, and between equal values (or two NaNs)
+    # the first index as PyTorch's argmax and argmin take it, or the later one as torch.cummax and cummin do
+    **{f"_{name}_combine": _PAIR_COMBINE.format(name=name, better=better, tie=tie) for name, better, tie in (
+        ("argmax", ">", "<"), ("argmin", "<", "<"), ("lastmax", ">", ">"), ("lastmin", "<", ">"))},
     # two (max, sum of exp(x - max)) pairs as one: the larger max, each sum scaled to it (by 1 where its own
     # max is that max, also where both are infinite)
     "_lse_combine": '''@triton.jit

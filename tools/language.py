@@ -116,8 +116,8 @@ RULES = {  # rule -> the sentence a rejection gives, with {what}
     "init-only": "it calls {what} outside __init__ (random draws and torch.nn modules belong in the constructor)",
     "statements": "it uses {what}, which the candidate language does not include",
     "callbacks": "it passes Python code where Triton calls it back ({what}); grids and heuristics are arithmetic",
-    "overrides": "it overrides {what}, which the evaluator calls (a module may define forward and its own "
-                 "methods)",
+    "overrides": "it binds {what} on its module: nn.Module's own are what the evaluator calls, and a tensor "
+                 "method's name is read as the tensor's (a module may define forward and methods of other names)",
     "kernel-language": "a @triton.jit function uses {what}; kernels may use only triton.language and arithmetic",
 }
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import importlib
+import types
 
 from tools.language import (ARITH_CALLS, BUILTINS, FORBIDDEN_ATTRS, HOST_CALLS, IMPORTABLE, INIT_CALLS, JIT_BUILTINS,
                             JIT_DECORATOR_KEYS, MODULE_METHODS, SHAPE_METHODS, TENSOR_ATTRS, TENSOR_METHODS,
@@ -46,6 +48,32 @@ def _key(node: ast.AST) -> str:
                 isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
             n.body = body[1:]
     return ast.dump(node)
+
+
+LIBRARY_ROOTS = ("math", "typing", "triton.language")  # read as values at any name they export
+
+
+def library_value(path: str) -> bool:
+    """Whether a path under math, typing or triton.language names that library's own value: math.X; typing.X
+    but no function of typing's (get_type_hints evaluates strings); under triton.language, a name reached
+    through triton.language's own modules only, which is Triton's or plain data. A path through a module from
+    elsewhere (tl.core.builtins is Python's builtins, typing.sys is sys) reaches all of Python."""
+    root = next((r for r in LIBRARY_ROOTS if path.startswith(r + ".")), None)
+    parts = path[len(root or "") + 1:].split(".")
+    if root is None or root != "triton.language" and len(parts) > 1:
+        return False
+    obj = importlib.import_module(root)
+    for part in parts:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return True  # not there: an error when it runs
+        if isinstance(obj, types.ModuleType) and not obj.__name__.startswith("triton.language"):
+            return False
+    if root != "triton.language":
+        return root == "math" or not isinstance(obj, (types.FunctionType, types.BuiltinFunctionType))
+    if isinstance(obj, (types.ModuleType, int, float, str)):
+        return True
+    return (getattr(obj, "__module__", None) or type(obj).__module__ or "").startswith("triton")
 
 
 class _Checker:
@@ -150,14 +178,26 @@ class _Checker:
             if isinstance(item, ast.FunctionDef):
                 if item.name.startswith("__") and item.name != "__init__":
                     raise _Outside("python-internals", item, item.name)
-                if item.name in module_methods():
-                    raise _Outside("overrides", item, f"nn.Module.{item.name}")
+                self.own_name(item.name, item)
                 self.function_def(item, method=True)
             elif isinstance(item, (ast.Assign, ast.AnnAssign)):
+                for t in item.targets if isinstance(item, ast.Assign) else [item.target]:
+                    for n in ast.walk(t):
+                        if isinstance(n, ast.Name):
+                            self.own_name(n.id, n)
                 self.statement(item)
             elif not (isinstance(item, ast.Pass) or
                       isinstance(item, ast.Expr) and isinstance(item.value, ast.Constant)):
                 raise _Outside("statements", item, f"a {type(item).__name__.lower()} statement in a class body")
+
+    def own_name(self, name: str, node: ast.AST) -> None:
+        """A name a candidate's class binds, or its code assigns on self: never one of nn.Module's methods, which
+        the evaluator calls, nor one the checker takes for a tensor's method (`self.size()` in a grid would run
+        whatever the candidate made `size`)."""
+        if name in module_methods():
+            raise _Outside("overrides", node, f"nn.Module.{name}")
+        if name in TENSOR_METHODS:
+            raise _Outside("overrides", node, name)
 
     def function_def(self, s: ast.FunctionDef, method: bool) -> None:
         self.name_ok(s.name, s)
@@ -252,6 +292,7 @@ class _Checker:
             if not (isinstance(t.value, ast.Name) and t.value.id == "self" and self.function is not None):
                 raise _Outside("monkeypatch", t, f"the attribute {ast.unparse(t)}")
             self.attribute_name(t.attr, t)
+            self.own_name(t.attr, t)
         elif isinstance(t, ast.Subscript):
             if not (isinstance(t.value, ast.Name) and t.value.id in self.containers):
                 raise _Outside("monkeypatch", t, f"an element of {ast.unparse(t.value)} (a write into a tensor "
@@ -396,7 +437,7 @@ class _Checker:
     def value_path(self, path: str, node: ast.AST, callee: bool) -> None:
         """A library name read (not called): dtypes, classes to derive from or test against, math, tl."""
         last = path.split(".")[-1]
-        ok = path.startswith(("math.", "triton.language.", "typing.")) or \
+        ok = library_value(path) or \
             path.startswith("torch.") and path.count(".") == 1 and last in TORCH_VALUES or \
             path.startswith("torch.nn.") and path.count(".") == 2 and last[:1].isupper() or \
             path == "torch.Tensor" or \

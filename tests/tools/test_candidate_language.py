@@ -96,6 +96,8 @@ def copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     "    d = TensorDescriptor(x, [64, 64], [64, 1], [32, 32])\n    copy_kernel[(4,)](d, x, 1, BLOCK=1)\n",
     "class M(torch.nn.Module):\n    def forward(self, x):\n"  # a buffer a module keeps private, by its path
     "        return x.to(self.get_buffer('norm.parametrizations.weight.0._u').dtype)\n",
+    "import typing\n\ndef f(x: typing.Optional[torch.Tensor]) -> typing.Callable:\n"  # library values
+    "    return (tl.float32, tl.core.tensor, tl.extra.cuda.libdevice.tanh, math.pi)\n",
 ])
 def test_what_honest_code_does_is_inside(body):
     assert check_source(KERNEL + ("import math\n" if "math." in body else "") + body) is None
@@ -124,6 +126,14 @@ def test_what_honest_code_does_is_inside(body):
     ("def helper(x):\n    return x\n\n@triton.jit\ndef k(x_ptr):\n    helper(x_ptr)\n", "kernel-language"),
     ("def f(x):\n    copy_kernel[lambda meta: (x.sum(),)](x, x, 1, BLOCK=1)\n", "callbacks"),
     ("class T(torch.autograd.Function):\n    pass\n", "tensor-subclass"),
+    ("def f(x):\n    return tl.core.builtins.exec\n", "values"),  # Python's builtins, under triton.language
+    ("from triton.language import core\n\ndef f(x):\n    return core.builtins\n", "values"),
+    ("import typing\n\ndef f(x):\n    return typing.operator.setitem\n", "values"),
+    ("from typing import get_type_hints\n", "values"),  # which evaluates strings
+    ("class M(torch.nn.Module):\n    to = torch.nn.Module.float\n", "overrides"),
+    ("class M(torch.nn.Module):\n    def view(self, x):\n        return x\n", "overrides"),
+    ("class M(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.size = torch.nn.Identity()\n", "overrides"),
 ])
 def test_what_cheats_reach_for_is_outside(body, rule):
     reason = check_source(KERNEL + body)

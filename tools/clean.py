@@ -12,6 +12,7 @@ difference rejects the candidate and replaces the worker (tools/worker.py, tools
 from __future__ import annotations
 
 import sys
+import types
 
 import torch
 
@@ -46,6 +47,22 @@ def _resolve(path: str):
 
 def _identities(namespace: dict, public: bool) -> dict[str, int]:
     return {k: id(v) for k, v in namespace.items() if not public or not k.startswith("_")}
+
+
+def _evaluator_contents(module) -> dict[str, object]:
+    """What an evaluator module's names hold, where their identities stay: each function's code, its classes'
+    too (a swapped `judge.__code__` kept judge's identity), and each constant table's contents (a tolerance
+    widened in place kept the dict's)."""
+    out: dict[str, object] = {}
+    for name, value in vars(module).items():
+        if isinstance(value, types.FunctionType):
+            out[name] = id(value.__code__)
+        elif isinstance(value, type) and value.__module__ == module.__name__:
+            out.update({f"{name}.{k}": id(f.__code__) for k, f in vars(value).items()
+                        if isinstance(f, types.FunctionType)})
+        elif name.isupper() and isinstance(value, (dict, list, set)):
+            out[name] = hash(repr(value))
+    return out
 
 
 def precision_flags() -> dict[str, object]:
@@ -104,6 +121,7 @@ def snapshot() -> dict[str, object]:
     for name, module in list(sys.modules.items()):
         if name.startswith(EVALUATOR) and module is not None:
             state[f"names {name}"] = _identities(vars(module), public=False)
+            state[f"contents {name}"] = _evaluator_contents(module)
     state["modules"] = {name: id(m) for name, m in sys.modules.items()}
     return state
 
@@ -124,6 +142,8 @@ def changes(before: dict, after: dict) -> list[str]:
                     out.append(f"{what}.{name} was {'rebound' if new and name in new else 'removed'}")
             if what in WHOLE and new is not None:
                 out += [f"{what}.{name} was added" for name in new.keys() - old.keys() - set(OWN_NAMES)]
+        elif kind == "contents" and new is not None:
+            out += [f"{what}.{name} was changed in place" for name, held in old.items() if new.get(name, held) != held]
         elif kind == "modules":
             out += [f"the module {name} was replaced in sys.modules" for name, ident in old.items()
                     if new.get(name, ident) != ident and not name.startswith(OWN_MODULES)]

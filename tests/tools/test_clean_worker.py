@@ -81,6 +81,24 @@ def test_the_snapshot_names_each_change(change, expected):
     assert changes(before, snapshot()) == []  # and undone, nothing is left
 
 
+def test_the_evaluator_s_code_and_tables_changed_in_place_are_changes():
+    """A function's code swapped (its identity kept) and a constant table widened in place: the two ways a
+    candidate that reached Python's builtins made the evaluator pass the candidates after it."""
+    import tools.compare
+    import tools.verify
+    judge_code, loose = tools.verify.judge.__code__, tools.compare.TOLERANCES[torch.float32]
+    before = snapshot()
+    tools.verify.judge.__code__ = (lambda setup, inputs, out, expected, checked: None).__code__
+    tools.compare.TOLERANCES[torch.float32] = (1.0, 1.0, 1.0)
+    try:
+        found = changes(before, snapshot())
+        assert {"tools.compare.TOLERANCES was changed in place", "tools.verify.judge was changed in place"} <= \
+            set(found), found
+    finally:
+        tools.verify.judge.__code__, tools.compare.TOLERANCES[torch.float32] = judge_code, loose
+    assert changes(before, snapshot()) == []
+
+
 @triton.jit
 def _identity_kernel(x_ptr):
     tl.store(x_ptr, tl.load(x_ptr))

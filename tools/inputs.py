@@ -23,6 +23,7 @@ TIE_STEP = 0.5  # rows with ties are rounded to multiples of TIE_STEP * scale, a
 TIE_BLOCK = 1 << 24  # elements of tied rows rounded at once (a copy of this many is the pattern's only one)
 MASK = -1e4  # a masked element where -inf would make the reference itself non-finite
 CHANGED_FRACTION = 8  # the second call of a trial sees 1/8 of each floating input changed in place
+CHANGED_ELEMENTS = 4  # after the timing, single elements of each floating input changed in place
 WIDENINGS = ("", "signed", "scaled up x100", "scaled down x0.01", "other seeds")
 
 
@@ -128,5 +129,21 @@ def change_part(inputs: list, seed: int) -> None:
             source = (start + flat.numel() // 2) % (flat.numel() - n + 1)
             part, other = flat[start:start + n], flat[source:source + n].clone()
             part.copy_(torch.where(torch.isfinite(part) & torch.isfinite(other), other, part))
+            if not x.is_contiguous():
+                x.copy_(flat.view(x.shape))
+
+
+def change_elements(inputs: list, seed: int) -> None:
+    """CHANGED_ELEMENTS single elements of each floating input, at places the seed picks, overwritten in place with
+    the input's own values from other places: a result kept while a sample of the inputs looks the same (every
+    64th element compared) misses these, where a run of 1/8 or new values throughout cross its sample."""
+    rng = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for x in inputs:
+            if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 1):
+                continue
+            flat = x.view(-1) if x.is_contiguous() else x.reshape(-1)
+            at, source = torch.randint(0, flat.numel(), (2, CHANGED_ELEMENTS), generator=rng).to(x.device)
+            flat[at] = flat[source]
             if not x.is_contiguous():
                 x.copy_(flat.view(x.shape))

@@ -92,6 +92,14 @@ def test_results_cached_by_address_never_pass(warm_executor):
     assert any(c in r.reason for c in catches), r.reason
 
 
+def test_a_result_kept_while_a_sample_of_the_inputs_reads_the_same_never_passes(warm_executor):
+    """A cache checked against every 64th input element passes the trials (their changes cross the sample) and
+    would time as a read of 64 elements; after the timing, single elements change, and it returns the old sum."""
+    source = (FIXTURES / "candidates" / "sampled_cache.py").read_text()
+    r = warm_executor.submit(EvalJob(TaskSpec(str(FIXTURES / "task_sum_dim1.py")), source, trials=3)).result()
+    assert (r.verdict, "reuses earlier results" in r.reason) == ("rejected", True), r.reason
+
+
 def test_a_result_file_counts_only_from_a_worker_that_finished(tmp_path):
     """Defence in depth behind the static rules: a result.json left by a child that did not exit cleanly
     (a candidate that wrote one and left) is never read."""

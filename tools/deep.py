@@ -32,7 +32,8 @@ def deep_verify(setup: Setup, sets: int, checked: Checked) -> DeepCheck:
     judged, failed, worst = 0, 0, None
     for i in range(sets):
         draw = deep_draw(checked.seed, i, setup.scale_inputs, checked.widen)
-        errors = Checked(seed=checked.seed, widen=checked.widen, reference_ops=checked.reference_ops)
+        errors = Checked(seed=checked.seed, widen=checked.widen, reference_ops=checked.reference_ops,
+                         ignored=checked.ignored)
         verdict, reason = "", ""
         try:
             trial(setup, draw, errors, grad=False, first=False)

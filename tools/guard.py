@@ -12,6 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from tools.rules import ALLOWED_OPS, op_base
 
 ALLOCATING_OPS = frozenset("empty empty_like empty_strided new_empty new_empty_strided".split())
+IGNORING_OPS = frozenset("nll_loss_forward nll_loss2d_forward".split())  # argument 4: a target that counts nothing
 # The Triton interpreter's launch leaves reference cycles that hold its tensor arguments until the next full
 # collection; after a launch over more than this, the recorder collects them at once.
 INTERPRETER_COLLECT_BYTES = 4 << 20
@@ -140,6 +141,7 @@ class OpRecorder(TorchDispatchMode):
         self.launches = launches
         self.poison = poison
         self.ops: list[str] = []
+        self.ignored: set[int] = set()  # the ignore_index of each loss it ran (IGNORING_OPS)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -147,6 +149,8 @@ class OpRecorder(TorchDispatchMode):
             return out  # the Triton interpreter's own tensor handling
         name = str(func.overloadpacket)
         self.ops.append(name)
+        if op_base(name) in IGNORING_OPS:
+            self.ignored.add(int(args[4]))
         if self.poison and op_base(name) in ALLOCATING_OPS and isinstance(out, torch.Tensor):
             out.fill_(_poison(out.dtype))
         return out

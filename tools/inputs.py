@@ -6,7 +6,9 @@
 
 Each trial's inputs are the task's own get_inputs() under a seed the candidate cannot predict, given the
 shapes users' data has: a shifted mean with ties in some rows, or rows that are all negative, fully masked
-(-1e4) or masked in a suffix (-inf where the reference stays finite, else -1e4). Patterns apply to floating
+(-1e4), masked in a suffix (-inf where the reference stays finite, else -1e4) or all zero (a padded row, where
+the reference stays finite: a norm's eps keeps it so); where the task's loss ignores a target value (padding's
+-100), a masked draw's integer inputs hold it at 1/8 of their places. Patterns apply to floating
 inputs only, in float32, before the cast to the task's dtype; a task with scale_inputs off (cumprod) gets none.
 A widening (`Draw.widen`) makes a task whose output barely moves across input sets tell a constant apart."""
 from __future__ import annotations
@@ -23,7 +25,7 @@ TIE_STEP = 0.5  # rows with ties are rounded to multiples of TIE_STEP * scale, a
 TIE_BLOCK = 1 << 24  # elements of tied rows rounded at once (a copy of this many is the pattern's only one)
 MASK = -1e4  # a masked element where -inf would make the reference itself non-finite
 CHANGED_FRACTION = 8  # the second call of a trial sees 1/8 of each floating input changed in place
-CHANGED_ELEMENTS = 4  # after the timing, single elements of each floating input changed in place
+CHANGED_ELEMENTS = 3  # after the timing, one element of each floating input changed in place, this many times
 WIDENINGS = ("", "signed", "scaled up x100", "scaled down x0.01", "other seeds")
 
 
@@ -36,6 +38,8 @@ class Draw:
     pattern: str = "plain"  # one of PATTERNS
     widen: str = ""  # one of WIDENINGS
     masked_value: float = float("-inf")  # for the masked pattern
+    zero_row: bool = True  # for the masked pattern: one row all zero
+    ignored: int | None = None  # for the masked pattern: a target value the task's loss skips, in its integers
 
     def describe(self) -> str:
         """How a failure names these inputs: "shifted inputs x4.5, widened (signed)"."""
@@ -66,6 +70,10 @@ def make_inputs(setup, draw: Draw) -> list:
         if not isinstance(x, torch.Tensor):
             continue
         x = x.to(setup.device)
+        if draw.pattern == "masked" and draw.ignored is not None and x.dtype == torch.long and x.numel() > 1:
+            at = torch.zeros(x.numel(), dtype=torch.bool)
+            at[torch.randperm(x.numel(), generator=rng)[:max(1, x.numel() // 8)]] = True
+            x = x.clone().masked_fill_(at.view(x.shape).to(x.device), draw.ignored)
         if x.is_floating_point():
             dtype = setup.dtype or x.dtype
             x = _shaped(x.float() * draw.scale, draw, rng) if draw.pattern != "plain" or draw.widen else (
@@ -96,13 +104,15 @@ def _shaped(x: torch.Tensor, draw: Draw, rng: torch.Generator) -> torch.Tensor:
             rows[part] = block
     elif draw.pattern == "masked" and x.dim() > 1:
         cut = int(torch.randint(1, max(rows.shape[1], 2), (1,), generator=rng))
-        picks = iter(order[:3].tolist())
-        masked_suffix, masked_all, negative = next(picks), next(picks, None), next(picks, None)
+        picks = iter(order[:4].tolist())
+        masked_suffix, masked_all, negative, zero = next(picks), next(picks, None), next(picks, None), next(picks, None)
         rows[masked_suffix, cut:] = draw.masked_value
         if masked_all is not None:
             rows[masked_all] = MASK
         if negative is not None:
             rows[negative] = -rows[negative].abs() - draw.scale
+        if zero is not None and draw.zero_row:
+            rows[zero] = 0.0
     return y if y is x else x.copy_(y)
 
 
@@ -133,17 +143,17 @@ def change_part(inputs: list, seed: int) -> None:
                 x.copy_(flat.view(x.shape))
 
 
-def change_elements(inputs: list, seed: int) -> None:
-    """CHANGED_ELEMENTS single elements of each floating input, at places the seed picks, overwritten in place with
-    the input's own values from other places: a result kept while a sample of the inputs looks the same (every
-    64th element compared) misses these, where a run of 1/8 or new values throughout cross its sample."""
+def change_element(inputs: list, seed: int) -> None:
+    """One element of each floating input, at a place the seed picks, overwritten in place with the input's own
+    value from another place: a result kept while a sample of the inputs looks the same (every 64th element
+    compared) misses it, where a run of 1/8 or new values throughout cross its sample."""
     rng = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for x in inputs:
             if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 1):
                 continue
             flat = x.view(-1) if x.is_contiguous() else x.reshape(-1)
-            at, source = torch.randint(0, flat.numel(), (2, CHANGED_ELEMENTS), generator=rng).to(x.device)
+            at, source = torch.randint(0, flat.numel(), (2, 1), generator=rng).to(x.device)
             flat[at] = flat[source]
             if not x.is_contiguous():
                 x.copy_(flat.view(x.shape))

@@ -26,6 +26,8 @@ RUNTIME_REASONS = {
                     "may stay in PyTorch",
     "all-in-torch": "every op of the task ran in PyTorch ({ops}); the Triton kernels do none of its work",
     "mutates-input": "it modified its input {which}",
+    "writes-reference": "it changed the reference module's state (tensor {which} of its state_dict), which is not "
+                        "its own",
     "aliases-input": "its output {which} shares memory with an input",
     "output-type": "its output {which} is a {type}, not a plain torch.Tensor",
     "side-stream": "it launched a kernel on a stream other than the evaluator's",

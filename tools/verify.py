@@ -19,7 +19,7 @@ comparisons walk the tensors in pieces (tools/compare.py)."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch.utils._pytree import tree_flatten
@@ -51,6 +51,7 @@ class Checked:
     # outputs and trials judged against one (None: none was)
     torch_ops: list[str] = field(default_factory=list)
     reference_ops: list[str] = field(default_factory=list)
+    ignored: int | None = None  # a target the reference's loss skips (nll_loss's ignore_index): masked trials hold it
     seed: int = 0  # the trial seed this evaluation drew
     widen: str = ""  # the widening of tools/inputs.py the task needed to tell a constant apart, if any
     constant: bool = False  # the reference's function is constant (discriminating): reproducing it is correct
@@ -185,32 +186,48 @@ def constant_function(setup: Setup, seed: int) -> bool:
 
 
 def trial_inputs(setup: Setup, draw: Draw) -> list:
-    """A trial's inputs: a masked draw keeps -inf only where the reference stays finite."""
+    """A trial's inputs: a masked draw keeps its ignored targets only where the reference takes them, and -inf,
+    then its row of zeros, only where the reference stays finite."""
     inputs = make_inputs(setup, draw)
-    if draw.pattern == "masked":
-        probe = reference_outputs(setup, inputs)
-        if not all(bool(torch.isfinite(p).all()) for p in tensors(probe) if p.is_floating_point()):
+    if draw.pattern != "masked":
+        return inputs
+    try:
+        finite = _finite(setup, inputs)
+    except Failed:
+        if draw.ignored is None:
+            raise
+        return trial_inputs(setup, replace(draw, ignored=None))  # its integers are more than a loss's targets
+    if not finite:
+        with_finite_mask(inputs)
+        if not _finite(setup, inputs):
+            inputs = make_inputs(setup, replace(draw, zero_row=False))
             with_finite_mask(inputs)
-        del probe
     return inputs
+
+
+def _finite(setup: Setup, inputs: list) -> bool:
+    """Whether the reference's floating outputs on `inputs` are all finite."""
+    outputs = tensors(reference_outputs(setup, inputs))
+    return all(bool(torch.isfinite(p).all()) for p in outputs if p.is_floating_point())
 
 
 def trial(setup: Setup, draw: Draw, checked: Checked, grad: bool, first: bool) -> None:
     """Candidate, then reference; part of the inputs changed in place; candidate, then reference. Each output
     is checked, then let go, as soon as it can be."""
-    inputs = trial_inputs(setup, draw)
+    inputs = trial_inputs(setup, draw if checked.ignored is None else replace(draw, ignored=checked.ignored))
     if grad:
         for x in inputs:
             if isinstance(x, torch.Tensor) and x.is_floating_point():
                 x.requires_grad_(True)
-    prints = None
+    prints, state = None, list(setup.reference.state_dict().values())
     for call in (1, 2):
         if call == 2:
             change_part(inputs, draw.seed)
-        snapshot = _snapshot(inputs)
+        snapshot, held = _snapshot(inputs), _snapshot(state)
         out = run_recorded(setup, setup.candidate, inputs, checked, grad)
-        _check_inputs_unchanged(inputs, snapshot)
-        del snapshot
+        _check_unchanged(inputs, snapshot, "mutates-input")
+        _check_unchanged(state, held, "writes-reference")  # only a kernel writing past its own tensors can
+        del snapshot, held
         _check_plain_tensors(out)
         _check_no_alias(out, inputs)
         expected = reference_outputs(setup, inputs, checked if first and call == 1 else None)
@@ -247,6 +264,7 @@ def reference_outputs(setup: Setup, inputs: list, checked: Checked | None = None
         raise Failed("error", fault, task_error=True)
     if checked is not None:
         checked.reference_ops = recorder.compute_ops()
+        checked.ignored = min(recorder.ignored, default=None)
     return expected
 
 
@@ -394,7 +412,7 @@ def _snapshot(inputs: list) -> list:
     return [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
-def _check_inputs_unchanged(inputs: list, snapshot: list) -> None:
+def _check_unchanged(inputs: list, snapshot: list, rule: str) -> None:
     for i, (x, x0) in enumerate(zip(inputs, snapshot)):
         if not isinstance(x, torch.Tensor):
             continue
@@ -404,7 +422,7 @@ def _check_inputs_unchanged(inputs: list, snapshot: list) -> None:
             same = x.shape == x0.shape and x.dtype == x0.dtype and all(
                 torch.equal(a.nan_to_num(), b.nan_to_num()) for a, b in _pieces(x.detach(), x0))
         if not same:
-            raise Failed("rejected", RUNTIME_REASONS["mutates-input"].format(which=i))
+            raise Failed("rejected", RUNTIME_REASONS[rule].format(which=i))
 
 
 class BitsHash:

@@ -84,6 +84,7 @@ def evaluate_here(job, watch=None):
         candidate = build_candidate(module, init, job.seed, device)
     except Exception as e:
         return EvalResult("error", f"The candidate could not be loaded: {_describe(e)}.", **base)
+    vary_constant_state(reference, candidate, job.seed)
 
     dtype = getattr(torch, spec.dtype) if spec.dtype else None
     if dtype:
@@ -193,6 +194,7 @@ def _verify_at(job, setup, module, small: bool, shape_set: dict, index: int, see
         candidate = build_candidate(module, init, job.seed, device)
     except Exception as e:
         return ShapeCheck(shape_set, "error", f"The candidate could not be built at these shapes: {_describe(e)}."), False
+    vary_constant_state(reference, candidate, job.seed)
     if setup.dtype:
         reference, candidate = reference.to(setup.dtype), candidate.to(setup.dtype)
     at = replace(setup, task=task, reference=reference, candidate=candidate, golden={})
@@ -251,6 +253,30 @@ def build_candidate(module, init: list, seed: int, device):
     with torch.device(device):
         candidate = module.ModelNew(*init)
     return candidate.to(device)
+
+
+def vary_constant_state(reference, candidate, seed: int) -> list[str]:
+    """The reference's floating parameters and buffers that hold one value throughout (a norm's weight of ones,
+    its bias and running mean of zeros, its running variance of ones: what training changes first), and the
+    candidate's of the same name, shape and value, set to the same random values around it (c to c +- |c|/2,
+    0 to +-1/2: a variance stays positive). A kernel that took those values for granted passed, and would be
+    wrong in a trained model. A tensor with no such twin in the candidate keeps its value. Returns the names."""
+    import torch
+    theirs = candidate.state_dict()
+    varied = []
+    g = torch.Generator().manual_seed(seed + 17)
+    with torch.no_grad():
+        for name, t in reference.state_dict().items():
+            twin = theirs.get(name)
+            if not (t.is_floating_point() and t.numel() > 0 and twin is not None and twin.shape == t.shape
+                    and torch.equal(t, t.reshape(-1)[:1].expand_as(t)) and torch.equal(twin.to(t.dtype), t)):
+                continue
+            c = float(t.reshape(-1)[0])
+            values = c + (abs(c) or 1.0) * (torch.rand(t.shape, generator=g, dtype=torch.float64) - 0.5)
+            t.copy_(values)
+            twin.copy_(values)
+            varied.append(name)
+    return varied
 
 
 def _crashed(e: Exception) -> tuple[str, str]:

@@ -106,10 +106,10 @@ def test_large_inputs_are_checked_for_mutation_by_a_hash_not_a_copy(monkeypatch)
     monkeypatch.setattr(verify, "HASH_ABOVE_BYTES", x.numel() * x.element_size() - 1)
     snapshot = verify._snapshot([x, 3])
     assert isinstance(snapshot[0], verify.BitsHash) and snapshot[1] == 3  # no tensor of the input's size held
-    verify._check_inputs_unchanged([x, 3], snapshot)
+    verify._check_unchanged([x, 3], snapshot, "mutates-input")
     x[299, 999] = torch.nextafter(x[299, 999], torch.tensor(float("inf")))  # the last element, by one ulp
     with pytest.raises(Failed, match="modified its input 0"):
-        verify._check_inputs_unchanged([x, 3], snapshot)
+        verify._check_unchanged([x, 3], snapshot, "mutates-input")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int64, torch.bool])

@@ -128,6 +128,47 @@ def test_patterns_shape_float_inputs_only():
     tied = [row for row in shifted if (row == row.max()).sum() > 1]
     assert len(tied) >= 4  # a third of the rows repeat their largest value
     assert make_inputs(setup, Draw(5, pattern="plain", scale=4.5))[0].std() > 3.0
+    assert (masked == 0).all(dim=1).sum() == 1  # one row of zeros, a padded row
+
+
+def test_a_row_of_zeros_stays_only_where_the_reference_stays_finite():
+    """A normalization with eps keeps a row of zeros finite, and the masked trial holds one (a kernel without
+    eps made NaN there and passed); one that divides by the norm itself would be NaN, and the row goes."""
+    from tools.guard import LaunchRecorder
+    from tools.verify import trial_inputs
+    setup = _setup(ROWS)
+    setup.launches = LaunchRecorder()
+    for divide, zero_rows in ((torch.nn.functional.normalize, 1), (lambda x: x / x.norm(dim=1, keepdim=True), 0)):
+        setup.reference = lambda x, index: divide(x)
+        x = trial_inputs(setup, Draw(5, pattern="masked"))[0]
+        assert (x == 0).all(dim=1).sum() == zero_rows
+
+
+def test_a_candidate_that_changes_the_reference_s_state_is_rejected():
+    """A kernel that writes past its own tensors can reach the reference's weights (the same values as its
+    own, so they can be found) and make the reference compute what it does; the weights are compared after
+    each of its calls."""
+    from tools.compare import TOLERANCES
+    from tools.guard import LaunchRecorder
+    from tools.verify import Setup, verify
+    class Linear(torch.nn.Linear):
+        def forward(self, x, index):
+            return super().forward(x)
+
+    class Rewrites(torch.nn.Module):
+        def forward(self, x, index):
+            with torch.no_grad():
+                reference.weight.mul_(0)
+            setup.launches.count += 1  # its kernel's launch, in a process without the Triton interpreter
+            return reference(x, index)
+
+    reference = Linear(40, 8)
+    task = SimpleNamespace(get_inputs=lambda: [torch.randn(12, 40), torch.arange(5)])
+    setup = Setup(task, reference, Rewrites(), torch.device("cpu"), None, TOLERANCES[torch.float32], [],
+                  LaunchRecorder())
+    with pytest.raises(Failed, match="changed the reference module's state") as e:
+        verify(setup, trials=1)
+    assert e.value.verdict == "rejected"
 
 
 def test_tied_rows_are_made_a_block_at_a_time(monkeypatch):

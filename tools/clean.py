@@ -118,6 +118,9 @@ def snapshot() -> dict[str, object]:
         if obj is not None:
             namespace = vars(obj) if not isinstance(obj, dict) else obj
             state[f"names {path}"] = _identities(namespace, public=path in PUBLIC)
+    for name, cls in vars(torch.nn).items():  # the module classes a task builds its reference from
+        if isinstance(cls, type) and issubclass(cls, torch.nn.Module) and cls is not torch.nn.Module:
+            state[f"class torch.nn.{name}"] = _identities(vars(cls), public=False)
     for name, module in list(sys.modules.items()):
         if name.startswith(EVALUATOR) and module is not None:
             state[f"names {name}"] = _identities(vars(module), public=False)
@@ -136,11 +139,11 @@ def changes(before: dict, after: dict) -> list[str]:
         if kind == "flag":
             if new != old:
                 out.append(f"{what} changed from {_show(old)} to {_show(new)}")
-        elif kind == "names":
+        elif kind in ("names", "class"):
             for name, ident in old.items():
                 if (new is None or new.get(name) != ident) and name not in OWN_NAMES:
                     out.append(f"{what}.{name} was {'rebound' if new and name in new else 'removed'}")
-            if what in WHOLE and new is not None:
+            if (what in WHOLE or kind == "class") and new is not None:
                 out += [f"{what}.{name} was added" for name in new.keys() - old.keys() - set(OWN_NAMES)]
         elif kind == "contents" and new is not None:
             out += [f"{what}.{name} was changed in place" for name, held in old.items() if new.get(name, held) != held]

@@ -6,8 +6,8 @@
 
 Each trial's inputs are the task's own get_inputs() under a seed the candidate cannot predict, given the
 shapes users' data has: a shifted mean with ties in some rows, or rows that are all negative, fully masked
-(-1e4), masked in a suffix (-inf where the reference stays finite, else -1e4) or all zero (a padded row, where
-the reference stays finite: a norm's eps keeps it so); where the task's loss ignores a target value (padding's
+(-1e4), masked in a suffix (-inf where the reference stays finite, else -1e4), all zero (a padded row) or
+quiet (x1e-3: a mean square near a norm's eps), the last two where the reference stays finite; where the task's loss ignores a target value (padding's
 -100), a masked draw's integer inputs hold it at 1/8 of their places. Patterns apply to floating
 inputs only, in float32, before the cast to the task's dtype; a task with scale_inputs off (cumprod) gets none.
 A widening (`Draw.widen`) makes a task whose output barely moves across input sets tell a constant apart."""
@@ -24,6 +24,7 @@ SHIFT = 3.0  # the shifted pattern adds SHIFT * scale: a wrong count in a mean s
 TIE_STEP = 0.5  # rows with ties are rounded to multiples of TIE_STEP * scale, and their maximum is repeated
 TIE_BLOCK = 1 << 24  # elements of tied rows rounded at once (a copy of this many is the pattern's only one)
 MASK = -1e4  # a masked element where -inf would make the reference itself non-finite
+QUIET = 1e-3  # a quiet row's scale: its mean square (1e-6) is a norm's eps, which a kernel must not leave out
 CHANGED_FRACTION = 8  # the second call of a trial sees 1/8 of each floating input changed in place
 CHANGED_ELEMENTS = 3  # after the timing, one element of each floating input changed in place, this many times
 WIDENINGS = ("", "signed", "scaled up x100", "scaled down x0.01", "other seeds")
@@ -38,7 +39,7 @@ class Draw:
     pattern: str = "plain"  # one of PATTERNS
     widen: str = ""  # one of WIDENINGS
     masked_value: float = float("-inf")  # for the masked pattern
-    zero_row: bool = True  # for the masked pattern: one row all zero
+    zero_row: bool = True  # for the masked pattern: one row all zero and one quiet (QUIET)
     ignored: int | None = None  # for the masked pattern: a target value the task's loss skips, in its integers
 
     def describe(self) -> str:
@@ -104,8 +105,8 @@ def _shaped(x: torch.Tensor, draw: Draw, rng: torch.Generator) -> torch.Tensor:
             rows[part] = block
     elif draw.pattern == "masked" and x.dim() > 1:
         cut = int(torch.randint(1, max(rows.shape[1], 2), (1,), generator=rng))
-        picks = iter(order[:4].tolist())
-        masked_suffix, masked_all, negative, zero = next(picks), next(picks, None), next(picks, None), next(picks, None)
+        picks = iter(order[:5].tolist())
+        masked_suffix, masked_all, negative, zero, quiet = next(picks), *(next(picks, None) for _ in range(4))
         rows[masked_suffix, cut:] = draw.masked_value
         if masked_all is not None:
             rows[masked_all] = MASK
@@ -113,6 +114,8 @@ def _shaped(x: torch.Tensor, draw: Draw, rng: torch.Generator) -> torch.Tensor:
             rows[negative] = -rows[negative].abs() - draw.scale
         if zero is not None and draw.zero_row:
             rows[zero] = 0.0
+        if quiet is not None and draw.zero_row:
+            rows[quiet] *= QUIET
     return y if y is x else x.copy_(y)
 
 
@@ -141,6 +144,29 @@ def change_part(inputs: list, seed: int) -> None:
             part.copy_(torch.where(torch.isfinite(part) & torch.isfinite(other), other, part))
             if not x.is_contiguous():
                 x.copy_(flat.view(x.shape))
+
+
+class Nudge:
+    """Called before each timed run of a candidate: one element of each floating input, at a place drawn from
+    `seed`, takes the input's value from another drawn place. Results memoized under a hash of all the inputs
+    (every verification changes them, the timing loop did not) are then computed anew at every run."""
+
+    def __init__(self, inputs: list, seed: int, places: int = 2048):
+        g = torch.Generator().manual_seed(seed)
+        self.flats = [x.view(-1) for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()
+                      and x.numel() > 1 and x.is_contiguous()]
+        self.places = []
+        for f in self.flats:
+            at = torch.randint(0, f.numel(), (places,), generator=g)
+            source = (at + torch.randint(1, f.numel(), (places,), generator=g)) % f.numel()  # never the place itself
+            self.places.append(torch.stack([at, source], 1).to(f.device))
+        self.run, self.cycle = 0, places
+
+    def __call__(self) -> None:
+        k, self.run = self.run % self.cycle, self.run + 1
+        with torch.no_grad():
+            for flat, places in zip(self.flats, self.places):
+                flat.index_copy_(0, places[k, :1], flat.index_select(0, places[k, 1:]))
 
 
 def change_element(inputs: list, seed: int) -> None:

@@ -71,7 +71,9 @@ def library_value(path: str) -> bool:
             return False
     if root != "triton.language":
         return root == "math" or not isinstance(obj, (types.FunctionType, types.BuiltinFunctionType))
-    if isinstance(obj, (types.ModuleType, int, float, str)):
+    if isinstance(obj, types.ModuleType):
+        return False  # a module held as a value (self.lib = tl.core) is read later through paths no rule sees
+    if isinstance(obj, (int, float, str)):
         return True
     return (getattr(obj, "__module__", None) or type(obj).__module__ or "").startswith("triton")
 
@@ -134,6 +136,19 @@ class _Checker:
             elif not isinstance(s, ast.Pass):
                 raise _Outside("statements", s, f"a module-level {type(s).__name__.lower()} statement (nothing "
                                                 "may run at import but definitions)")
+        self.self_only_in_methods([s for s in self.tree.body if _key(s) not in self.task_statements])
+
+    def self_only_in_methods(self, statements: list[ast.stmt]) -> None:
+        """`self` names the module a method runs on, and chains through it are read as the candidate's own state:
+        it may be bound only as the first parameter of a method, never assigned, looped over or passed in (a
+        function given tl.core as `self` read self.builtins)."""
+        nodes = [n for s in statements for n in ast.walk(s)]
+        firsts = {id(m.args.args[0]) for c in nodes if isinstance(c, ast.ClassDef) for m in c.body
+                  if isinstance(m, ast.FunctionDef) and m.args.args and not m.decorator_list}
+        for n in nodes:
+            if isinstance(n, ast.arg) and n.arg == "self" and id(n) not in firsts or \
+                    isinstance(n, ast.Name) and n.id == "self" and not isinstance(n.ctx, ast.Load):
+                raise _Outside("python-internals", n, "self, bound other than as a method's first parameter")
 
     def aliases_of(self, is_alias) -> set[str]:
         """Local names whose every assignment is a value `is_alias` accepts (`kernel = row_kernel`, `p = self.pool`)."""

@@ -28,7 +28,7 @@ class Measured:
 
 
 def time_call(fn, device: torch.device, target_ms: float = TARGET_MS, max_reps: int = 1000,
-              l2: str = "dirty") -> Measured:
+              l2: str = "dirty", before_each=None) -> Measured:
     """Median time of fn(). On a GPU: its GPU time, CUDA events around each call, L2 flushed before each, all
     streams synchronized, and the GPU kept busy (head_start_ms) while the host launches the call, so that the
     host's speed does not show; on a CPU: wall time (the Triton interpreter's, never a GPU figure).
@@ -36,12 +36,17 @@ def time_call(fn, device: torch.device, target_ms: float = TARGET_MS, max_reps: 
     buffer of twice the L2 is written, as a model's previous kernel leaves it) or "clean" (the buffer is only
     read; benchmarks/l2_state_bench.py). A small kernel pays for the dirty lines it evicts: on an H200 (session
     28) a device copy of 32 MB each way ran 0.0212 ms after the writing flush and 0.0186 after the reading one;
-    2.7% apart at 256 MB, 0.6% at 1 GB."""
+    2.7% apart at 256 MB, 0.6% at 1 GB. `before_each`, if given, runs before each timed call, outside its
+    time (a candidate's inputs changed at one element: tools/inputs.Nudge)."""
     if l2 not in L2_STATES:
         raise ValueError(f"l2 must be one of {', '.join(L2_STATES)}, not {l2!r}")
     if device.type == "cuda":
-        return steadier(lambda: _time_cuda(fn, target_ms, max_reps, l2))
-    return _time_cpu(fn, target_ms)
+        return steadier(lambda: _time_cuda(fn, target_ms, max_reps, l2, before_each or _nothing))
+    return _time_cpu(fn, target_ms, before_each or _nothing)
+
+
+def _nothing() -> None:
+    pass
 
 
 def host_us(fn, calls: int = 100) -> float:
@@ -82,7 +87,7 @@ def head_start_ms(host_ms: float) -> float:
     return min(HEAD_START_MAX_MS, 1.5 * host_ms + 0.02)
 
 
-def _time_cuda(fn, target_ms: float, max_reps: int, l2: str) -> Measured:
+def _time_cuda(fn, target_ms: float, max_reps: int, l2: str, before_each) -> Measured:
     buffer = torch.empty(l2_flush_bytes(), dtype=torch.uint8, device="cuda")
     flush = buffer.zero_ if l2 == "dirty" else lambda: torch.amax(buffer.view(torch.int32))
     fn()
@@ -101,6 +106,7 @@ def _time_cuda(fn, target_ms: float, max_reps: int, l2: str) -> Measured:
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for s, e in zip(starts, ends):
+        before_each()
         flush()
         torch.cuda._sleep(spin)
         s.record()
@@ -129,11 +135,12 @@ def _cycles_per_ms() -> float:
     return _CYCLES_PER_MS[device]
 
 
-def _time_cpu(fn, target_ms: float) -> Measured:
+def _time_cpu(fn, target_ms: float, before_each) -> Measured:
     fn()
     times = []
     budget_end = time.perf_counter() + target_ms / 1e3
     while len(times) < 3 or (time.perf_counter() < budget_end and len(times) < 50):
+        before_each()
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e3)

@@ -84,7 +84,9 @@ def evaluate_here(job, watch=None):
         candidate = build_candidate(module, init, job.seed, device)
     except Exception as e:
         return EvalResult("error", f"The candidate could not be loaded: {_describe(e)}.", **base)
-    vary_constant_state(reference, candidate, job.seed)
+    unfit = vary_state(reference, candidate, job.seed)
+    if unfit:
+        return EvalResult("incorrect", f"Incorrect: {unfit}.", **base)
 
     dtype = getattr(torch, spec.dtype) if spec.dtype else None
     if dtype:
@@ -194,7 +196,9 @@ def _verify_at(job, setup, module, small: bool, shape_set: dict, index: int, see
         candidate = build_candidate(module, init, job.seed, device)
     except Exception as e:
         return ShapeCheck(shape_set, "error", f"The candidate could not be built at these shapes: {_describe(e)}."), False
-    vary_constant_state(reference, candidate, job.seed)
+    unfit = vary_state(reference, candidate, job.seed)
+    if unfit:
+        return ShapeCheck(shape_set, "incorrect", f"Incorrect: {unfit}."), False
     if setup.dtype:
         reference, candidate = reference.to(setup.dtype), candidate.to(setup.dtype)
     at = replace(setup, task=task, reference=reference, candidate=candidate, golden={})
@@ -255,28 +259,38 @@ def build_candidate(module, init: list, seed: int, device):
     return candidate.to(device)
 
 
-def vary_constant_state(reference, candidate, seed: int) -> list[str]:
-    """The reference's floating parameters and buffers that hold one value throughout (a norm's weight of ones,
-    its bias and running mean of zeros, its running variance of ones: what training changes first), and the
-    candidate's of the same name, shape and value, set to the same random values around it (c to c +- |c|/2,
-    0 to +-1/2: a variance stays positive). A kernel that took those values for granted passed, and would be
-    wrong in a trained model. A tensor with no such twin in the candidate keeps its value. Returns the names."""
+STATS = ("running_mean", "running_var")  # the buffers training moves: a norm's statistics; others are constants
+
+
+def vary_state(reference, candidate, seed: int) -> str | None:
+    """New values for the reference's floating parameters and its norms' running statistics, loaded into the
+    candidate's tensors of the same names: a kernel that read the values the constructor drew (copies kept
+    outside the state_dict, a norm's initial ones and zeros taken for granted) passed, and would be wrong in a
+    trained model. Each element is scaled by a draw from [0.5, 1.5] (a variance stays positive); a zero becomes
+    a draw from [-0.5, 0.5]. Returns why the candidate cannot take them (no tensor of that name and shape), or
+    None."""
     import torch
-    theirs = candidate.state_dict()
-    varied = []
     g = torch.Generator().manual_seed(seed + 17)
+    ours, theirs = reference.state_dict(keep_vars=True), candidate.state_dict(keep_vars=True)
+    names = [n for n, t in ours.items() if t.is_floating_point() and t.numel() > 0 and (
+        isinstance(t, torch.nn.Parameter) or n.rsplit(".", 1)[-1] in STATS)]
+    done = set()
     with torch.no_grad():
-        for name, t in reference.state_dict().items():
-            twin = theirs.get(name)
-            if not (t.is_floating_point() and t.numel() > 0 and twin is not None and twin.shape == t.shape
-                    and torch.equal(t, t.reshape(-1)[:1].expand_as(t)) and torch.equal(twin.to(t.dtype), t)):
+        for name in names:
+            t = ours[name]
+            if (t.data_ptr(), t.shape) in done:  # a tensor tied under two names moves once
                 continue
-            c = float(t.reshape(-1)[0])
-            values = c + (abs(c) or 1.0) * (torch.rand(t.shape, generator=g, dtype=torch.float64) - 0.5)
-            t.copy_(values)
-            twin.copy_(values)
-            varied.append(name)
-    return varied
+            done.add((t.data_ptr(), t.shape))
+            r = torch.rand(t.shape, generator=g, dtype=torch.float64).to(t.device)
+            t.copy_(torch.where(t == 0, r - 0.5, t.double() * (0.5 + r)))
+        for name in names:
+            twin = theirs.get(name)
+            if twin is None or twin.shape != ours[name].shape:
+                return (f"ModelNew holds no tensor {name} of shape {tuple(ours[name].shape)}, so it cannot take a "
+                        f"trained model's values: the evaluator gives the reference's parameters new values and "
+                        f"loads them into ModelNew by name, as load_state_dict would")
+            twin.copy_(ours[name])
+    return None
 
 
 def _crashed(e: Exception) -> tuple[str, str]:

@@ -134,6 +134,13 @@ def test_what_honest_code_does_is_inside(body):
     ("class M(torch.nn.Module):\n    def view(self, x):\n        return x\n", "overrides"),
     ("class M(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
      "        self.size = torch.nn.Identity()\n", "overrides"),
+    ("def f(self):\n    return self.builtins\n", "python-internals"),  # given tl.core as self
+    ("def f(x):\n    self = x\n    return self.anything\n", "python-internals"),
+    ("def f(x):\n    return [self.anything for self in [x]]\n", "python-internals"),
+    ("class M(torch.nn.Module):\n    @staticmethod\n    def f(self):\n        return self.builtins\n",
+     "python-internals"),
+    ("class M(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.lib = tl.core\n", "values"),  # a module held on self, read later through self.lib
 ])
 def test_what_cheats_reach_for_is_outside(body, rule):
     reason = check_source(KERNEL + body)

@@ -61,9 +61,12 @@ def test_honest_candidates_leave_the_worker_clean(tmp_path, monkeypatch):
     (lambda: setattr(torch.Tensor, "kw_probe", 1), "torch.Tensor.kw_probe was added"),
     (lambda: torch.set_float32_matmul_precision("medium"), "float32 matmul precision changed"),
     (lambda: torch.set_grad_enabled(False), "grad mode changed from True to False"),
+    (lambda: setattr(torch.nn.LayerNorm, "forward", torch.nn.Identity.forward),
+     "torch.nn.LayerNorm.forward was rebound"),
 ])
 def test_the_snapshot_names_each_change(change, expected):
     saved = torch.softmax, torch.nn.functional.relu, torch.get_default_dtype(), torch.get_float32_matmul_precision()
+    layer_norm = torch.nn.LayerNorm.forward
     before = snapshot()
     handle = change()
     try:
@@ -74,7 +77,7 @@ def test_the_snapshot_names_each_change(change, expected):
             handle.remove()
         if hasattr(torch.Tensor, "kw_probe"):
             del torch.Tensor.kw_probe
-        torch.softmax, torch.nn.functional.relu = saved[:2]
+        torch.softmax, torch.nn.functional.relu, torch.nn.LayerNorm.forward = *saved[:2], layer_norm
         torch.set_default_dtype(saved[2])
         torch.set_float32_matmul_precision(saved[3])
         torch.set_grad_enabled(True)

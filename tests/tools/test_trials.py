@@ -129,6 +129,7 @@ def test_patterns_shape_float_inputs_only():
     assert len(tied) >= 4  # a third of the rows repeat their largest value
     assert make_inputs(setup, Draw(5, pattern="plain", scale=4.5))[0].std() > 3.0
     assert (masked == 0).all(dim=1).sum() == 1  # one row of zeros, a padded row
+    assert ((masked.abs() < 0.05) & (masked != 0)).all(dim=1).sum() == 1  # and one quiet row, x1e-3
 
 
 def test_a_row_of_zeros_stays_only_where_the_reference_stays_finite():
@@ -276,3 +277,17 @@ def test_a_float64_output_is_judged_to_float64_s_tolerance(warm_executor, tmp_pa
         EvalJob(TaskSpec(str(task)), kernel.format(cast=""), trials=2, profile=False)])
     assert single.verdict == "incorrect" and "bound 1e-10" in single.reason, single.reason
     assert double.verdict == "correct", double.reason
+
+
+def test_each_timed_run_of_a_candidate_sees_its_inputs_changed():
+    """A result memoized under a hash of all the inputs was right at every verification (each changes them) and
+    cost only the hash in the timing loop, which called it on the same inputs: now one element of each floating
+    input moves before each timed run, outside its time."""
+    from tools.inputs import Nudge
+    from tools.profile import time_call
+    x, index = torch.randn(40, 12), torch.arange(5)
+    seen = []
+    time_call(lambda: seen.append(x.clone()), torch.device("cpu"), target_ms=5.0, before_each=Nudge([x, index], 3))
+    timed = seen[1:]  # the first call warms up
+    assert len(timed) >= 3 and all(not torch.equal(a, b) for a, b in zip(timed, timed[1:]))
+    assert torch.equal(index, torch.arange(5))

@@ -60,7 +60,7 @@ def _evaluator_contents(module) -> dict[str, object]:
         elif isinstance(value, type) and value.__module__ == module.__name__:
             out.update({f"{name}.{k}": id(f.__code__) for k, f in vars(value).items()
                         if isinstance(f, types.FunctionType)})
-        elif name.isupper() and isinstance(value, (dict, list, set)):
+        elif name.isupper() and not name.startswith("_") and isinstance(value, (dict, list, set)):  # not caches
             out[name] = hash(repr(value))
     return out
 

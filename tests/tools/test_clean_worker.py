@@ -102,6 +102,18 @@ def test_the_evaluator_s_code_and_tables_changed_in_place_are_changes():
     assert changes(before, snapshot()) == []
 
 
+def test_the_evaluator_s_own_caches_filling_are_no_change():
+    """Private tables the evaluator fills as it runs (a GPU's spin-loop rate, its default stream): on an H100 the
+    first snapshot that read them rejected every honest candidate."""
+    import tools.profile
+    before = snapshot()
+    tools.profile._CYCLES_PER_MS[99] = 1.0
+    try:
+        assert changes(before, snapshot()) == []
+    finally:
+        del tools.profile._CYCLES_PER_MS[99]
+
+
 @triton.jit
 def _identity_kernel(x_ptr):
     tl.store(x_ptr, tl.load(x_ptr))

@@ -30,7 +30,8 @@ def _layer_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr,
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         acc += tl.load(x_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-    mean = tl.sum(acc, axis=0) / n_cols
+    # divided rounding to nearest: a GPU's fp32 `/` is approximate, and a row of equal values would not center to 0
+    mean = tl.math.div_rn(tl.sum(acc, axis=0), n_cols.to(tl.float32))
     acc = tl.zeros((BLOCK_N,), tl.float32)
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)

@@ -7,10 +7,11 @@
 Each trial's inputs are the task's own get_inputs() under a seed the candidate cannot predict, given the
 shapes users' data has: a shifted mean with ties in some rows, or rows that are all negative, fully masked
 (-1e4), masked in a suffix (-inf where the reference stays finite, else -1e4), all zero (a padded row) or
-quiet (x1e-3: a mean square near a norm's eps), the last two where the reference stays finite; where the task's loss ignores a target value (padding's
--100), a masked draw's integer inputs hold it at 1/8 of their places. Patterns apply to floating
-inputs only, in float32, before the cast to the task's dtype; a task with scale_inputs off (cumprod) gets none.
-A widening (`Draw.widen`) makes a task whose output barely moves across input sets tell a constant apart."""
+quiet (x1e-3: a mean square near a norm's eps), the last two where the reference stays finite; where the task's
+loss ignores a target value (padding's -100), a masked draw's integer inputs hold it at 1/8 of their places.
+Patterns apply to floating inputs only, in float32, before the cast to the task's dtype; a task with
+scale_inputs off (cumprod) gets none. A widening (`Draw.widen`) makes a task whose output barely moves across
+input sets tell a constant apart."""
 from __future__ import annotations
 
 import secrets
@@ -39,7 +40,7 @@ class Draw:
     pattern: str = "plain"  # one of PATTERNS
     widen: str = ""  # one of WIDENINGS
     masked_value: float = float("-inf")  # for the masked pattern
-    zero_row: bool = True  # for the masked pattern: one row all zero and one quiet (QUIET)
+    quiet_rows: bool = True  # for the masked pattern: one row all zero and one at QUIET scale
     ignored: int | None = None  # for the masked pattern: a target value the task's loss skips, in its integers
 
     def describe(self) -> str:
@@ -112,9 +113,9 @@ def _shaped(x: torch.Tensor, draw: Draw, rng: torch.Generator) -> torch.Tensor:
             rows[masked_all] = MASK
         if negative is not None:
             rows[negative] = -rows[negative].abs() - draw.scale
-        if zero is not None and draw.zero_row:
+        if zero is not None and draw.quiet_rows:
             rows[zero] = 0.0
-        if quiet is not None and draw.zero_row:
+        if quiet is not None and draw.quiet_rows:
             rows[quiet] *= QUIET
     return y if y is x else x.copy_(y)
 

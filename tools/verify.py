@@ -187,7 +187,7 @@ def constant_function(setup: Setup, seed: int) -> bool:
 
 def trial_inputs(setup: Setup, draw: Draw) -> list:
     """A trial's inputs: a masked draw keeps its ignored targets only where the reference takes them, and -inf,
-    then its row of zeros, only where the reference stays finite."""
+    then its rows of zeros and quiet values, only where the reference stays finite."""
     inputs = make_inputs(setup, draw)
     if draw.pattern != "masked":
         return inputs
@@ -200,7 +200,7 @@ def trial_inputs(setup: Setup, draw: Draw) -> list:
     if not finite:
         with_finite_mask(inputs)
         if not _finite(setup, inputs):
-            inputs = make_inputs(setup, replace(draw, zero_row=False))
+            inputs = make_inputs(setup, replace(draw, quiet_rows=False))
             with_finite_mask(inputs)
     return inputs
 

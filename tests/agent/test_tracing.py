@@ -105,4 +105,4 @@ def test_attribute_paths_become_python_expressions():
         assert expr == expected
         held = root.held[0] if path == "held.0" else root.get_parameter(path)
         assert eval(expr, {"self": root}) is held
-        assert check_source(f"def read(self):\n    return {expr}\n") is None
+        assert check_source(f"class M:\n    def read(self):\n        return {expr}\n") is None

@@ -291,3 +291,19 @@ def test_each_timed_run_of_a_candidate_sees_its_inputs_changed():
     timed = seen[1:]  # the first call warms up
     assert len(timed) >= 3 and all(not torch.equal(a, b) for a, b in zip(timed, timed[1:]))
     assert torch.equal(index, torch.arange(5))
+
+
+def test_new_parameter_values_reach_the_candidate_by_name():
+    """The reference's parameters move from what the constructor drew (a norm's ones and zeros too) and the
+    candidate's tensors of the same names take the same values; a candidate with no such tensor cannot take a
+    trained model's values, and says so."""
+    from tools.worker import vary_state
+    torch.manual_seed(0)
+    reference, twin = torch.nn.LayerNorm(7), torch.nn.LayerNorm(7)
+    assert vary_state(reference, twin, seed=1) is None
+    assert torch.equal(reference.weight, twin.weight) and torch.equal(reference.bias, twin.bias)
+    assert not torch.equal(reference.weight, torch.ones(7)) and not torch.equal(reference.bias, torch.zeros(7))
+    assert (reference.weight >= 0.5).all() and (reference.weight <= 1.5).all()
+    other = torch.nn.Module()
+    other.scale = torch.nn.Parameter(torch.ones(7))
+    assert "holds no tensor weight of shape (7,)" in vary_state(torch.nn.LayerNorm(7), other, seed=1)

@@ -27,7 +27,7 @@ TIE_BLOCK = 1 << 24  # elements of tied rows rounded at once (a copy of this man
 MASK = -1e4  # a masked element where -inf would make the reference itself non-finite
 QUIET = 1e-3  # a quiet row's scale: its mean square (1e-6) is a norm's eps, which a kernel must not leave out
 CHANGED_FRACTION = 8  # the second call of a trial sees 1/8 of each floating input changed in place
-CHANGED_ELEMENTS = 3  # after the timing, one element of each floating input changed in place, this many times
+CHANGED_ELEMENTS = 3  # after the timing, one element of each floating input moved in place, this many times
 WIDENINGS = ("", "signed", "scaled up x100", "scaled down x0.01", "other seeds")
 
 
@@ -148,39 +148,25 @@ def change_part(inputs: list, seed: int) -> None:
 
 
 class Nudge:
-    """Called before each timed run of a candidate: one element of each floating input, at a place drawn from
-    `seed`, takes the input's value from another drawn place. Results memoized under a hash of all the inputs
-    (every verification changes them, the timing loop did not) are then computed anew at every run."""
+    """Each call moves one element of each floating input (whatever its strides), at a place drawn from `seed`,
+    to the input's value from another drawn place. Before each timed run of a candidate: results memoized under
+    a hash of all the inputs (every verification changes them, the timing loop did not) are computed anew at
+    every run. After the timing: a result kept while a sample of the inputs looks the same (every 64th element
+    compared) misses the moved one, where a run of 1/8 or new values throughout cross its sample."""
 
     def __init__(self, inputs: list, seed: int, places: int = 2048):
         g = torch.Generator().manual_seed(seed)
-        self.flats = [x.view(-1) for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()
-                      and x.numel() > 1 and x.is_contiguous()]
+        self.inputs = [x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 1]
         self.places = []
-        for f in self.flats:
-            at = torch.randint(0, f.numel(), (places,), generator=g)
-            source = (at + torch.randint(1, f.numel(), (places,), generator=g)) % f.numel()  # never the place itself
-            self.places.append(torch.stack([at, source], 1).to(f.device))
+        for x in self.inputs:
+            at = torch.randint(0, x.numel(), (places,), generator=g)
+            source = (at + torch.randint(1, x.numel(), (places,), generator=g)) % x.numel()  # never the place itself
+            self.places.append(torch.stack([at, source], 1).to(x.device))
         self.run, self.cycle = 0, places
 
     def __call__(self) -> None:
         k, self.run = self.run % self.cycle, self.run + 1
         with torch.no_grad():
-            for flat, places in zip(self.flats, self.places):
-                flat.index_copy_(0, places[k, :1], flat.index_select(0, places[k, 1:]))
-
-
-def change_element(inputs: list, seed: int) -> None:
-    """One element of each floating input, at a place the seed picks, overwritten in place with the input's own
-    value from another place: a result kept while a sample of the inputs looks the same (every 64th element
-    compared) misses it, where a run of 1/8 or new values throughout cross its sample."""
-    rng = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for x in inputs:
-            if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 1):
-                continue
-            flat = x.view(-1) if x.is_contiguous() else x.reshape(-1)
-            at, source = torch.randint(0, flat.numel(), (2, 1), generator=rng).to(x.device)
-            flat[at] = flat[source]
-            if not x.is_contiguous():
-                x.copy_(flat.view(x.shape))
+            for x, places in zip(self.inputs, self.places):
+                at, source = (torch.unravel_index(places[k, j:j + 1], x.shape) for j in (0, 1))
+                x[at] = x[source]

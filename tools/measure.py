@@ -9,7 +9,7 @@ from tools.evaluate import cache_dir
 from tools.profile import Measured, count_work, device_ceilings, floor_ms, matmul_key, time_call
 from tools.rules import RUNTIME_REASONS
 from tools.results import Baselines, EvalJob, Timing
-from tools.inputs import CHANGED_ELEMENTS, Draw, Nudge, change_element, draw_seed, make_inputs
+from tools.inputs import CHANGED_ELEMENTS, Draw, Nudge, draw_seed, make_inputs
 from tools.verify import Checked, Failed, Setup, judge, verify
 
 SUSPICIOUS_BELOW = 0.95  # a time under this fraction of the floor is re-verified and flagged
@@ -75,9 +75,9 @@ def check_not_stale(setup: Setup, inputs: list, checked: Checked) -> None:
     """After the timing's many calls, the same input tensors changed at one element (CHANGED_ELEMENTS times over:
     a change may land in a cache's sample), then written with new values throughout, must each give the new
     answer: no results reused once a call count is reached, or while a sample of the inputs looks the same."""
-    seed = draw_seed()
-    for i in range(CHANGED_ELEMENTS):
-        change_element(inputs, seed + i)
+    nudge = Nudge(inputs, draw_seed(), CHANGED_ELEMENTS)
+    for _ in range(CHANGED_ELEMENTS):
+        nudge()
         _follows(setup, inputs)
     fresh = make_inputs(setup, Draw(checked.seed * 1000 + 998, 2.0 if setup.scale_inputs else 1.0,
                                     widen=checked.widen))

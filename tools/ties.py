@@ -17,7 +17,7 @@ aten = torch.ops.aten
 TIE_OPS = {"sort", "topk", "kthvalue", "median", "nanmedian"}  # op_base names whose indices order ties freely
 
 
-def _sorted(x: torch.Tensor, dim: int, descending: bool = False):
+def _sorted(x: torch.Tensor, dim: int = -1, descending: bool = False):
     return aten.sort.stable(x, stable=True, dim=dim, descending=descending)
 
 
@@ -25,10 +25,6 @@ def _at(pair, dim: int, at: torch.Tensor, keepdim: bool):
     """Each row's element at position `at` (a tensor of size 1 along dim) of a sorted (values, indices)."""
     values, indices = (torch.gather(t, dim, at) for t in pair)
     return (values, indices) if keepdim else (values.squeeze(dim), indices.squeeze(dim))
-
-
-def _sort(x, dim=-1, descending=False):
-    return _sorted(x, dim, descending)
 
 
 def _topk(x, k, dim=-1, largest=True, sorted=True):
@@ -61,7 +57,7 @@ def _nanmedian(x, dim, keepdim=False):
     return _at(_sorted(x, dim), dim, torch.clamp((count - 1) // 2, min=0), keepdim)
 
 
-RULES = {aten.sort.default: _sort, aten.topk.default: _topk, aten.kthvalue.default: _kthvalue,
+RULES = {aten.sort.default: _sorted, aten.topk.default: _topk, aten.kthvalue.default: _kthvalue,
          aten.median.dim: _median, aten.nanmedian.dim: _nanmedian}
 
 

@@ -19,7 +19,8 @@ import torch
 # Namespaces whose every entry's identity is kept: a rebinding anywhere in them changes what later code runs.
 WHOLE = ("builtins", "torch.nn.functional", "torch.Tensor", "torch._C.TensorBase", "torch.nn.Module",
          "torch._C._VariableFunctionsClass", "torch.autograd.Function", "triton.runtime.jit.JITFunction",
-         "triton.runtime.interpreter.InterpretedFunction", "triton.runtime.autotuner.Autotuner")
+         "triton.runtime.interpreter.InterpretedFunction", "triton.runtime.interpreter.InterpreterBuilder",
+         "triton.runtime.autotuner.Autotuner")
 PUBLIC = ("torch", "torch.nn", "torch.linalg", "torch.special", "torch.fft", "torch.nn.init", "math", "triton",
           "triton.language")  # only public names: these modules import lazily what the evaluator uses
 EVALUATOR = "tools."  # the evaluator's own modules, every name

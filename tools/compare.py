@@ -69,6 +69,14 @@ ELEMENT_OUTLIERS, OUTLIER_FACTOR = {torch.float32: 1e-7}, 100.0
 # is mostly zeros) count in neither RMS: there nothing rounds, and counting them shrank PyTorch's error until an
 # element 2 units of roundoff off in the candidate, and exact in PyTorch, read as 10x past it.
 WINDOW = 256
+# A kernel that computes in fp32 and rounds to nearest errs at each element by at most u|x|, so its errors'
+# sum is at most u times the sum of |x|, and their dot product with x at most u times x's squared norm,
+# however they fall: a rounding has no lean. A kernel that rounds where PyTorch does leans as PyTorch does.
+# So a bf16 or fp16 output may lean at most BIAS_FLOOR units past PyTorch's lean, either way (scaled or
+# shifted). A result scaled by 1.01 is 2.6 units in bf16, inside the elementwise floor of LOW_FLOOR units,
+# and past this one. (The Triton interpreter truncates to bf16, about 0.7 units of lean; tools/forkserver.py makes
+# it round as a GPU does.)
+BIAS_FLOOR = 1.0
 # An fp32 output of fewer than WINDOW elements (a loss) is held to ELEMENT_FACTOR in norm too, where one sample
 # of PyTorch's error is all there is to go on: the ratio of two equally accurate results' errors at one element
 # exceeds 3 one time in five (98_KLDivLoss: 3.3x, where PyTorch's own was 0.5% off).
@@ -151,12 +159,15 @@ def _compare_low_precision(y: torch.Tensor, r: torch.Tensor, g: torch.Tensor, wh
     u, run = UNIT_ROUNDOFF[r.dtype], f"the {_name(g.dtype)} run"
     zero = torch.zeros((), dtype=torch.float64, device=r.device)
     bad, gold_sq, count, seen, cand_sq, ref_sq, max_err = zero.long(), zero, zero, zero, zero, zero, zero
+    drift = torch.zeros(5, dtype=torch.float64, device=r.device)
     for a, b, c in _pieces(y, r, g):
         bad = bad + (_unlike(a, b) & _unlike(a, c.to(r.dtype))).sum()
         keep = torch.isfinite(a) & torch.isfinite(c)
         c64 = torch.where(keep, c.double(), 0.0)
-        dc = torch.where(keep, a.double() - c64, 0.0).abs_()
-        dr = torch.where(keep & torch.isfinite(b), b.double() - c64, 0.0).abs_()
+        dc = torch.where(keep, a.double() - c64, 0.0)
+        dr = torch.where(keep & torch.isfinite(b), b.double() - c64, 0.0)
+        drift = drift + torch.stack([dc @ c64, dr @ c64, dc.sum(), dr.sum(), c64.abs().sum()])
+        dc, dr = dc.abs_(), dr.abs_()
         gold_sq, count, seen = gold_sq + c64 @ c64, count + keep.sum(), seen + _informative(keep, c64, dr).sum()
         cand_sq, ref_sq, max_err = cand_sq + dc @ dc, ref_sq + dr @ dr, torch.maximum(max_err, dc.max())
     if int(bad.item()):
@@ -191,6 +202,22 @@ def _compare_low_precision(y: torch.Tensor, r: torch.Tensor, g: torch.Tensor, wh
                                   f"that + {LOW_FLOOR * u:.1e}), {outside} of {r.numel()} elements beyond "
                                   f"{factor:g}x PyTorch's error + {LOW_FLOOR:g}u{outliers}, the worst "
                                   f"{worst:.3g}x.", rel_err=rel, own_rel_err=own)
+    _check_lean(drift.tolist(), float(gold_sq.item()), u, f"{where} against {run}", _name(r.dtype))
+
+
+def _check_lean(drift: list[float], gold_sq: float, u: float, where: str, dtype: str) -> None:
+    """Raises Failed where the candidate's errors lean one way past PyTorch's by more than BIAS_FLOOR units of
+    roundoff: weighted by the wider run's values (a result scaled) or not (a result shifted). `drift`: the
+    candidate's errors dotted with the wider run, PyTorch's, the candidate's sum of errors, PyTorch's, and the
+    sum of the wider run's magnitudes."""
+    mine_dot, own_dot, mine_sum, own_sum, size = drift
+    for what, total, mine, own in (("scaled by 1{:+.1e}", gold_sq, mine_dot, own_dot),
+                                   ("shifted by {:+.1e} of its mean magnitude", size, mine_sum, own_sum)):
+        if total > 0 and abs(mine) > abs(own) + BIAS_FLOOR * u * total:
+            raise Failed("incorrect", f"{where} leans one way: its errors add up to the run "
+                                      f"{what.format(mine / total)}, PyTorch's in {dtype} to the run "
+                                      f"{what.format(own / total)} (at most {BIAS_FLOOR:g} unit of roundoff more, "
+                                      f"{BIAS_FLOOR * u:.1e}, is rounding).")
 
 
 def _informative(keep: torch.Tensor, gold: torch.Tensor, err: torch.Tensor) -> torch.Tensor:

@@ -32,6 +32,8 @@ def serve() -> None:
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns unless it is set
     import torch  # noqa: F401  (warm imports; nothing here may initialize CUDA)
     import triton  # noqa: F401
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        _round_like_a_gpu()
     import torch.utils.flop_counter  # noqa: F401
     import torch._dynamo  # noqa: F401  (else imported inside the first candidate's forward, whose tensors its
     # import-time reference cycles then hold)
@@ -59,6 +61,27 @@ def serve() -> None:
         _, status = os.waitpid(pid, 0)
         code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
         print(f"exit {code}", file=protocol, flush=True)
+
+
+def _round_like_a_gpu() -> None:
+    """Triton's interpreter converts fp32 to bf16 by truncation; a GPU rounds to nearest even (`cvt.rn`). Here it
+    rounds as a GPU does, so that an honest bf16 kernel errs on the CPU as it will on the GPU: by at most half a
+    unit and without a bias (tools/compare.py holds a bf16 output's mean error to that). A conversion that names
+    its rounding (`fp_downcast_rounding`) takes another path and keeps it."""
+    import numpy as np
+    import torch
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+
+    truncating = InterpreterBuilder.cast_impl
+
+    def cast_impl(self, src, dst_type):
+        if src.dtype.scalar != tl.float32 or dst_type.scalar != tl.bfloat16:
+            return truncating(self, src, dst_type)
+        wide = torch.from_numpy(np.ascontiguousarray(src.data, dtype=np.float32))
+        return TensorHandle(wide.to(torch.bfloat16).view(torch.uint16).numpy(), dst_type.scalar)
+
+    InterpreterBuilder.cast_impl = cast_impl
 
 
 def _warm_compiler() -> None:

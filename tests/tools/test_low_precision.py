@@ -1,5 +1,8 @@
 """bf16 and fp16 outputs are judged against the math: a candidate passes when its error against a golden fp32
 run of the reference is within a small factor of PyTorch's own error in the dtype (tools/compare.py)."""
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -107,3 +110,46 @@ def test_an_integer_output_may_break_ties_as_the_wider_run_does():
         compare(torch.tensor([3, 2, 5, 1]), ref, TOLERANCES[torch.bfloat16], Checked(), golden=wide)
     with pytest.raises(Failed, match="differs from the reference in 1 of 4 elements"):
         compare(torch.tensor([3, 2, 4, 1]), ref, TOLERANCES[torch.bfloat16], Checked())
+
+
+def test_a_result_that_leans_one_way_fails_though_every_element_is_within_the_floor():
+    """Scaled by 1.005 or shifted by 0.5% of its mean magnitude, a bf16 result is 1.3 units of roundoff off:
+    inside the elementwise floor of 2 units, but every element errs the same way, and rounding does not."""
+    x, golden, reference = _bf16_case()
+    compare(golden.bfloat16(), reference, TOLERANCES[torch.bfloat16], Checked(), golden=golden)
+    with pytest.raises(Failed, match=r"leans one way: its errors add up to the run scaled by 1\+5\.0e-03"):
+        compare((golden * 1.005).bfloat16(), reference, TOLERANCES[torch.bfloat16], Checked(), golden=golden)
+    shifted = (golden + 0.005 * golden.abs().mean()).bfloat16()
+    with pytest.raises(Failed, match=r"leans one way: its errors add up to the run shifted by \+5\.0e-03"):
+        compare(shifted, reference, TOLERANCES[torch.bfloat16], Checked(), golden=golden)
+
+
+def test_the_worker_s_interpreter_rounds_to_bf16_as_a_gpu_does():
+    """Triton's interpreter truncates an fp32 value stored to bf16 (a lean of about 0.7 units, always toward
+    0); the worker's (tools/forkserver.py) rounds to nearest even, as a GPU's `cvt.rn` and PyTorch do."""
+    probe = """
+import torch, triton, triton.language as tl
+from tools.forkserver import _round_like_a_gpu
+
+@triton.jit
+def store(x, y, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y + offs, tl.load(x + offs, mask=offs < n) * 1.0, mask=offs < n)
+
+x = torch.randn(1000)
+x[:3] = torch.tensor([float("inf"), float("nan"), 1 + 2**-8 + 2**-10])
+before, after = torch.empty(1000, dtype=torch.bfloat16), torch.empty(1000, dtype=torch.bfloat16)
+store[(1,)](x, before, 1000, BLOCK=1024)
+_round_like_a_gpu()
+store[(1,)](x, after, 1000, BLOCK=1024)
+rounded = x.bfloat16()
+print(int((before.view(torch.int16) != rounded.view(torch.int16)).sum()), torch.equal(after[3:], rounded[3:]),
+      after[:3].tolist())
+"""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    run = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).parents[2])
+    assert run.returncode == 0, run.stderr[-2000:]
+    truncated, equal, specials = run.stdout.split(" ", 2)
+    assert int(truncated) > 300 and equal == "True", run.stdout
+    assert specials.strip().startswith("[inf, nan, 1.0078125]"), run.stdout

@@ -31,8 +31,8 @@ from pathlib import Path
 
 from agent.context import RunConfig
 from agent.llm import ChatClient, LLMConfigError, LLMError, llm_config
-from agent.optimize import (STORE_FILE, Serialized, UsageError, best_of_store, build_run, open_knowledge, plan_run,
-                            write_outputs)
+from agent.optimize import (STORE_FILE, Serialized, UsageError, add_deep_option, best_of_store, build_run,
+                            final_check, open_knowledge, plan_run, write_outputs)
 from agent.policies import POLICIES
 from agent.progress import Progress, StdoutLines
 from agent.report_html import TaskRow, row_from_report, summary_lines, write_results
@@ -57,6 +57,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_run_options(p)
     add_shapes_option(p, "every task gets them, except that a task list's own shape_sets for a task win over "
                          "them for that task")
+    add_deep_option(p)
     p.add_argument("suite", help="a folder of task files, a TOML task list, or one task file")
     p.add_argument("--out", metavar="DIR", help="output folder (default runs/batch-SUITE-TIMESTAMP)")
     p.add_argument("--workers", type=int, metavar="N", help="tasks optimized at once (default: one per GPU, "
@@ -101,12 +102,13 @@ class Settings:
     workers: int = 1
     dtype: str | None = None  # --dtype: overrides the task list's
     shape_sets: list[dict[str, int]] | None = None  # --shapes: for every task whose task list gives none
+    deep: int | None = None  # --deep: the final check's deep input sets (agent/optimize.py: final_check)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, workers: int) -> "Settings":
         return cls(budget=args.budget, time_limit=args.time_limit, small=args.small, model=args.model,
                    policy=args.policy, seed=args.seed, knowledge=not args.no_knowledge, workers=workers,
-                   dtype=args.dtype, shape_sets=shape_sets_of(args))
+                   dtype=args.dtype, shape_sets=shape_sets_of(args), deep=args.deep)
 
 
 def shape_sets_of(args: argparse.Namespace) -> list[dict[str, int]] | None:
@@ -336,7 +338,7 @@ def _optimize_args(spec: TaskSpec, folder: Path, s: Settings, resume: bool) -> a
     return argparse.Namespace(task=spec.path, out=str(folder), resume=str(folder) if resume else None,
                               budget=s.budget, time_limit=s.time_limit, model=s.model, policy=s.policy,
                               small=s.small, seed=s.seed, batch_size=None, plateau=None, dtype=spec.dtype,
-                              no_knowledge=not s.knowledge)
+                              no_knowledge=not s.knowledge, deep=s.deep)
 
 
 def run_task(batch: Batch, spec: TaskSpec, shared: Shared) -> None:
@@ -415,7 +417,7 @@ def _search(plan, spec: TaskSpec, shared: Shared, on_eval) -> tuple[dict, object
             except Stopped:
                 store.set_status(run_id, "interrupted", "interrupted")
                 raise
-        write_outputs(run, plan.out, finished, chat)
+        write_outputs(run, plan.out, finished, chat, final_check(run))
         measured = [i.result.baselines for i in store.archive(run_id) if i.result and i.result.baselines]
         return json.loads((plan.out / "report.json").read_text()), (measured[0] if measured else None)
     finally:

@@ -35,13 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.batch import EXIT_INTERRUPTED, Settings, add_run_options, check_specs, new_batch, run_batch, shape_sets_of
-from agent.optimize import UsageError
+from agent.optimize import DEEP_CPU, DEEP_GPU, UsageError, deep_sets
 from agent.report_html import TaskRow, kept_text
 from tools.results import MAX_DEEP_SETS, TaskSpec
 from tools.task import add_shapes_option
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_VERIFY, EXIT_REGRESSION = 0, 1, 2, 3, 4
-DEEP_GPU, DEEP_CPU = 16, 2  # --deep sets per accepted kernel: the interpreter takes seconds a set
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -111,12 +110,6 @@ def changed_tasks(repo: Path, tasks: Path, base: str) -> tuple[list[Path], list[
             continue
         picked.append(path)
     return picked, skipped
-
-
-def deep_sets(asked: int | None) -> int:
-    """--deep's sets per accepted kernel: as asked, else DEEP_GPU where this machine has a GPU, DEEP_CPU where not."""
-    from tools.evaluate import visible_gpus
-    return asked if asked is not None else DEEP_GPU if visible_gpus() else DEEP_CPU
 
 
 # --- baseline and gates ---------------------------------------------------------------------------------
@@ -301,7 +294,8 @@ def ci(args: argparse.Namespace) -> int:
         out = Path(args.out) if args.out else Path("runs") / f"ci-{time.strftime('%Y%m%d-%H%M%S')}"
         settings = Settings(budget=args.budget, time_limit=args.time_limit, small=args.small, model=args.model,
                             policy=args.policy, seed=args.seed if args.seed is not None else 0,
-                            knowledge=args.knowledge, workers=1, dtype=args.dtype, shape_sets=shape_sets)
+                            knowledge=args.knowledge, workers=1, dtype=args.dtype, shape_sets=shape_sets,
+                            deep=0)  # each task's final check runs its trials; reverify below, the deep sets
         batch = new_batch(f"ci: {base}", specs, out, settings)
         code = run_batch(batch, cluster=args.cluster)
         if code == EXIT_USAGE:

@@ -40,6 +40,9 @@ class RunConfig:
                                  "None: the task's own.")
     eval_timeout_s: float = _d(300.0, "Seconds one evaluation may take before its worker is killed.")
     trials: int = _d(4, "Timing trials per evaluation.")
+    deep: int | None = _d(None, "Deep input sets of the final check of the best kernel, beside its trials from a "
+                                "fresh seed (agent/optimize.py: final_check); None: 16 on a GPU, 2 on a CPU; 0: "
+                                "the trials only.")
     trial_seed: int | None = _d(None, "Trial seed of every evaluation, to replay a run's verification exactly; "
                                       "None: a fresh one from the operating system for each evaluation.")
     k_docs: int = _d(4, "Hardware and optimization documents retrieved into each prompt.")

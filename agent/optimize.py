@@ -34,12 +34,16 @@ from agent.policies import POLICIES, make_policy
 from agent.runstore import RunStore
 from tools.cli_eval import shape_timing_lines
 from tools.executor import add_cluster_option
-from tools.results import VERDICTS, TaskSpec
+from tools.results import MAX_DEEP_SETS, VERDICTS, EvalJob, TaskSpec
 from tools.score import shape_speedups
 from tools.task import add_dtype_option, add_shapes_option
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 STORE_FILE = "run.sqlite"
+# The final check of the best kernel before it is reported: trials from a fresh seed, and deep input sets
+# across the input space (tools/deep.py), DEEP_GPU where this machine has a GPU, DEEP_CPU where not (the
+# interpreter takes seconds a set).
+FINAL_TRIALS, DEEP_GPU, DEEP_CPU = 6, 16, 2
 
 
 class UsageError(Exception):
@@ -69,10 +73,24 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, help=f"proposals per round (default {d.batch_size})")
     p.add_argument("--plateau", type=int, help=f"stop after N evaluations without progress; 0: never "
                                                 f"(default {d.plateau})")
+    add_deep_option(p)
     p.add_argument("--no-knowledge", action="store_true", help="no retrieval from or write-back to the "
                                                                "knowledge store")
     p.set_defaults(func=optimize)
     return p
+
+
+def add_deep_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--deep", type=int, metavar="N",
+                   help=f"input sets across the input space the best kernel is verified on, with {FINAL_TRIALS} "
+                        f"trials from a fresh seed, before it is reported (default {DEEP_GPU} on a GPU, "
+                        f"{DEEP_CPU} on a CPU; 0: the trials only)")
+
+
+def deep_sets(asked: int | None) -> int:
+    """--deep's sets: as asked, else DEEP_GPU where this machine has a GPU, DEEP_CPU where not."""
+    from tools.evaluate import visible_gpus
+    return asked if asked is not None else DEEP_GPU if visible_gpus() else DEEP_CPU
 
 
 def _say(line: str) -> None:
@@ -82,7 +100,7 @@ def _say(line: str) -> None:
 def _overrides(args: argparse.Namespace) -> dict:
     given = {"budget": args.budget, "time_limit_s": args.time_limit, "model": args.model, "policy": args.policy,
              "small": args.small, "seed": args.seed, "batch_size": args.batch_size, "plateau": args.plateau,
-             "dtype": args.dtype, "trial_seed": getattr(args, "trial_seed", None)}
+             "dtype": args.dtype, "trial_seed": getattr(args, "trial_seed", None), "deep": getattr(args, "deep", None)}
     return {k: v for k, v in given.items() if v is not None}
 
 
@@ -140,6 +158,8 @@ def start_run(plan: Plan) -> tuple[RunStore, str]:
 def _check_config(config: RunConfig) -> None:
     if config.budget < 1 or config.time_limit_s <= 0 or config.batch_size < 1 or config.plateau < 0:
         raise UsageError("--budget, --time-limit and --batch-size must be positive and --plateau not negative.")
+    if config.deep is not None and not 0 <= config.deep <= MAX_DEEP_SETS:
+        raise UsageError(f"--deep takes 0 to {MAX_DEEP_SETS} input sets.")
     if config.policy not in POLICIES:
         raise UsageError(f"Unknown policy {config.policy!r}; choose one of {', '.join(POLICIES)}.")
 
@@ -241,19 +261,20 @@ def optimize(args: argparse.Namespace) -> int:
     from agent.graph import TaskUnusable, run_search
     try:
         final = run_search(run, archive, pending)
+        checked = final_check(run)
     except TaskUnusable as e:
         store.set_status(run_id, "finished", "the task could not be loaded")
         raise UsageError(f"The task could not be used: {e}") from None
     except KeyboardInterrupt:
         store.set_status(run_id, "interrupted", "interrupted")
-        write_outputs(run, out, "interrupted", chat)
+        write_outputs(run, out, "interrupted", chat, None)
         print(f"kernelwright: interrupted; resume with --resume {out}", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         executor.close()
         if knowledge is not None:
             knowledge.close()
-    best = write_outputs(run, out, final.stop, chat)
+    best = write_outputs(run, out, final.stop, chat, checked)
     return EXIT_OK if best is not None else EXIT_FAILED
 
 
@@ -318,8 +339,34 @@ def best_of_store(store: RunStore, run_id: str) -> Individual | None:
     return max(correct, key=lambda i: (i.fitness, -i.id)) if correct else None
 
 
-def write_outputs(run: Run, out: Path, stop: str, chat: ChatClient | None) -> Individual | None:
-    """best.py, report.json, lineage.dot and the printed summary. Returns the best candidate or None."""
+def final_check(run: Run) -> dict | None:
+    """The best correct candidate verified once more before it is reported: FINAL_TRIALS trials from a fresh
+    seed (the run's --trial-seed where it has one) and --deep input sets. One that fails is demoted in the run
+    store, with the check's verdict (a resumed run never reports it), and the next best is checked, until one
+    passes or none is left. Returns report.json's "final_check": the candidate that passed (None: none did),
+    its deep check, and each candidate demoted; None where the run has no correct candidate to check."""
+    store, run_id, sets, demoted = run.store, run.run_id, deep_sets(run.config.deep), []
+    while (best := best_of_store(store, run_id)) is not None:
+        job = EvalJob(task=run.spec, candidate=best.source, trials=FINAL_TRIALS, seed=run.config.seed,
+                      trial_seed=run.config.trial_seed, profile=False, deep=sets,
+                      timeout_s=run.config.eval_timeout_s * 2)
+        result = run.executor.submit(job).result()
+        if result.correct:
+            deep = dataclasses.asdict(result.deep) if result.deep else None
+            return {"candidate": best.id, "trials": FINAL_TRIALS, "deep": deep, "demoted": demoted}
+        if result.verdict not in ("incorrect", "rejected"):  # the check could not run: say so, demote nothing
+            return {"candidate": None, "unchecked": best.id, "reason": result.reason, "demoted": demoted}
+        run.say(f"final check: #{best.id} failed ({result.reason}); checking the next best")
+        store.demote(run_id, best.id, result, f"the final check ({FINAL_TRIALS} trials from a fresh seed, {sets} "
+                                              f"deep input sets) failed: {result.reason}")
+        demoted.append({"id": best.id, "verdict": result.verdict, "reason": result.reason})
+    return {"candidate": None, "demoted": demoted} if demoted else None
+
+
+def write_outputs(run: Run, out: Path, stop: str, chat: ChatClient | None,
+                  checked: dict | None) -> Individual | None:
+    """best.py, report.json, lineage.dot and the printed summary. Returns the best candidate or None.
+    `checked`: the final check (final_check), None where none ran."""
     out.mkdir(parents=True, exist_ok=True)
     store, run_id = run.store, run.run_id
     best = best_of_store(store, run_id)
@@ -335,7 +382,8 @@ def write_outputs(run: Run, out: Path, stop: str, chat: ChatClient | None) -> In
         "stop_reason": stop, "budget": run.config.budget, "evaluated": sum(counts[v] for v in VERDICTS),
         "counts": counts, "best": summary_of_best, "slower_than_eager": slower, "rewrites": best_rewrites(run, best),
         "rewrite": rewrite_summary(run, store.archive(run_id)),
-        "failure": None if best is not None else common_failure(store.archive(run_id)), "config": run.config.to_json(),
+        "failure": None if best is not None else common_failure(store.archive(run_id)), "final_check": checked,
+        "config": run.config.to_json(),
         "llm": None if chat is None else {
             "model": chat.config.model, "url": chat.config.url, "retries": chat.retried,
             "conversations": getattr(llm_op, "conversations", None),
@@ -447,6 +495,8 @@ def summary(report: dict, out: Path) -> str:
                  f"{b['floor_fraction']:.0%} of the speed-of-light floor" if b.get("floor_fraction") else ""]
         lines.append(f"best: #{b['id']} ({b['operator']}), {b['ms']:.4g} ms on {b['device']}; "
                      + ", ".join(e for e in extra if e))
+    if report.get("final_check"):
+        lines.append(final_check_line(report["final_check"]))
     if b is not None and b.get("shapes"):
         lines += shape_timing_lines(b["shapes"])
     if report.get("rewrite"):
@@ -454,6 +504,20 @@ def summary(report: dict, out: Path) -> str:
     wrote = ["best.py"] if b is not None else []
     lines.append(f"wrote {', '.join(wrote + ['report.json', 'lineage.dot', 'run.sqlite'])} in {out}")
     return "\n".join(lines)
+
+
+def final_check_line(final: dict) -> str:
+    """The summary's line on the final check: who passed it, on what, and who it demoted."""
+    demoted = final["demoted"]
+    ids = ", ".join(f"#{d['id']}" for d in demoted)
+    gone = f"; it demoted {ids} ({demoted[0]['verdict']}: {demoted[0]['reason'][:160]})" if demoted else ""
+    if final.get("unchecked") is not None:
+        return f"final check: could not check #{final['unchecked']} ({final['reason'][:160]}){gone}"
+    if final["candidate"] is None:
+        return f"final check: no correct candidate passed it{gone}"
+    deep = final["deep"]
+    sets = f" and {deep['sets']} deep input sets (worst relative error {deep['worst_rel_err']:.1e})" if deep else ""
+    return f"final check: #{final['candidate']} passed {final['trials']} more trials from a fresh seed{sets}{gone}"
 
 
 def rewrite_line(rw: dict, used: list[str]) -> str:

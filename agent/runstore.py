@@ -18,7 +18,7 @@ import json
 import sqlite3
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from agent.interfaces import Individual, Proposal
@@ -140,6 +140,16 @@ class RunStore:
              run_id, cand_id))
         if cur.rowcount != 1:
             raise ValueError(f"candidate #{cand_id} of run {run_id} is not awaiting evaluation")
+
+    def demote(self, run_id: str, cand_id: int, result: EvalResult, reason: str) -> None:
+        """An evaluated candidate that failed a later check takes that check's result and `reason`: it is no
+        longer correct, in this run or a resumed one."""
+        cur = self.db.execute(
+            "UPDATE candidates SET verdict = ?, reason = ?, fitness = 0, metrics = ? WHERE run_id = ? AND id = ?"
+            " AND status = 'evaluated'",
+            (result.verdict, reason, json.dumps(replace(result, reason=reason).to_json()), run_id, cand_id))
+        if cur.rowcount != 1:
+            raise ValueError(f"candidate #{cand_id} of run {run_id} has not been evaluated")
 
     def archive(self, run_id: str) -> list[Individual]:
         """The evaluated candidates, in the order they were proposed."""

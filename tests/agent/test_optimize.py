@@ -35,6 +35,8 @@ def test_optimize_without_llm_finishes_within_budget_and_writes_a_correct_best(t
     operators = {n["operator"] for n in report["lineage"]["nodes"]}
     assert operators <= {"template", "param"}
     assert (out / "lineage.dot").read_text().startswith("digraph")
+    final = report["final_check"]  # the best again: 6 trials from a fresh seed, 2 deep sets on a CPU
+    assert final["candidate"] == report["best"]["id"] and final["deep"]["sets"] == 2 and final["demoted"] == []
 
     best = (out / "best.py").read_text()
     result = warm_executor.submit(EvalJob(TaskSpec(TASK, name="scale_shift"), best, timeout_s=120, trials=1,
@@ -67,7 +69,7 @@ def test_a_best_kernel_slower_than_eager_is_said_plainly_and_marked(tmp_path, ca
     from agent.optimize import write_outputs
     from tools.rules import check_source
     run, source = gpu_run(tmp_path, ms=2.0, eager_ms=1.0)
-    best = write_outputs(run, tmp_path / "out", "evaluation budget of 1 spent", None)
+    best = write_outputs(run, tmp_path / "out", "evaluation budget of 1 spent", None, None)
     printed = capsys.readouterr().out
     assert best is not None and "No faster kernel; keep PyTorch." in printed and "(0.50x)" in printed
     first, rest = (tmp_path / "out" / "best.py").read_text().split("\n", 1)
@@ -81,7 +83,7 @@ def test_a_best_kernel_slower_than_eager_is_said_plainly_and_marked(tmp_path, ca
 def test_a_faster_kernel_is_written_as_it_is(tmp_path, capsys):
     from agent.optimize import write_outputs
     run, source = gpu_run(tmp_path, ms=0.5, eager_ms=1.0)
-    write_outputs(run, tmp_path / "out", "evaluation budget of 1 spent", None)
+    write_outputs(run, tmp_path / "out", "evaluation budget of 1 spent", None, None)
     assert "2.00x eager" in capsys.readouterr().out
     assert (tmp_path / "out" / "best.py").read_text() == source
     report = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -94,7 +96,7 @@ def test_the_report_gives_the_best_kernels_speedups_at_each_shape_set(tmp_path, 
     shapes = [ShapeCheck({"rows": 64}, "correct", "Correct on every trial.", ms=0.5, eager_ms=1.0, compile_ms=0.8),
               ShapeCheck({"rows": 1}, "correct", "Correct on every trial.", ms=0.5, eager_ms=0.25)]
     run, _ = gpu_run(tmp_path, ms=0.5, eager_ms=1.0, shapes=shapes)
-    write_outputs(run, tmp_path / "out", "evaluation budget of 1 spent", None)  # through the run store's JSON
+    write_outputs(run, tmp_path / "out", "evaluation budget of 1 spent", None, None)  # through the run store's JSON
     lines = capsys.readouterr().out.splitlines()
     at = lines.index("per shape set:")
     assert lines[at + 1:at + 4] == ["  rows=64: 0.5000 ms, 2.00x vs eager, 1.60x vs torch.compile",
@@ -116,3 +118,32 @@ def test_why_no_candidate_was_correct_is_the_commonest_failure():
     archive = [Individual(i, "", "template", None, result=r) for i, r in enumerate(results)]
     assert common_failure(archive) == "Incorrect: latest."
     assert common_failure(archive[3:]) is None
+
+
+def test_a_best_that_fails_the_final_check_is_demoted_and_the_next_best_reported(tmp_path, capsys, warm_executor):
+    """A wrong kernel stored as the fastest correct one (as a cheat that got through the search's trials would
+    be) fails the final check: it is demoted in the run store, with the check's verdict, and the next best,
+    which passes, is the one reported."""
+    from dataclasses import replace
+
+    from agent.interfaces import Proposal
+    from agent.optimize import best_of_store, final_check, final_check_line
+    from tools.results import EvalResult, Timing
+    run, good = gpu_run(tmp_path, 2.0, 1.0)
+    wrong = run.store.add_proposed(run.run_id, Proposal(
+        (Path(__file__).parent / "fixtures" / "scale_shift_wrong.py").read_text(), "template"), None).id
+    run.store.record_result(run.run_id, wrong, EvalResult("correct", "Correct on every trial.", device="NVIDIA H200",
+                                                          timing=Timing(1.0, 1.0, 0.8, 0.1, 1.0, 0.8, 0.1, 0.5, False)))
+    run = replace(run, executor=warm_executor, say=print)
+    assert best_of_store(run.store, run.run_id).id == wrong
+
+    final = final_check(run)
+    assert final["candidate"] == 1 and final["demoted"][0]["id"] == wrong, final
+    assert final["demoted"][0]["verdict"] == "incorrect" and final["deep"]["sets"] == 2
+    assert f"final check: #{wrong} failed" in capsys.readouterr().out
+    assert final_check_line(final).startswith(f"final check: #1 passed 6 more trials from a fresh seed and 2 deep "
+                                              f"input sets (worst relative error ")
+    assert f"; it demoted #{wrong} (incorrect: " in final_check_line(final)
+    demoted = next(i for i in run.store.archive(run.run_id) if i.id == wrong)
+    assert demoted.fitness == 0 and demoted.result.reason.startswith("the final check (6 trials from a fresh seed")
+    assert best_of_store(run.store, run.run_id).source == good

@@ -353,7 +353,8 @@ def final_check(run: Run) -> dict | None:
         result = run.executor.submit(job).result()
         if result.correct:
             deep = dataclasses.asdict(result.deep) if result.deep else None
-            return {"candidate": best.id, "trials": FINAL_TRIALS, "deep": deep, "demoted": demoted}
+            return {"candidate": best.id, "trials": FINAL_TRIALS, "deep": deep, "seconds": round(result.seconds, 1),
+                    "demoted": demoted}
         if result.verdict not in ("incorrect", "rejected"):  # the check could not run: say so, demote nothing
             return {"candidate": None, "unchecked": best.id, "reason": result.reason, "demoted": demoted}
         run.say(f"final check: #{best.id} failed ({result.reason}); checking the next best")
@@ -517,7 +518,8 @@ def final_check_line(final: dict) -> str:
         return f"final check: no correct candidate passed it{gone}"
     deep = final["deep"]
     sets = f" and {deep['sets']} deep input sets (worst relative error {deep['worst_rel_err']:.1e})" if deep else ""
-    return f"final check: #{final['candidate']} passed {final['trials']} more trials from a fresh seed{sets}{gone}"
+    return (f"final check: #{final['candidate']} passed {final['trials']} more trials from a fresh seed{sets} in "
+            f"{final['seconds']:.0f} s{gone}")
 
 
 def rewrite_line(rw: dict, used: list[str]) -> str:

@@ -75,6 +75,7 @@ class Setup:
     explicit_tolerance: bool = False  # atol/rtol given for the task: bf16/fp16 outputs judged by them too
     golden: dict = field(default_factory=dict)  # dtype: the reference in that dtype, made at its first use for
     # a wider run (False: it cannot run in that dtype)
+    no_golden: str = ""  # why a wider run failed (its exception, one line), where one did
     precision: dict[str, object] = field(default_factory=dict)  # the evaluator's precision flags, set at verify()
 
     @property
@@ -272,7 +273,8 @@ def golden_outputs(setup: Setup, inputs: list, expected, dtype: torch.dtype = to
     """The reference module and its inputs cast to `dtype` and run again: float32 when an output is bf16 or
     fp16, float64 when one is fp32 or an integer (and no explicit atol/rtol says otherwise); None otherwise, and
     where the reference cannot run in that dtype (it fixes its own dtypes, or the copy does not fit): such a task
-    is judged by the dtype's tolerances against PyTorch's result."""
+    is judged by the dtype's tolerances against PyTorch's result, and a failure there says so, and why
+    (`no_golden`: a GPU short of memory for the copy has made an honest kernel look wrong)."""
     judged = LOW_PRECISION if dtype == torch.float32 else (torch.float32,)
     integer = dtype == torch.float64  # and a float64 run for integer outputs (their ties)
     if setup.explicit_tolerance or setup.golden.get(dtype) is False or not any(
@@ -285,8 +287,10 @@ def golden_outputs(setup: Setup, inputs: list, expected, dtype: torch.dtype = to
             golden = setup.golden[dtype](*[x.detach().to(dtype) if isinstance(x, torch.Tensor) and
                                            x.is_floating_point() else x for x in inputs])
         _sync(setup.device)
-    except Exception:
+    except Exception as e:
         setup.golden[dtype] = False
+        setup.no_golden = f"the {str(dtype).replace('torch.', '')} run failed ({type(e).__name__}: " \
+                          f"{(str(e).strip().splitlines() or [''])[0][:160]})"
         return None
     if tree_flatten(golden)[1] != tree_flatten(expected)[1]:
         return None
@@ -321,6 +325,9 @@ def _judge(setup: Setup, inputs: list, out, expected, checked: Checked) -> None:
                 r.dtype == torch.float32 or exact(r) for r in refs) and all(
                 y.shape == r.shape and y.dtype == r.dtype for y, r in zip(outs, refs)):  # a question of accuracy
             wider = golden_outputs(setup, inputs, expected, torch.float64)
+        if wider is None and setup.no_golden and any(r.dtype in LOW_PRECISION for r in refs):
+            raise e.reworded(f"{str(e).rstrip('.')}; judged against PyTorch's own result within the dtype's "
+                             f"tolerance, since {setup.no_golden}.") from None
         if wider is None:
             raise
         checked.max_abs_err, checked.rel_err = figures  # the errors recorded are those against the float64 run

@@ -13,6 +13,12 @@ from tools.rules import ALLOWED_OPS, op_base
 
 ALLOCATING_OPS = frozenset("empty empty_like empty_strided new_empty new_empty_strided".split())
 IGNORING_OPS = frozenset("nll_loss_forward nll_loss2d_forward".split())  # argument 4: a target that counts nothing
+# Layout ops that write a tensor's data (clone, and contiguous through it; copy_ into its first argument; a
+# dtype or device copy), and ops whose result is a fresh allocation: memory a copy left and a later
+# allocation reused is that allocation's, no longer the copy's (OpRecorder.copies).
+COPYING_OPS = frozenset("clone copy _to_copy".split())
+FRESH_OPS = ALLOCATING_OPS | frozenset(
+    "zeros zeros_like new_zeros ones ones_like new_ones full full_like new_full arange scalar_tensor".split())
 # The Triton interpreter's launch leaves reference cycles that hold its tensor arguments until the next full
 # collection; after a launch over more than this, the recorder collects them at once.
 INTERPRETER_COLLECT_BYTES = 4 << 20
@@ -142,6 +148,7 @@ class OpRecorder(TorchDispatchMode):
         self.poison = poison
         self.ops: list[str] = []
         self.ignored: set[int] = set()  # the ignore_index of each loss it ran (IGNORING_OPS)
+        self.copies: dict[int, str] = {}  # storage address -> the op that copied data into it (COPYING_OPS)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -149,9 +156,15 @@ class OpRecorder(TorchDispatchMode):
             return out  # the Triton interpreter's own tensor handling
         name = str(func.overloadpacket)
         self.ops.append(name)
-        if op_base(name) in IGNORING_OPS:
+        base = op_base(name)
+        if base in IGNORING_OPS:
             self.ignored.add(int(args[4]))
-        if self.poison and op_base(name) in ALLOCATING_OPS and isinstance(out, torch.Tensor):
+        written = args[0] if base == "copy" else out
+        if base in COPYING_OPS and isinstance(written, torch.Tensor):
+            self.copies[written.untyped_storage().data_ptr()] = name
+        elif base in FRESH_OPS and isinstance(out, torch.Tensor):
+            self.copies.pop(out.untyped_storage().data_ptr(), None)
+        if self.poison and base in ALLOCATING_OPS and isinstance(out, torch.Tensor):
             out.fill_(_poison(out.dtype))
         return out
 

@@ -29,6 +29,8 @@ RUNTIME_REASONS = {
     "writes-reference": "it changed the reference module's state (tensor {which} of its state_dict), which is not "
                         "its own",
     "aliases-input": "its output {which} shares memory with an input",
+    "copied-output": "the task only moves data, and its output {which} is a copy PyTorch made ({op}) outside any "
+                     "Triton kernel",
     "output-type": "its output {which} is a {type}, not a plain torch.Tensor",
     "side-stream": "it launched a kernel on a stream other than the evaluator's",
     "stale-output": "it returned a wrong result once the inputs changed in place, so it reuses earlier results",

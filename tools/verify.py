@@ -354,6 +354,11 @@ def run_recorded(setup: Setup, model, inputs: list, checked: Checked, grad: bool
     if changed:
         raise Failed("rejected", RUNTIME_REASONS["precision-flags"].format(flags=", ".join(changed)))
     checked.torch_ops = sorted(set(checked.torch_ops) | set(recorder.compute_ops()))
+    if not checked.reference_ops:  # the task only moves data: that movement is the kernels' work
+        for i, y in enumerate(tensors(out)):
+            op = recorder.copies.get(y.untyped_storage().data_ptr()) if y.numel() else None
+            if op is not None:
+                raise Failed("rejected", RUNTIME_REASONS["copied-output"].format(which=i, op=op))
     return out
 
 

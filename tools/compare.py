@@ -105,10 +105,11 @@ class Failed(Exception):
 
 
 def compare(out, expected, tolerance: tuple[float, float, float], checked, golden=None,
-            fp64: tuple[float, float, float] | None = None) -> None:
+            own: dict[torch.dtype, tuple[float, float, float]] | None = None) -> None:
     """Raises Failed('incorrect') where `out` is not an acceptable answer; records the errors in `checked`.
     `golden`, the reference's outputs in a wider dtype (fp32 for bf16 and fp16, float64 for fp32), switches
-    those outputs to the rule against the math. `fp64`, where given, is the tolerance of float64 outputs."""
+    those outputs to the rule against the math. `own`, where given, is the tolerance of an output of another dtype
+    (float64, or bf16 and fp16 with no wider run), by its dtype."""
     outs, refs = tensors(out), tensors(expected)
     golds = tensors(golden) if golden is not None else [None] * len(refs)
     if len(outs) != len(refs):
@@ -139,7 +140,7 @@ def compare(out, expected, tolerance: tuple[float, float, float], checked, golde
         if mismatched:
             raise Failed("incorrect", f"{where} differs from the reference at {mismatched} elements where the "
                                       f"reference is NaN or infinite (finite there, or another of NaN, Inf, -Inf).")
-        atol_frac, rtol, rel_bound = fp64 if fp64 is not None and r.dtype == torch.float64 else tolerance
+        atol_frac, rtol, rel_bound = (own or {}).get(r.dtype, tolerance)
         ref_norm = math.sqrt(ref_sq)
         rms = ref_norm / max(finite, 1) ** 0.5
         diff_sq, max_err, outside = _differences(y, r, atol_frac * max(rms, 1e-30), rtol)

@@ -134,7 +134,7 @@ def check_repeatable(setup, inputs: list) -> None:
     if setup.device.type == "cuda":
         torch.cuda.synchronize()
     try:
-        compare(second, first, setup.tolerance, Checked(), fp64=setup.fp64_tolerance)
+        compare(second, first, setup.tolerance, Checked(), own=setup.own_tolerances)
     except Failed as e:
         race = Failed("incorrect", RUNTIME_REASONS["nondeterministic"].format(detail=str(e).rstrip(".")))
         expected = reference_outputs(setup, inputs)

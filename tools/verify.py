@@ -79,10 +79,14 @@ class Setup:
     precision: dict[str, object] = field(default_factory=dict)  # the evaluator's precision flags, set at verify()
 
     @property
-    def fp64_tolerance(self) -> tuple[float, float, float]:
-        """A float64 output's: float64's own, unless the task gives its atol or rtol. (Whatever a task list's
-        cast or TF32 set for its other outputs, a float64 one computed in float32 is off by 1e-7.)"""
-        return self.tolerance if self.explicit_tolerance else TOLERANCES[torch.float64]
+    def own_tolerances(self) -> dict[torch.dtype, tuple[float, float, float]]:
+        """The tolerance of an output whose dtype is not the task's, by its dtype: float64's own (whatever a task
+        list's cast or TF32 set for the other outputs, a float64 one computed in float32 is off by 1e-7), and
+        bf16's or fp16's where no wider run judges it (a task that makes its own bf16 tensors has fp32's
+        tolerance for the rest); none where the task gives its atol or rtol."""
+        if self.explicit_tolerance:
+            return {}
+        return {d: TOLERANCES[d] for d in (torch.float64, *LOW_PRECISION)}
 
 
 def verify(setup: Setup, trials: int, seed: int | None = None) -> Checked:
@@ -163,7 +167,7 @@ def _moved(setup: Setup, first, inputs: list) -> tuple[bool, object]:
     golden = golden_outputs(setup, inputs, second)
     del inputs[:]
     try:
-        compare(first, second, setup.tolerance, Checked(), golden, setup.fp64_tolerance)
+        compare(first, second, setup.tolerance, Checked(), golden, setup.own_tolerances)
     except Failed:
         return True, second
     return False, second
@@ -318,7 +322,7 @@ def judge(setup: Setup, inputs: list, out, expected, checked: Checked) -> None:
 def _judge(setup: Setup, inputs: list, out, expected, checked: Checked) -> None:
     golden, figures = golden_outputs(setup, inputs, expected), (checked.max_abs_err, checked.rel_err)
     try:
-        compare(out, expected, setup.tolerance, checked, golden, setup.fp64_tolerance)
+        compare(out, expected, setup.tolerance, checked, golden, setup.own_tolerances)
     except Failed as e:
         outs, refs, wider = tensors(out), tensors(expected), None
         if golden is None and len(outs) == len(refs) and any(
@@ -332,7 +336,7 @@ def _judge(setup: Setup, inputs: list, out, expected, checked: Checked) -> None:
             raise
         checked.max_abs_err, checked.rel_err = figures  # the errors recorded are those against the float64 run
         try:
-            compare(out, expected, setup.tolerance, checked, wider, setup.fp64_tolerance)
+            compare(out, expected, setup.tolerance, checked, wider, setup.own_tolerances)
         except Failed as math:
             raise Failed("incorrect", f"{str(e).rstrip('.')}; and against a float64 run, {math}",
                          rel_err=math.rel_err, own_rel_err=math.own_rel_err) from None

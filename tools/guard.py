@@ -159,7 +159,7 @@ class OpRecorder(TorchDispatchMode):
         base = op_base(name)
         if base in IGNORING_OPS:
             self.ignored.add(int(args[4]))
-        written = args[0] if base == "copy" else out
+        written = args[0] if name.endswith("_") else out  # copy_ writes its first argument
         if base in COPYING_OPS and isinstance(written, torch.Tensor):
             self.copies[written.untyped_storage().data_ptr()] = name
         elif base in FRESH_OPS and isinstance(out, torch.Tensor):

@@ -11,7 +11,7 @@ OUT/LEVEL/ceilings.json the machine's ceilings (copy bandwidth, matmul rates) it
 
     python benchmarks/kernelbench_bench.py --out OUT [--kernelbench ../shared/kernelbench] [--levels 1,2,3]
         [--budget 4] [--max-seconds 480] [--time-limit 300] [--tasks-per-level N] [--glob '*Conv*'] [--no-knowledge]
-        [--dtype bfloat16]
+        [--dtype bfloat16] [--deep N]
     python benchmarks/kernelbench_bench.py --out OUT --table      # the tables of what is done so far, no run
     python benchmarks/kernelbench_bench.py --out OUT --table --base benchmarks/results/FILE.md --newer OUT2
         # a committed compile-bound table with the rows of the runs OUT, then OUT2, in place of theirs; its
@@ -69,6 +69,10 @@ def main() -> int:
     p.add_argument("--no-knowledge", action="store_true", help="no retrieval from or write-back to the knowledge store")
     p.add_argument("--dtype", choices=("bfloat16", "float16"),
                    help="cast every task to this dtype (batch --dtype; default: the tasks' own, float32)")
+    p.add_argument("--deep", type=int, metavar="N", help="deep input sets of each task's final check (batch's "
+                                                         "default: 16 on a GPU; 0: its 6 trials only, without "
+                                                         "compute-sanitizer's forward; the whole check took 107 s "
+                                                         "on an 8 GiB task)")
     p.add_argument("--table", action="store_true", help="print the tables of OUT and run nothing")
     p.add_argument("--newer", metavar="DIR", action="append", default=[],
                    help="with --table: the output folder of a later run of some of the tasks, whose rows replace "
@@ -126,7 +130,7 @@ def main() -> int:
                   "again with the same arguments to go on", file=sys.stderr)
             continue
         run_batch(write_suite(out, level, files), out / level, args.budget, left, args.no_knowledge,
-                  args.time_limit, args.dtype)
+                  args.time_limit, args.dtype, args.deep)
         if torch.cuda.is_available():  # the ceilings its floors took (measured once per machine, cached)
             (out / level / "ceilings.json").write_text(json.dumps(device_ceilings(cache_dir()), indent=1))
     text = markdown([summarize_level(out / level, len(files), args.dtype) for level, files in chosen.items()])
@@ -175,13 +179,14 @@ def batch_dtype(folder: Path) -> str | None | bool:
 
 
 def run_batch(suite: Path, folder: Path, budget: int, seconds: float, no_knowledge: bool,
-              time_limit: float = 300.0, dtype: str | None = None) -> int:
+              time_limit: float = 300.0, dtype: str | None = None, deep: int | None = None) -> int:
     """One `kernelwright batch` call for a level, new or resumed, stopped cleanly after `seconds`; its output
     goes to OUT/LEVEL.log."""
     cmd = [sys.executable, "-m", "agent.cli", "batch", str(suite), "--out", str(folder), "--budget", str(budget),
            "--max-seconds", f"{seconds:.0f}", "--time-limit", f"{time_limit:.0f}",
            "--workers", str(max(torch.cuda.device_count(), 1))]  # one per GPU here, also when resuming elsewhere
     cmd += ["--dtype", dtype] if dtype else []
+    cmd += ["--deep", str(deep)] if deep is not None else []
     cmd += ["--resume"] if (folder / "batch.json").is_file() else []
     cmd += ["--no-knowledge"] if no_knowledge else []
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}  # no LLM

@@ -118,15 +118,18 @@ def test_shapes_go_to_every_task_whose_task_list_gives_none(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_batch_with_shapes_verifies_each_task_at_them(tmp_path, monkeypatch):
+def test_a_batch_with_shapes_verifies_each_task_at_them_and_checks_its_best(tmp_path, monkeypatch):
     for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
         monkeypatch.delenv(var, raising=False)
     out = tmp_path / "out"
     assert run(["batch", str(FIX / "shapes_bias_relu.py"), "--shapes", "batch_size=1,7", "--budget", "1",
-                "--out", str(out), "--no-knowledge"]) == 0
-    best = json.loads((out / "shapes_bias_relu" / "report.json").read_text())["best"]
+                "--out", str(out), "--no-knowledge", "--deep", "1"]) == 0
+    report = json.loads((out / "shapes_bias_relu" / "report.json").read_text())
+    best = report["best"]
     assert best["verdict"] == "correct" and [s["shapes"] for s in best["shapes"]["sets"]] == [
         {"batch_size": 12}, {"batch_size": 1}, {"batch_size": 7}]
+    final = report["final_check"]  # the best once more, with --deep's one set, before the batch reports it
+    assert final["candidate"] == best["id"] and final["deep"]["sets"] == 1 and final["demoted"] == []
 
 
 def test_a_task_without_a_correct_kernel_exits_1(tmp_path, capsys, monkeypatch):

@@ -170,13 +170,15 @@ def _compare_low_precision(y: torch.Tensor, r: torch.Tensor, g: torch.Tensor, wh
     zero = torch.zeros((), dtype=torch.float64, device=r.device)
     bad, gold_sq, count, seen, cand_sq, ref_sq, max_err = zero.long(), zero, zero, zero, zero, zero, zero
     drift = torch.zeros(5, dtype=torch.float64, device=r.device)
+    lean = r.dtype in LOW_PRECISION  # an fp32 output's error is a long sum's rounding, which may lean
     for a, b, c in _pieces(y, r, g):
         bad = bad + (_unlike(a, b) & _unlike(a, c.to(r.dtype))).sum()
         keep = torch.isfinite(a) & torch.isfinite(c)
         c64 = torch.where(keep, c.double(), 0.0)
         dc = torch.where(keep, a.double() - c64, 0.0)
         dr = torch.where(keep & torch.isfinite(b), b.double() - c64, 0.0)
-        drift = drift + torch.stack([dc @ c64, dr @ c64, dc.sum(), dr.sum(), c64.abs().sum()])
+        if lean:
+            drift = drift + torch.stack([dc @ c64, dr @ c64, dc.sum(), dr.sum(), c64.abs().sum()])
         dc, dr = dc.abs_(), dr.abs_()
         gold_sq, count, seen = gold_sq + c64 @ c64, count + keep.sum(), seen + _informative(keep, c64, dr).sum()
         cand_sq, ref_sq, max_err = cand_sq + dc @ dc, ref_sq + dr @ dr, torch.maximum(max_err, dc.max())
@@ -213,7 +215,7 @@ def _compare_low_precision(y: torch.Tensor, r: torch.Tensor, g: torch.Tensor, wh
                                   f"that + {LOW_FLOOR * u:.1e}), {outside} of {r.numel()} elements beyond "
                                   f"{factor:g}x PyTorch's error + {LOW_FLOOR:g}u{outliers}, the worst "
                                   f"{worst:.3g}x.", rel_err=rel, own_rel_err=own)
-    if r.dtype in LOW_PRECISION:  # an fp32 output's error is a long sum's rounding, which may lean
+    if lean:
         _check_lean(drift.tolist(), float(gold_sq.item()), u, f"{where} against {run}", _name(r.dtype))
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tools.compare import TOLERANCES, Failed, compare
-from tools.verify import Checked, Setup, judge
+from tools.verify import CHAOTIC, Checked, Setup, judge, nudged_error
 
 
 class IllConditioned(torch.nn.Module):
@@ -75,6 +75,54 @@ def test_a_wrong_shape_is_not_a_question_of_accuracy():
         judge(setup, [x], model(x)[:, :31], model(x), Checked())
     assert "shape (128, 31)" in str(e.value) and "float64" not in str(e.value)
     assert torch.float64 not in setup.golden  # no float64 run was made
+
+
+class Chaotic(torch.nn.Module):
+    """A batch norm over two samples that a saturated sigmoid made equal to within fp32's rounding, with a tiny eps:
+    in fp32 it divides by rounding (tests/tools/fixtures/task_chaotic.py, where the evaluator judges it)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(8)
+        self.fc, self.bn = torch.nn.Linear(16, 16), torch.nn.BatchNorm1d(16, eps=1e-30)
+
+    def forward(self, x):
+        return self.bn(self.fc(torch.sigmoid(x.abs() + 15.0)))
+
+
+@pytest.mark.parametrize("result", ["zeros", "the math rounded once"])
+def test_where_rounding_decides_the_output_no_result_is_judged(result):
+    """PyTorch's own fp32 output is off a float64 run by more than CHAOTIC: within 3x of that, zeros would pass,
+    and so would the exact answer. Neither is a verdict: the task cannot judge a result on such inputs."""
+    model, x = Chaotic(), torch.rand(2, 16, generator=torch.Generator().manual_seed(9))
+    expected = model(x)
+    exact = copy.deepcopy(model).double()(x.double())
+    assert (expected.double() - exact).norm() / exact.norm() > CHAOTIC
+    out = torch.zeros_like(expected) if result == "zeros" else exact.float()
+    with pytest.raises(Failed, match="rounding decides it, not the inputs") as e:
+        judge(setup_for(model), [x], out, expected, Checked())
+    assert (e.value.verdict, e.value.task_error) == ("error", True)
+
+
+def test_a_lucky_sample_of_pytorchs_rounding_is_checked_against_a_second():
+    """PyTorch's result happens to be near exact (here: the float64 answer itself, a sample of one), so a
+    candidate's fp32 rounding fails against it; the reference run again on inputs and weights nudged by an ulp
+    is far off, so the task cannot judge, and says both figures. On a well-conditioned task the second sample
+    is small, and a wrong result fails as before (test_an_fp32_output_less_accurate_than_pytorch_still_fails)."""
+    model, x = Chaotic(), torch.rand(2, 16, generator=torch.Generator().manual_seed(9))
+    lucky = copy.deepcopy(model).double()(x.double()).float()
+    with pytest.raises(Failed, match=r"relative error of \S+ against a float64 run \((\S+) with its inputs and "
+                                     r"weights moved by one unit in the last place\)") as e:
+        judge(setup_for(model), [x], model(x), lucky, Checked())
+    assert e.value.verdict == "error"
+
+
+def test_the_second_sample_moves_the_inputs_and_weights_by_about_an_ulp():
+    model, x = torch.nn.Linear(64, 32).float(), torch.randn(128, 64)
+    setup = setup_for(model)
+    wider = copy.deepcopy(model).double()(x.double())
+    assert 0 < nudged_error(setup, [x], wider) < 1e-6
+    assert torch.equal(setup.reference.weight, model.weight)  # the reference's own weights are not moved
 
 
 def _near_pytorch(model, x, worst: float):

@@ -412,7 +412,7 @@ def _search(plan, spec: TaskSpec, shared: Shared, on_eval) -> tuple[dict, object
             try:
                 finished = run_search(run, store.archive(run_id), store.pending(run_id)).stop
             except TaskUnusable:
-                store.set_status(run_id, "finished", "the task could not be loaded")
+                store.set_status(run_id, "finished", "the task cannot judge a candidate")
                 raise
             except Stopped:
                 store.set_status(run_id, "interrupted", "interrupted")

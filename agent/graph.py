@@ -58,7 +58,8 @@ class FloorReached(Finished): ...
 
 
 class TaskUnusable(Exception):
-    """The task itself could not be loaded by the evaluator: no candidate can ever pass."""
+    """The evaluator found the task unable to judge any candidate (it does not load, its reference fails, its
+    outputs do not tell input sets apart, or rounding decides them): no candidate can ever pass."""
 
 
 def spent(individuals: list[Individual]) -> int:

@@ -263,7 +263,7 @@ def optimize(args: argparse.Namespace) -> int:
         final = run_search(run, archive, pending)
         checked = final_check(run)
     except TaskUnusable as e:
-        store.set_status(run_id, "finished", "the task could not be loaded")
+        store.set_status(run_id, "finished", "the task cannot judge a candidate")
         raise UsageError(f"The task could not be used: {e}") from None
     except KeyboardInterrupt:
         store.set_status(run_id, "interrupted", "interrupted")

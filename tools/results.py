@@ -152,7 +152,7 @@ class EvalResult:
     suspicious: bool = False  # faster than the speed-of-light floor: re-verified and flagged
     deep: DeepCheck | None = None  # the --deep re-verification, when asked for
     sanitizer: list[SanitizerCheck] = field(default_factory=list)  # --deep on a kernel that passed: each tool's run
-    task_error: bool = False  # the task itself, not the candidate, could not be loaded
+    task_error: bool = False  # the task itself, not the candidate, cannot judge a result (tools/verify.py)
     baselines: Baselines | None = None
     seconds: float = 0.0  # the whole evaluation, as the caller saw it
     phase_seconds: dict[str, float] = field(default_factory=dict)  # setup, verify, profile, ... in the worker

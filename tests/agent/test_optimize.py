@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
+from agent.runstore import RunStore
 from tools.results import EvalJob, TaskSpec
 
 TASK = str(Path(__file__).parent / "fixtures" / "task_scale_shift.py")
@@ -147,3 +148,19 @@ def test_a_best_that_fails_the_final_check_is_demoted_and_the_next_best_reported
     demoted = next(i for i in run.store.archive(run.run_id) if i.id == wrong)
     assert demoted.fitness == 0 and demoted.result.reason.startswith("the final check (6 trials from a fresh seed")
     assert best_of_store(run.store, run.run_id).source == good
+
+
+def test_a_task_that_cannot_judge_a_result_stops_the_search_with_exit_2(tmp_path, capsys, monkeypatch):
+    """Rounding decides the chaotic fixture's output (tools/verify.py: CHAOTIC): the first evaluation says so,
+    the search stops with one sentence and exit 2, and the run store keeps why."""
+    for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    task, out = str(Path(__file__).parents[1] / "tools" / "fixtures" / "task_chaotic.py"), tmp_path / "out"
+    assert main(["optimize", task, "--budget", "3", "--no-knowledge", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "The task could not be used: The task cannot judge a result on these inputs" in err
+    assert "as far off as a zero output" in err
+    store = RunStore(out / "run.sqlite")
+    (record,) = store.runs()
+    store.close()
+    assert (record.status, record.stop_reason) == ("finished", "the task cannot judge a candidate")

@@ -354,7 +354,7 @@ def final_check(run: Run) -> dict | None:
         if result.correct:
             deep = dataclasses.asdict(result.deep) if result.deep else None
             return {"candidate": best.id, "trials": FINAL_TRIALS, "deep": deep, "seconds": round(result.seconds, 1),
-                    "demoted": demoted}
+                    "phases": result.phase_seconds, "demoted": demoted}
         if result.verdict not in ("incorrect", "rejected"):  # the check could not run: say so, demote nothing
             return {"candidate": None, "unchecked": best.id, "reason": result.reason, "demoted": demoted}
         run.say(f"final check: #{best.id} failed ({result.reason}); checking the next best")
@@ -518,8 +518,10 @@ def final_check_line(final: dict) -> str:
         return f"final check: no correct candidate passed it{gone}"
     deep = final["deep"]
     sets = f" and {deep['sets']} deep input sets (worst relative error {deep['worst_rel_err']:.1e})" if deep else ""
+    phases = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in final.get("phases", {}).items()
+                       if seconds >= 1)  # where the time went: the worker's phases of a second or more
     return (f"final check: #{final['candidate']} passed {final['trials']} more trials from a fresh seed{sets} in "
-            f"{final['seconds']:.0f} s{gone}")
+            f"{final['seconds']:.0f} s{f' ({phases})' if phases else ''}{gone}")
 
 
 def rewrite_line(rw: dict, used: list[str]) -> str:

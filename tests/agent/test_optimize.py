@@ -38,6 +38,7 @@ def test_optimize_without_llm_finishes_within_budget_and_writes_a_correct_best(t
     assert (out / "lineage.dot").read_text().startswith("digraph")
     final = report["final_check"]  # the best again: 6 trials from a fresh seed, 2 deep sets on a CPU
     assert final["candidate"] == report["best"]["id"] and final["deep"]["sets"] == 2 and final["demoted"] == []
+    assert {"setup", "verify", "deep"} <= set(final["phases"])  # where its seconds went, in the worker
 
     best = (out / "best.py").read_text()
     result = warm_executor.submit(EvalJob(TaskSpec(TASK, name="scale_shift"), best, timeout_s=120, trials=1,

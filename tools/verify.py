@@ -434,7 +434,7 @@ def _nudge(x, gen: torch.Generator):
         return x
     wide = x.detach().to(torch.promote_types(x.dtype, torch.float32))
     moves = torch.rand(wide.shape, generator=gen, device=wide.device, dtype=wide.dtype) * 2 - 1
-    return (wide * (1 + moves * torch.finfo(x.dtype).eps)).to(x.dtype)
+    return (wide * (1 + moves * torch.finfo(x.dtype).eps / 2)).to(x.dtype)  # a unit roundoff: at most an ulp
 
 
 def _relative_error(y: torch.Tensor, g: torch.Tensor) -> float:

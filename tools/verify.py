@@ -25,8 +25,8 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch.utils._pytree import tree_flatten
 
-from tools.compare import (LOW_FACTOR, LOW_PRECISION, TF32_TOLERANCE, TOLERANCES, Failed, _pieces,  # noqa: F401
-                           compare, exact, fingerprint, tensors)
+from tools.compare import (ELEMENT_FACTOR, LOW_FACTOR, LOW_PRECISION, TF32_TOLERANCE, TOLERANCES,  # noqa: F401
+                           WINDOW, Failed, _pieces, compare, exact, fingerprint, tensors)
 from tools.clean import precision_flags
 from tools.guard import LaunchRecorder, OpRecorder
 from tools.inputs import WIDENINGS, Draw, change_part, draw_seed, make_inputs, trial_draw, with_finite_mask
@@ -53,8 +53,8 @@ SCALE_BOUND_OPS = {"cumprod", "prod", "binary_cross_entropy"}
 # were 40-80%): the reference runs again on its inputs and weights each moved by up to one unit in the last
 # place, up to NUDGES times. Each such sample is PyTorch's own result on inputs within rounding of the task's,
 # as good a rounding as the first: one CHAOTIC or more off is the same task error, and a candidate within the
-# rule of one passes. (An fp32 output of under WINDOW elements is held to 10x in norm: there zeros pass from a
-# tenth.)
+# rule of one passes. An fp32 output of under WINDOW elements (a loss) is held to ELEMENT_FACTOR in norm, so
+# for a task with one the line is a tenth.
 CHAOTIC = 1 / LOW_FACTOR
 NUDGES = 3  # nudged samples of PyTorch's rounding, at most, before a candidate's failure stands
 
@@ -365,7 +365,7 @@ def _judge(setup: Setup, inputs: list, out, expected, checked: Checked) -> None:
             return _second_opinion(setup, inputs, out, wider, "float64", failure, checked)
         golden, run = wider, "float64"
     if golden is not None:
-        _judgeable(checked.own_rel_err, run)
+        _judgeable(checked.own_rel_err, run, golden)
 
 
 def _second_opinion(setup: Setup, inputs: list, out, golden, run: str, failure: Failed, checked: Checked) -> None:
@@ -373,7 +373,7 @@ def _second_opinion(setup: Setup, inputs: list, out, golden, run: str, failure: 
     rounding (`failure`, PyTorch's error in it). The reference runs again on its inputs and weights nudged by up
     to an ulp, up to NUDGES times: a sample CHAOTIC or more off is a task error (_judgeable); a sample `out`
     meets the rule against makes it as good as one of PyTorch's results; otherwise `failure` stands."""
-    _judgeable(failure.own_rel_err, run)
+    _judgeable(failure.own_rel_err, run, golden)
     errors = []
     for i in range(NUDGES):
         sample = nudged_outputs(setup, inputs, i)
@@ -381,7 +381,7 @@ def _second_opinion(setup: Setup, inputs: list, out, golden, run: str, failure: 
             break
         errors.append(max((_relative_error(y, g) for y, g in zip(tensors(sample), tensors(golden))
                            if y.is_floating_point() and g.dtype.itemsize > y.dtype.itemsize), default=0.0))
-        _judgeable(failure.own_rel_err, run, errors[-1])
+        _judgeable(failure.own_rel_err, run, golden, errors[-1])
         attempt = Checked()
         try:
             compare(out, sample, setup.tolerance, attempt, golden, setup.own_tolerances)
@@ -398,16 +398,19 @@ def _second_opinion(setup: Setup, inputs: list, out, golden, run: str, failure: 
                            f"{', '.join(f'{x:.1e}' for x in errors)})") from None
 
 
-def _judgeable(own: float | None, run: str, nudged: float | None = None) -> None:
-    """Raises Failed('error') where PyTorch's own result is CHAOTIC or more off the wider run `run` in norm, as
-    computed or on nudged inputs (`nudged`): there rounding decides the result."""
-    if max(own or 0.0, nudged or 0.0) < CHAOTIC:
+def _judgeable(own: float | None, run: str, golden, nudged: float | None = None) -> None:
+    """Raises Failed('error') where PyTorch's own result is CHAOTIC or more off the wider run `golden` (its dtype
+    `run`) in norm, as computed or on nudged inputs (`nudged`): there rounding decides the result. Where the run
+    has an fp32 output of under WINDOW elements, held to ELEMENT_FACTOR in norm, the line is 1/ELEMENT_FACTOR."""
+    small = any(g.dtype == torch.float64 and g.numel() < WINDOW for g in tensors(golden))
+    factor = ELEMENT_FACTOR[torch.float32] if small else LOW_FACTOR
+    if max(own or 0.0, nudged or 0.0) < 1 / factor:
         return
     second = f" ({nudged:.1e} with its inputs and weights moved by up to an ulp)" if nudged else ""
     raise Failed("error", f"The task cannot judge a result on these inputs: PyTorch's own output has a relative error "
-                          f"of {own or 0:.1e} against a {run} run{second}, a third of the result or more, so "
-                          f"{LOW_FACTOR:g}x that, the rule's bound, is as far off as a zero output: rounding decides "
-                          f"it, not the inputs; no verdict and no speedup are given", task_error=True)
+                          f"of {own or 0:.1e} against a {run} run{second}, 1/{factor:g} of the result or more, so "
+                          f"{factor:g}x that, the rule's bound, is as far off as a zero output: rounding decides it, "
+                          f"not the inputs; no verdict and no speedup are given", task_error=True)
 
 
 def nudged_outputs(setup: Setup, inputs: list, seed: int):

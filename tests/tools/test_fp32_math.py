@@ -109,6 +109,25 @@ def test_where_rounding_decides_the_output_no_result_is_judged(result, dtype, wi
     assert f"against a {str(wider).removeprefix('torch.')} run" in str(e.value)
 
 
+class CancellingLoss(torch.nn.Module):
+    """A scalar that fp32 rounds at 1e5's spacing (0.0078) where it is about 0.02."""
+
+    def forward(self, x):
+        return (x.mean() * 0.04 + 1e5) - 1e5
+
+
+def test_a_loss_whose_rounding_is_a_tenth_of_it_judges_no_result():
+    """A one-element fp32 output is held to 10x PyTorch's error in norm, not 3x (compare.py), so zeros pass it
+    from a tenth: PyTorch's loss here is 17% off the math, and the task cannot judge."""
+    x = torch.rand(64, generator=torch.Generator().manual_seed(0))
+    model = CancellingLoss()
+    expected, exact = model(x), model(x.double())
+    assert 0.1 < abs(float(expected) - float(exact)) / abs(float(exact)) < CHAOTIC
+    compare(torch.zeros_like(expected), expected, TOLERANCES[torch.float32], Checked(), golden=exact)  # zeros pass
+    with pytest.raises(Failed, match=r"1/10 of the result or more, so 10x that, the rule's bound"):
+        judge(setup_for(model), [x], torch.zeros_like(expected), expected, Checked())
+
+
 @pytest.mark.parametrize("dtype, wider", [(torch.float32, torch.float64), (torch.bfloat16, torch.float32)])
 def test_a_lucky_sample_of_pytorchs_rounding_is_checked_against_a_second(dtype, wider):
     """PyTorch's result happens to be near exact (here: the wider run itself rounded, a sample of one), so a

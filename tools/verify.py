@@ -16,7 +16,9 @@ Memory: a trial holds the inputs, at most two outputs (three with the golden run
 (the reference's, the candidate's, and an fp32 copy of the reference for a low-precision task; a float64 run,
 made only for an fp32 output that missed its tolerance, takes twice the task's footprint more), never a second
 copy of the inputs on the GPU once they are large (what catches mutation is then a keyed hash of their bits), and
-comparisons walk the tensors in pieces (tools/compare.py)."""
+comparisons walk the tensors in pieces (tools/compare.py). A candidate that fails the rule against a wider run
+adds a copy of the reference and, for each nudged sample, a nudged copy of the inputs and the sample's outputs
+(a run that does not fit leaves the failure as it was)."""
 from __future__ import annotations
 
 import copy
@@ -436,8 +438,9 @@ def _nudge(x, gen: torch.Generator):
     if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
         return x
     wide = x.detach().to(torch.promote_types(x.dtype, torch.float32))
-    moves = torch.rand(wide.shape, generator=gen, device=wide.device, dtype=wide.dtype) * 2 - 1
-    return (wide * (1 + moves * torch.finfo(x.dtype).eps / 2)).to(x.dtype)  # a unit roundoff: at most an ulp
+    factors = torch.rand(wide.shape, generator=gen, device=wide.device, dtype=wide.dtype)  # one tensor, in place:
+    factors.mul_(2).sub_(1).mul_(torch.finfo(x.dtype).eps / 2).add_(1)  # 1 +- a unit roundoff (at most an ulp)
+    return factors.mul_(wide).to(x.dtype)
 
 
 def _relative_error(y: torch.Tensor, g: torch.Tensor) -> float:

@@ -53,10 +53,10 @@ SCALE_BOUND_OPS = {"cumprod", "prod", "binary_cross_entropy"}
 # is 10% off an fp32 run on scaled inputs, and a kernel that accumulates in fp32 is right. Where a candidate
 # fails the rule against a float64 run, the sample may have been a lucky one (24_EfficientNetB2's failing draw:
 # 2% off, where others were 40-80%): the reference runs again on its inputs and weights each moved by up to one
-# unit in the last place, up to NUDGES times. Each such sample is PyTorch's own result on inputs within rounding of the task's,
-# as good a rounding as the first: one CHAOTIC or more off is the same task error, and a candidate within the
-# rule of one passes. An fp32 output of under WINDOW elements (a loss) is held to ELEMENT_FACTOR in norm, so
-# for a task with one the line is a tenth.
+# unit in the last place, up to NUDGES times. Each such sample is PyTorch's own result on inputs within rounding
+# of the task's, as good a rounding as the first: one CHAOTIC or more off is the same task error, and a
+# candidate within the rule of one passes. An fp32 output of under WINDOW elements (a loss) is held to
+# ELEMENT_FACTOR in norm, so for a task with one the line is a tenth.
 CHAOTIC = 1 / LOW_FACTOR
 NUDGES = 3  # nudged samples of PyTorch's rounding, at most, before an fp32 candidate's failure stands. Not for
 # bf16 or fp16 outputs: their inputs are given exactly (the fp32 run takes the same values), and a nudge of a
@@ -369,29 +369,29 @@ def _judge(setup: Setup, inputs: list, out, expected, checked: Checked) -> None:
                              rel_err=math.rel_err, own_rel_err=math.own_rel_err)
             if math.own_rel_err is None:
                 raise failure from None
-            return _second_opinion(setup, inputs, out, wider, "float64", failure, checked)
+            return _second_opinion(setup, inputs, out, wider, failure, checked)
         golden, run = wider, "float64"
     if golden is not None:
         _judgeable(checked.own_rel_err, run, golden)
 
 
-def _second_opinion(setup: Setup, inputs: list, out, golden, run: str, failure: Failed, checked: Checked) -> None:
-    """`out` failed the rule against the wider run `golden` (dtype `run`), PyTorch's result being one sample of
-    rounding (`failure`, PyTorch's error in it). The reference runs again on its inputs and weights nudged by up
-    to an ulp, up to NUDGES times: a sample CHAOTIC or more off is a task error (_judgeable); a sample `out`
+def _second_opinion(setup: Setup, inputs: list, out, wider, failure: Failed, checked: Checked) -> None:
+    """`out`, an fp32 result, failed the rule against the float64 run `wider`, PyTorch's result being one sample
+    of rounding (`failure`, PyTorch's error in it). The reference runs again on its inputs and weights nudged by
+    up to an ulp, up to NUDGES times: a sample CHAOTIC or more off is a task error (_judgeable); a sample `out`
     meets the rule against makes it as good as one of PyTorch's results; otherwise `failure` stands."""
-    _judgeable(failure.own_rel_err, run, golden)
+    _judgeable(failure.own_rel_err, "float64", wider)
     errors = []
     for i in range(NUDGES):
         sample = nudged_outputs(setup, inputs, i)
         if sample is None:
             break
-        errors.append(max((_relative_error(y, g) for y, g in zip(tensors(sample), tensors(golden))
-                           if y.is_floating_point() and g.dtype.itemsize > y.dtype.itemsize), default=0.0))
-        _judgeable(failure.own_rel_err, run, golden, errors[-1])
+        errors.append(max((_relative_error(y, g) for y, g in zip(tensors(sample), tensors(wider))
+                           if y.dtype == torch.float32 and g.dtype == torch.float64), default=0.0))
+        _judgeable(failure.own_rel_err, "float64", wider, errors[-1])
         attempt = Checked()
         try:
-            compare(out, sample, setup.tolerance, attempt, golden, setup.own_tolerances)
+            compare(out, sample, setup.tolerance, attempt, wider, setup.own_tolerances)
         except Failed:
             continue
         checked.max_abs_err, checked.rel_err = (max(checked.max_abs_err, attempt.max_abs_err),
@@ -401,7 +401,7 @@ def _second_opinion(setup: Setup, inputs: list, out, golden, run: str, failure: 
     if not errors:
         raise failure
     raise failure.reworded(f"{str(failure).rstrip('.')}; and against PyTorch's result on its inputs and weights "
-                           f"moved by up to an ulp, {len(errors)} times (its relative errors against the {run} run "
+                           f"moved by up to an ulp, {len(errors)} times (its relative errors against the float64 run "
                            f"{', '.join(f'{x:.1e}' for x in errors)})") from None
 
 

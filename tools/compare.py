@@ -206,7 +206,7 @@ def _compare_low_precision(y: torch.Tensor, r: torch.Tensor, g: torch.Tensor, wh
     checked.max_abs_err = max(checked.max_abs_err, float(max_err.item()))
     checked.rel_err = max(checked.rel_err, rel)
     checked.own_rel_err = max(checked.own_rel_err or 0.0, own)
-    in_norm = factor if elements < WINDOW else LOW_FACTOR  # too few elements to tell PyTorch's error's size
+    in_norm = norm_factor(r.dtype, elements)
     if cand_norm > in_norm * ref_norm + LOW_FLOOR * u * gold_norm or outside > allowed or far:
         limit = OUTLIER_FACTOR[r.dtype]
         outliers = f" (at most {allowed} may be, within {limit:g}x: {far} are not)" if allowed else ""
@@ -217,6 +217,12 @@ def _compare_low_precision(y: torch.Tensor, r: torch.Tensor, g: torch.Tensor, wh
                                   f"{worst:.3g}x.", rel_err=rel, own_rel_err=own)
     if lean:
         _check_lean(drift.tolist(), float(gold_sq.item()), u, f"{where} against {run}", _name(r.dtype))
+
+
+def norm_factor(dtype: torch.dtype, elements: float) -> float:
+    """The rule's bound in norm, as a multiple of PyTorch's error: LOW_FACTOR, or the dtype's ELEMENT_FACTOR for an
+    output of under WINDOW elements, too few to tell PyTorch's error's size from its one sample."""
+    return ELEMENT_FACTOR.get(dtype, LOW_FACTOR) if elements < WINDOW else LOW_FACTOR
 
 
 def _check_lean(drift: list[float], gold_sq: float, u: float, where: str, dtype: str) -> None:

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch.utils._pytree import tree_flatten
 
-from tools.compare import (ELEMENT_FACTOR, LOW_FACTOR, LOW_PRECISION, TF32_TOLERANCE, TOLERANCES,  # noqa: F401
-                           WINDOW, Failed, _pieces, compare, exact, fingerprint, tensors)
+from tools.compare import (LOW_FACTOR, LOW_PRECISION, TF32_TOLERANCE, TOLERANCES, Failed, _pieces,  # noqa: F401
+                           compare, exact, fingerprint, norm_factor, tensors)
 from tools.clean import precision_flags
 from tools.guard import LaunchRecorder, OpRecorder
 from tools.inputs import WIDENINGS, Draw, change_part, draw_seed, make_inputs, trial_draw, with_finite_mask
@@ -55,8 +55,8 @@ SCALE_BOUND_OPS = {"cumprod", "prod", "binary_cross_entropy"}
 # 2% off, where others were 40-80%): the reference runs again on its inputs and weights each moved by up to one
 # unit in the last place, up to NUDGES times. Each such sample is PyTorch's own result on inputs within rounding
 # of the task's, as good a rounding as the first: one CHAOTIC or more off is the same task error, and a
-# candidate within the rule of one passes. An fp32 output of under WINDOW elements (a loss) is held to
-# ELEMENT_FACTOR in norm, so for a task with one the line is a tenth.
+# candidate within the rule of one passes. A small fp32 output (a loss) is held to 10x in norm, not 3x
+# (compare.norm_factor), so for a task with one the line is a tenth.
 CHAOTIC = 1 / LOW_FACTOR
 NUDGES = 3  # nudged samples of PyTorch's rounding, at most, before an fp32 candidate's failure stands. Not for
 # bf16 or fp16 outputs: their inputs are given exactly (the fp32 run takes the same values), and a nudge of a
@@ -408,9 +408,9 @@ def _second_opinion(setup: Setup, inputs: list, out, wider, failure: Failed, che
 def _judgeable(own: float | None, run: str, golden, nudged: float | None = None) -> None:
     """Raises Failed('error') where PyTorch's own result is CHAOTIC or more off the wider run `golden` (its dtype
     `run`) in norm, as computed or on nudged inputs (`nudged`): there rounding decides the result. Where the run
-    has an fp32 output of under WINDOW elements, held to ELEMENT_FACTOR in norm, the line is 1/ELEMENT_FACTOR."""
-    small = any(g.dtype == torch.float64 and g.numel() < WINDOW for g in tensors(golden))
-    factor = ELEMENT_FACTOR[torch.float32] if small else LOW_FACTOR
+    has an fp32 output held to more than LOW_FACTOR in norm (compare.norm_factor), the line is 1 over that."""
+    factor = max((norm_factor(torch.float32, g.numel()) for g in tensors(golden) if g.dtype == torch.float64),
+                 default=LOW_FACTOR)
     if max(own or 0.0, nudged or 0.0) < 1 / factor:
         return
     second = f" ({nudged:.1e} with its inputs and weights moved by up to an ulp)" if nudged else ""

@@ -16,6 +16,7 @@ import torch
 
 from agent.templates.codegen import KernelCode, next_pow2
 from agent.templates.ir import Leaf
+from agent.templates.rnn_persistent import render_persistent
 from agent.templates.schedule import Kernel
 
 GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
@@ -76,6 +77,8 @@ def _source(name: str, mode: str, batch: int, hidden: int, biases: bool, precisi
 
 
 def render_rnn(kernel: Kernel, name: str, p: dict) -> KernelCode:
+    if p.get("persist"):
+        return render_persistent(kernel, name, p)
     node = kernel.nodes[0]
     x, h0, c0 = node.args[:3]
     weights = node.args[3:]

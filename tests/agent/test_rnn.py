@@ -1,6 +1,7 @@
 """Recurrent layers in the interpreter: LSTM (two layers, bidirectional, batch-first, all three outputs), GRU
-(batch second, bidirectional), tanh and ReLU RNNs with and without biases, each lowered whole (one graph node,
-one fused step kernel stepped over time) and matching the reference at small irregular sizes."""
+(batch second, bidirectional), tanh and ReLU RNNs with and without biases, each lowered whole (one graph node)
+and matching the reference at small irregular sizes, in both forms: one persistent launch stepping through time
+(the default) and a step kernel the host launches per time step."""
 import time
 from pathlib import Path
 
@@ -22,13 +23,33 @@ def test_recurrent_layers_match_the_reference(kind, runner, tmp_path):
     assert a.family == "recurrent" and a.total_flops > 0
     assert "rnn" in [t.NAME for t in matching(a)]
     t = BY_NAME["rnn"]
-    for params in t.variants(a)[:2]:
+    persistent, stepped = t.default(a), t.variants(a)[2]
+    for params, loop in ((persistent, "    for s in range(T):"), (stepped, "        for s in range(5):")):
         source = t.render(a, params)
-        assert check_source(source, task.read_text()) is None and "for s in range(5):" in source
+        assert check_source(source, task.read_text()) is None and loop in source
         out = runner.run(task, source)
         assert out["error"] is None, out["error"]
         assert len(out["rel_errors"]) == (3 if kind == "lstm" else 2)
         assert all(e <= 1e-5 for e in out["rel_errors"]), out
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_the_persistent_form_over_three_bidirectional_layers(kind, runner, tmp_path):
+    """Three layers at an even number of steps: the layers above the first compute their input products ahead,
+    in the order the layer below stores its times (both halves of the sequence), into two layers' slots that the
+    third layer reuses; 20 hidden units, not a power of two. The interpreter runs a layer-direction as one
+    program, a GPU as several that wait for each other, so the launch is cooperative there."""
+    source = (FIXTURES / "rnn_kinds.py").read_text().replace('kind = "lstm"', f'kind = "{kind}"')
+    source = source.replace("steps, batch, features, hidden = 5, 3, 7, 6", "steps, batch, features, hidden = 6, 3, 7, 20")
+    task = tmp_path / f"rnn3_{kind}.py"
+    task.write_text(source.replace("hidden, 2, ", "hidden, 3, "))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["rnn"]
+    candidate = t.render(a, t.default(a))
+    assert "for k in range((T + 1) // 2):" in candidate  # the input products ahead
+    assert "launch_cooperative_grid=x.is_cuda" in candidate and "if x.is_cuda else 1" in candidate
+    out = runner.run(task, candidate)
+    assert out["error"] is None and all(e <= 1e-5 for e in out["rel_errors"]), out
 
 
 def test_a_long_sequence_traces_as_one_op():

@@ -115,6 +115,7 @@ def _source(name: str, mode: str, layers: int, dirs: int, batch: int, biases: bo
     if dirs == 2:  # the input products of a layer above the first, ahead of its steps (_ahead)
         lines += ["if layer > 0:"] + _indent(
             _ahead(below + ax + seq_products + [f"tl.store({xp}, ax, mask=rb < {batch})"]))
+        lines.append("tl.debug_barrier()")  # the steps read them in other threads' layout
     step = ["t = s + d * (T - 1 - 2 * s)"]
     step += ["if s > 0:"] + _indent(_wait("lid", "s * S"))
     step += ["if layer == 0:"] + _indent(ax + _products(x_row, "IN", "wih", "ax", batch, False, precision))
@@ -183,6 +184,9 @@ def render_persistent(kernel: Kernel, name: str, p: dict) -> KernelCode:
     fused = next_pow2(GATES[mode])
     ws = ", ".join(f"{{w{i}}}" for i in range(len(weights)))
     cn = f"{out}_c" if mode == "lstm" else f"{out}_h"
+    if layers * dirs > SMS:
+        raise ValueError(f"The persistent recurrent kernel keeps a program per layer and direction resident at "
+                         f"once: {layers * dirs} of them are more than a GPU of {SMS} SMs holds.")
     host += [f"sl = {slices} if {{x}}.is_cuda else 1  # the interpreter runs one program at a time",
              f"bh = max({16 // fused}, triton.next_power_of_2(-(-{hidden} // sl)))", f"sl = -(-{hidden} // bh)"]
     xp = f"{out}_hx"  # the input products computed ahead (a bidirectional layer above the first's): two layers'

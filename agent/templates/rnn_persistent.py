@@ -1,7 +1,7 @@
 """Recurrent layers in one persistent launch (the rnn template's `persist` form): a program owns a slice of one
 layer-direction's hidden units for the whole sequence, with its cell state (and for a GRU its previous hidden
 units) in registers, and steps through time inside the kernel. The host-stepped form (rnn_kernel.py) launches a
-kernel per step, layer and direction (3,072 for a 6-layer LSTM over 512 steps) and ran 4-8x slower than cuDNN
+kernel per step, layer and direction (3,072 for a 6-layer LSTM over 512 steps) and ran 3-8x slower than cuDNN
 on an H100 (session 74).
 
 Programs meet through a counter per layer-direction: a program adds 1 to its own once its units of a step are

@@ -25,11 +25,12 @@ from agent.templates.ir import Leaf
 from agent.templates.schedule import Kernel
 
 GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
+MAX_BLOCK_B = 64  # batch rows a program takes; a larger batch is cut into blocks, each with programs of its own
 
 
 def default_slices(layers: int, dirs: int, hidden: int) -> int:
-    """Programs a layer-direction: as many as leave every program of the launch an SM of its own, each with at
-    least 16 hidden units."""
+    """Programs a layer-direction (and batch block: `layers` counts them too): as many as leave every program of
+    the launch an SM of its own, each with at least 16 hidden units."""
     return max(1, min(SMS // (layers * dirs), max(1, hidden // 16)))
 
 
@@ -50,8 +51,10 @@ def _cell(mode: str) -> list[str]:
 
 
 def _wait(counter: str, need: str) -> list[str]:
-    return [f"seen = tl.atomic_add(sync_ptr + {counter}, 0, sem=\"acquire\")", f"while seen < {need}:",
-            f"    seen = tl.atomic_add(sync_ptr + {counter}, 0, sem=\"acquire\")"]
+    """Polls the counter of layer-direction `counter` and the program's batch block until it reaches `need`."""
+    at = f"sync_ptr + ({counter}) * NB + bb"
+    return [f"seen = tl.atomic_add({at}, 0, sem=\"acquire\")", f"while seen < {need}:",
+            f"    seen = tl.atomic_add({at}, 0, sem=\"acquire\")"]
 
 
 def _products(v: str, width: str, weights: str, acc: str, batch: int, cached: bool, precision: str) -> list[str]:
@@ -85,8 +88,9 @@ def _source(name: str, mode: str, layers: int, dirs: int, batch: int, biases: bo
     fused = next_pow2(gates)  # a unit's gates side by side in the products' columns (a GRU's third one padded)
     width = f"{dirs} * H"  # the input width above the first layer
     bh = f"{batch} * H"  # one layer-direction's hidden state
-    lines = ["pid = tl.program_id(0)", "lid = pid // S", "layer = lid // %d" % dirs, "d = lid %% %d" % dirs,
-             "rb = tl.arange(0, BLOCK_B)[:, None]", "rj = (pid % S) * BLOCK_H + tl.arange(0, BLOCK_H)[None, :]",
+    lines = ["pid = tl.program_id(0)", "lid = pid // (S * NB)", "bb = pid // S % NB", "layer = lid // %d" % dirs,
+             "d = lid %% %d" % dirs, "rb = bb * BLOCK_B + tl.arange(0, BLOCK_B)[:, None]",
+             "rj = (pid % S) * BLOCK_H + tl.arange(0, BLOCK_H)[None, :]",
              f"mask = (rb < {batch}) & (rj < H)", "rk = tl.arange(0, BLOCK_K)",
              f"rc = tl.arange(0, {fused} * BLOCK_H)[None, :]",  # a product column: unit rc // G, gate rc % G
              f"ru = (pid % S) * BLOCK_H + rc // {fused}",
@@ -134,7 +138,7 @@ def _source(name: str, mode: str, layers: int, dirs: int, batch: int, biases: bo
              "    tl.store(out_ptr + out_off + t * out_t + rb * out_b + d * H + rj, h, mask=mask)",
              "else:",
              f"    tl.store(seq_ptr + (layer * T + t) * {batch} * {width} + rb * {width} + d * H + rj, h, mask=mask)",
-             "tl.debug_barrier()", "tl.atomic_add(sync_ptr + lid, 1, sem=\"release\")", "hp = h"]
+             "tl.debug_barrier()", "tl.atomic_add(sync_ptr + lid * NB + bb, 1, sem=\"release\")", "hp = h"]
     lines += ["for s in range(T):"] + _indent(step)
     lines.append(f"tl.store(hn_ptr + {own}, h, mask=mask)")
     if mode == "lstm":
@@ -142,7 +146,7 @@ def _source(name: str, mode: str, layers: int, dirs: int, batch: int, biases: bo
     args = ["x_ptr", "x_off", "x_t", "x_b", "x_col", "h0_ptr", "h0_off", "c0_ptr", "c0_off"]
     args += [f"w{i}" for i in range(layers * dirs * per)]
     args += ["hx_ptr", "seq_ptr", "xp_ptr", "sync_ptr", "out_ptr", "out_off", "out_t", "out_b", "hn_ptr", "cn_ptr", "IN",
-             "H: tl.constexpr", "T: tl.constexpr", "S: tl.constexpr", "BLOCK_B: tl.constexpr",
+             "H: tl.constexpr", "T: tl.constexpr", "S: tl.constexpr", "NB: tl.constexpr", "BLOCK_B: tl.constexpr",
              "BLOCK_H: tl.constexpr", "BLOCK_K: tl.constexpr"]
     return "\n".join(["@triton.jit", f"def {name}({', '.join(args)}):"] + _indent(lines))
 
@@ -157,9 +161,15 @@ def render_persistent(kernel: Kernel, name: str, p: dict) -> KernelCode:
     steps, batch = (x.shape[1], x.shape[0]) if a["batch_first"] else (x.shape[0], x.shape[1])
     out = kernel.stores[node]
     state = (layers * dirs, batch, hidden)
+    block_b = min(p.get("BLOCK_B", MAX_BLOCK_B), max(16, next_pow2(batch)))
+    blocks = -(-batch // block_b)  # batch blocks: each one's recurrence is its own
+    if layers * dirs * blocks > SMS:
+        raise ValueError(f"The persistent recurrent kernel keeps a program per layer, direction and block of "
+                         f"{block_b} batch rows resident at once: {layers * dirs * blocks} of them are more than a "
+                         f"GPU of {SMS} SMs holds.")
     temps = {f"{out}_h": (state, torch.float32), f"{out}_hx": ((layers * dirs, 2, batch, hidden), torch.float32),
              f"{out}_seq": ((max(1, layers - 1), steps, batch, dirs * hidden), torch.float32),
-             f"{out}_sync": ((layers * dirs,), torch.int32)}
+             f"{out}_sync": ((layers * dirs * blocks,), torch.int32)}
     if mode == "lstm":
         temps[f"{out}_c"] = (state, torch.float32)
     host, args = [], {x.base: "x"}
@@ -180,13 +190,10 @@ def render_persistent(kernel: Kernel, name: str, p: dict) -> KernelCode:
     t_x, b_x = (xs[1], xs[0]) if a["batch_first"] else (xs[0], xs[1])
     width = dirs * hidden
     t_out, b_out = (width, steps * width) if a["batch_first"] else (batch * width, width)
-    slices = p.get("SLICES", default_slices(layers, dirs, hidden))
+    slices = p.get("SLICES", default_slices(layers * blocks, dirs, hidden))
     fused = next_pow2(GATES[mode])
     ws = ", ".join(f"{{w{i}}}" for i in range(len(weights)))
     cn = f"{out}_c" if mode == "lstm" else f"{out}_h"
-    if layers * dirs > SMS:
-        raise ValueError(f"The persistent recurrent kernel keeps a program per layer and direction resident at "
-                         f"once: {layers * dirs} of them are more than a GPU of {SMS} SMs holds.")
     host += [f"sl = {slices} if {{x}}.is_cuda else 1  # the interpreter runs one program at a time",
              f"bh = max({16 // fused}, triton.next_power_of_2(-(-{hidden} // sl)))", f"sl = -(-{hidden} // bh)"]
     xp = f"{out}_hx"  # the input products computed ahead (a bidirectional layer above the first's): two layers'
@@ -194,9 +201,9 @@ def render_persistent(kernel: Kernel, name: str, p: dict) -> KernelCode:
         xp = f"{out}_xp"
         host.append(f"{xp} = torch.empty((4, {steps}, {batch}, sl * {fused} * bh), device={{x}}.device, "
                     "dtype=torch.float32)")
-    host.append(f"{name}[({layers * dirs} * sl,)]({{x}}, {x.offset}, {t_x}, {b_x}, {xs[-1]}, {h_start}, {c_start}, "
+    host.append(f"{name}[({layers * dirs * blocks} * sl,)]({{x}}, {x.offset}, {t_x}, {b_x}, {xs[-1]}, {h_start}, {c_start}, "
                 f"{ws}, {out}_hx, {out}_seq, {xp}, {out}_sync, {out}, 0, {t_out}, {b_out}, {out}_h, {cn}, "
-                f"{x.shape[-1]}, H={hidden}, T={steps}, S=sl, BLOCK_B={max(16, next_pow2(batch))}, BLOCK_H=bh, "
+                f"{x.shape[-1]}, H={hidden}, T={steps}, S=sl, NB={blocks}, BLOCK_B={block_b}, BLOCK_H=bh, "
                 f"BLOCK_K={p.get('BLOCK_K', 64)}, launch_cooperative_grid={{x}}.is_cuda, "
                 f"num_warps={p.get('num_warps', 8 if dirs == 2 else 4)}, num_stages={p.get('num_stages', 3)})")
     source = _source(name, mode, layers, dirs, batch, a["has_biases"], p.get("precision", "tf32x3"))

@@ -33,16 +33,23 @@ def test_recurrent_layers_match_the_reference(kind, runner, tmp_path):
         assert all(e <= 1e-5 for e in out["rel_errors"]), out
 
 
+def _rnn_task(tmp_path, kind: str, sizes: str = "", layers: int = 2):
+    """The fixture at `kind`, its sizes line replaced by `sizes` and its stacked layers by `layers`."""
+    source = (FIXTURES / "rnn_kinds.py").read_text().replace('kind = "lstm"', f'kind = "{kind}"')
+    if sizes:
+        source = source.replace("steps, batch, features, hidden = 5, 3, 7, 6", sizes)
+    task = tmp_path / f"rnn_{kind}_{layers}.py"
+    task.write_text(source.replace("hidden, 2, ", f"hidden, {layers}, "))
+    return task
+
+
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_the_persistent_form_over_three_bidirectional_layers(kind, runner, tmp_path):
     """Three layers at an even number of steps: the layers above the first compute their input products ahead,
     in the order the layer below stores its times (both halves of the sequence), into two layers' slots that the
     third layer reuses; 20 hidden units, not a power of two. The interpreter runs a layer-direction as one
     program, a GPU as several that wait for each other, so the launch is cooperative there."""
-    source = (FIXTURES / "rnn_kinds.py").read_text().replace('kind = "lstm"', f'kind = "{kind}"')
-    source = source.replace("steps, batch, features, hidden = 5, 3, 7, 6", "steps, batch, features, hidden = 6, 3, 7, 20")
-    task = tmp_path / f"rnn3_{kind}.py"
-    task.write_text(source.replace("hidden, 2, ", "hidden, 3, "))
+    task = _rnn_task(tmp_path, kind, "steps, batch, features, hidden = 6, 3, 7, 20", layers=3)
     a = analyze(str(task), small=True)
     t = BY_NAME["rnn"]
     candidate = t.render(a, t.default(a))
@@ -50,6 +57,46 @@ def test_the_persistent_form_over_three_bidirectional_layers(kind, runner, tmp_p
     assert "launch_cooperative_grid=x.is_cuda" in candidate and "if x.is_cuda else 1" in candidate
     out = runner.run(task, candidate)
     assert out["error"] is None and all(e <= 1e-5 for e in out["rel_errors"]), out
+
+
+def test_a_batch_larger_than_a_block_gets_programs_of_its_own(runner, tmp_path):
+    """37 batch rows in blocks of 16 (the last one short): each block's recurrence runs apart, with counters of
+    its own."""
+    task = _rnn_task(tmp_path, "gru", "steps, batch, features, hidden = 4, 37, 5, 9")
+    a = analyze(str(task), small=True)
+    t = BY_NAME["rnn"]
+    candidate = t.render(a, {**t.default(a), "BLOCK_B": 16})
+    assert "NB=3, BLOCK_B=16" in candidate
+    out = runner.run(task, candidate)
+    assert out["error"] is None and all(e <= 1e-5 for e in out["rel_errors"]), out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind, layers", [("lstm", 3), ("gru", 3), ("rnn_tanh", 1)])
+def test_the_persistent_form_on_a_gpu_where_slices_wait_for_each_other(kind, layers, tmp_path):
+    """On a GPU a layer-direction is several programs (40 hidden units: two slices of 32), and every call starts
+    its counters afresh: the output matches the reference call after call."""
+    import importlib.util
+
+    import torch
+    task = _rnn_task(tmp_path, kind, "steps, batch, features, hidden = 9, 3, 7, 40", layers)
+    a = analyze(str(task), small=True)
+    t = BY_NAME["rnn"]
+    module = tmp_path / "candidate.py"  # Triton reads a kernel's source from its file
+    module.write_text(t.render(a, t.default(a)))
+    spec = importlib.util.spec_from_file_location("rnn_candidate", module)
+    cand = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cand)
+    torch.manual_seed(0)
+    inputs = [x.cuda() for x in cand.get_inputs()]
+    model = cand.Model(*cand.get_init_inputs()).cuda()
+    new = cand.ModelNew(*cand.get_init_inputs()).cuda()
+    new.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        want = model(*inputs)
+        for _ in range(3):
+            for got, ref in zip(new(*inputs), want):
+                assert torch.allclose(got, ref, rtol=1e-4, atol=1e-5)
 
 
 def test_a_long_sequence_traces_as_one_op():

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from agent.templates.codegen import SMS, KernelCode, next_pow2
+from agent.templates.codegen import SMEM_BYTES, SMS, KernelCode, next_pow2
 from agent.templates.ir import Leaf
 from agent.templates.schedule import Kernel
 
@@ -32,6 +32,16 @@ def default_slices(layers: int, dirs: int, hidden: int) -> int:
     """Programs a layer-direction (and batch block: `layers` counts them too): as many as leave every program of
     the launch an SM of its own, each with at least 16 hidden units."""
     return max(1, min(SMS // (layers * dirs), max(1, hidden // 16)))
+
+
+def shared_bytes(block_b: int, block_k: int, columns: int, stages: int) -> int:
+    """The shared memory a program takes: its products' K steps stage a [block_b, block_k] row tile and a
+    [block_k, columns] weight tile in 2 x (stages - 1) buffers each, or, unpipelined, the weight tile once.
+    Triton 3.9 compiling for sm_90 asked exactly this at 1 to 4 stages, 16 to 64 rows and 64 to 256 columns; an
+    H100 refused the 278,528 bytes of 64 units of 4 gates at 3 stages (session 75)."""
+    if stages <= 1:
+        return columns * block_k * 4
+    return (block_b + columns) * block_k * 4 * 2 * (stages - 1)
 
 
 def _cell(mode: str) -> list[str]:
@@ -194,6 +204,13 @@ def render_persistent(kernel: Kernel, name: str, p: dict) -> KernelCode:
     fused = next_pow2(GATES[mode])
     ws = ", ".join(f"{{w{i}}}" for i in range(len(weights)))
     cn = f"{out}_c" if mode == "lstm" else f"{out}_h"
+    gpu_bh = max(16 // fused, next_pow2(-(-hidden // slices)))  # the units a program takes on a GPU
+    stages, block_k = p.get("num_stages", 3), p.get("BLOCK_K", 64)
+    need = shared_bytes(block_b, block_k, fused * gpu_bh, stages)
+    if need > SMEM_BYTES:
+        raise ValueError(f"The persistent recurrent kernel's products would take {need} bytes of shared memory a "
+                         f"program ({slices} slices of {gpu_bh} units, BLOCK_K {block_k}, {stages} stages), more "
+                         f"than the {SMEM_BYTES} a block has.")
     host += [f"sl = {slices} if {{x}}.is_cuda else 1  # the interpreter runs one program at a time",
              f"bh = max({16 // fused}, triton.next_power_of_2(-(-{hidden} // sl)))", f"sl = -(-{hidden} // bh)"]
     xp = f"{out}_hx"  # the input products computed ahead (a bidirectional layer above the first's): two layers'
@@ -204,7 +221,7 @@ def render_persistent(kernel: Kernel, name: str, p: dict) -> KernelCode:
     host.append(f"{name}[({layers * dirs * blocks} * sl,)]({{x}}, {x.offset}, {t_x}, {b_x}, {xs[-1]}, {h_start}, {c_start}, "
                 f"{ws}, {out}_hx, {out}_seq, {xp}, {out}_sync, {out}, 0, {t_out}, {b_out}, {out}_h, {cn}, "
                 f"{x.shape[-1]}, H={hidden}, T={steps}, S=sl, NB={blocks}, BLOCK_B={block_b}, BLOCK_H=bh, "
-                f"BLOCK_K={p.get('BLOCK_K', 64)}, launch_cooperative_grid={{x}}.is_cuda, "
-                f"num_warps={p.get('num_warps', 8 if dirs == 2 else 4)}, num_stages={p.get('num_stages', 3)})")
+                f"BLOCK_K={block_k}, launch_cooperative_grid={{x}}.is_cuda, "
+                f"num_warps={p.get('num_warps', 8 if dirs == 2 else 4)}, num_stages={stages})")
     source = _source(name, mode, layers, dirs, batch, a["has_biases"], p.get("precision", "tf32x3"))
     return KernelCode(source, [], temps, host=host, host_args=args)

@@ -22,10 +22,10 @@ def runner(tmp_path_factory):
 
 
 def compile_sm90(path: Path, name: str, consts: dict, aligned: bool = True, num_warps: int = 4,
-                 num_stages: int = 3):
-    """Kernel `name` of the candidate at `path`, compiled for sm_90 with `consts` as its meta-parameters and
-    every other argument an fp32 pointer, 16-byte aligned (as Triton's launcher specializes them) or not, at
-    Triton's default of 3 stages unless given."""
+                 num_stages: int = 3, ints: tuple = ()):
+    """Kernel `name` of the candidate at `path`, compiled for sm_90 with `consts` as its meta-parameters, `ints`
+    32-bit integers and every other argument an fp32 pointer, 16-byte aligned (as Triton's launcher specializes
+    them) or not, at Triton's default of 3 stages unless given."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -34,8 +34,9 @@ def compile_sm90(path: Path, name: str, consts: dict, aligned: bool = True, num_
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     jit = getattr(module, name)
-    sig = {a: "constexpr" if a in consts else "*fp32" for a in jit.arg_names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(jit.arg_names) if a not in consts and aligned}
+    sig = {a: "constexpr" if a in consts else "i32" if a in ints else "*fp32" for a in jit.arg_names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(jit.arg_names)
+             if a not in consts and a not in ints and aligned}
     return triton.compile(ASTSource(jit, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                           options={"num_warps": num_warps, "num_stages": num_stages})
 

@@ -71,6 +71,29 @@ def test_a_batch_larger_than_a_block_gets_programs_of_its_own(runner, tmp_path):
     assert out["error"] is None and all(e <= 1e-5 for e in out["rel_errors"]), out
 
 
+@pytest.mark.parametrize("bidirectional, slices, units, warps, stages", [
+    (False, 16, 16, 4, 3), (True, 8, 32, 8, 3), (True, 8, 32, 8, 1)])
+def test_the_persistent_kernels_shared_memory_is_known_before_it_compiles(bidirectional, slices, units, warps, stages,
+                                                                           tmp_path, sm90):
+    """Level 3's LSTMs (6 layers, 256 hidden, batch 10) at the default's slices: compiled for sm_90, the kernel
+    asks the shared memory rnn_persistent.shared_bytes says, within a block's. 4 slices of 64 units would ask
+    278,528 bytes, which an H100 refused at launch: the template refuses them in a sentence instead."""
+    from agent.templates.codegen import SMEM_BYTES
+    from agent.templates.rnn_persistent import shared_bytes
+    task = _rnn_task(tmp_path, "lstm", "steps, batch, features, hidden = 4, 10, 128, 256", layers=6)
+    if not bidirectional:
+        task.write_text(task.read_text().replace("batch_first=True, bidirectional=True", "batch_first=True"))
+    a = analyze(str(task), small=True)
+    t = BY_NAME["rnn"]
+    (tmp_path / "cand.py").write_text(t.render(a, {**t.default(a), "num_stages": stages}))
+    ints = ("x_off", "x_t", "x_b", "x_col", "h0_off", "c0_off", "out_off", "out_t", "out_b", "IN")
+    consts = {"S": slices, "BLOCK_H": units, "H": 256, "T": 4, "NB": 1, "BLOCK_B": 16, "BLOCK_K": 64}
+    kernel = sm90(tmp_path / "cand.py", "_rnn_kernel0", consts, num_warps=warps, num_stages=stages, ints=ints)
+    assert kernel.metadata.shared == shared_bytes(16, 64, 4 * units, stages) <= SMEM_BYTES
+    with pytest.raises(ValueError, match="would take 278528 bytes of shared memory a program"):
+        t.render(a, {**t.default(a), "SLICES": 4})
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind, layers", [("lstm", 3), ("gru", 3), ("rnn_tanh", 1)])
 def test_the_persistent_form_on_a_gpu_where_slices_wait_for_each_other(kind, layers, tmp_path):

@@ -16,10 +16,8 @@ import torch
 
 from agent.templates.codegen import KernelCode, next_pow2
 from agent.templates.ir import Leaf
-from agent.templates.rnn_persistent import render_persistent
+from agent.templates.rnn_persistent import GATES, render_persistent
 from agent.templates.schedule import Kernel
-
-GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
 
 
 def _cell(mode: str) -> list[str]:

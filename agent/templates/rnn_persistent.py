@@ -155,8 +155,8 @@ def _source(name: str, mode: str, layers: int, dirs: int, batch: int, biases: bo
         lines.append(f"tl.store(cn_ptr + {own}, c, mask=mask)")
     args = ["x_ptr", "x_off", "x_t", "x_b", "x_col", "h0_ptr", "h0_off", "c0_ptr", "c0_off"]
     args += [f"w{i}" for i in range(layers * dirs * per)]
-    args += ["hx_ptr", "seq_ptr", "xp_ptr", "sync_ptr", "out_ptr", "out_off", "out_t", "out_b", "hn_ptr", "cn_ptr", "IN",
-             "H: tl.constexpr", "T: tl.constexpr", "S: tl.constexpr", "NB: tl.constexpr", "BLOCK_B: tl.constexpr",
+    args += ["hx_ptr", "seq_ptr", "xp_ptr", "sync_ptr", "out_ptr", "out_off", "out_t", "out_b", "hn_ptr", "cn_ptr",
+             "IN", "H: tl.constexpr", "T: tl.constexpr", "S: tl.constexpr", "NB: tl.constexpr", "BLOCK_B: tl.constexpr",
              "BLOCK_H: tl.constexpr", "BLOCK_K: tl.constexpr"]
     return "\n".join(["@triton.jit", f"def {name}({', '.join(args)}):"] + _indent(lines))
 
@@ -218,8 +218,8 @@ def render_persistent(kernel: Kernel, name: str, p: dict) -> KernelCode:
         xp = f"{out}_xp"
         host.append(f"{xp} = torch.empty((4, {steps}, {batch}, sl * {fused} * bh), device={{x}}.device, "
                     "dtype=torch.float32)")
-    host.append(f"{name}[({layers * dirs * blocks} * sl,)]({{x}}, {x.offset}, {t_x}, {b_x}, {xs[-1]}, {h_start}, {c_start}, "
-                f"{ws}, {out}_hx, {out}_seq, {xp}, {out}_sync, {out}, 0, {t_out}, {b_out}, {out}_h, {cn}, "
+    host.append(f"{name}[({layers * dirs * blocks} * sl,)]({{x}}, {x.offset}, {t_x}, {b_x}, {xs[-1]}, {h_start}, "
+                f"{c_start}, {ws}, {out}_hx, {out}_seq, {xp}, {out}_sync, {out}, 0, {t_out}, {b_out}, {out}_h, {cn}, "
                 f"{x.shape[-1]}, H={hidden}, T={steps}, S=sl, NB={blocks}, BLOCK_B={block_b}, BLOCK_H=bh, "
                 f"BLOCK_K={block_k}, launch_cooperative_grid={{x}}.is_cuda, "
                 f"num_warps={p.get('num_warps', 8 if dirs == 2 else 4)}, num_stages={stages})")

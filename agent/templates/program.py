@@ -34,6 +34,7 @@ from agent.templates.params import SMS, kernel_default, sizes, splittable
 from agent.templates.pointwise_ops import helpers_for
 from agent.templates.reductions import INT32_MAX
 from agent.templates.schedule import Kernel
+from agent.templates.split_operands import pays
 from agent.templates.stats_epilogue import Pool, combine_params, recomputed, requested
 
 SHAPES = ("static", "dynamic")  # params["shapes"]: sizes baked in, or the batch a run-time argument
@@ -69,6 +70,17 @@ def _host_view(leaf: Leaf, bases: dict, batched: bool = False) -> str:
     return f"{base}.as_strided({shape}, {tuple(leaf.strides)}, {leaf.offset})"
 
 
+def _parts(p: dict, k: Kernel) -> dict:
+    """A matrix product other than the primary kernel, in tf32x3 by the plan's products (base.PRODUCT_KEYS):
+    its operands split once in memory where its flops a byte pay for that (split_operands.pays), else its tiles
+    split in registers at every K step, the primary's rule (gemm.split_operands, gemm.registers_split). Level 3's
+    47_NetVladNoGhostClusters (15 flops a byte) wrote its second product's 419 MB operand, read once, as 1.07 GB
+    of parts."""
+    if p.get("precision") != "tf32x3" or "parts" in p or k.kind != "gemm" or k.nodes[0].fn == "conv":
+        return p
+    return {**p, "parts": "memory" if pays(k.nodes[0]) else "registers"}
+
+
 def render_program(task_source: str, program: Program, kernels: list[Kernel], buffers: dict, primary: int,
                    params: dict, header: str, products: dict | None = None, overrides: dict | None = None,
                    sfu: bool = True) -> str:
@@ -88,7 +100,8 @@ def render_program(task_source: str, program: Program, kernels: list[Kernel], bu
             codes.append(None)
             torch_ops.append(_vendor_op(k.nodes[0]))
             continue
-        p = params if i == primary else {**kernel_default(k), **(overrides or {}).get(i, {}), **(products or {})}
+        p = params if i == primary else _parts({**kernel_default(k), **(overrides or {}).get(i, {}),
+                                                 **(products or {})}, k)
         p = {key: v for key, v in p.items() if key != "shapes"}
         if stats and i == primary:  # the row kernel's statistics in this convolution's epilogue
             p["stats"] = stats

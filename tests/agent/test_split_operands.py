@@ -72,10 +72,11 @@ def test_the_parts_are_tf32_values_that_sum_to_the_operand(tmp_path):
 def test_products_of_infinities_split_into_parts_are_pytorch_s(runner):
     """An infinite operand split as inf + (inf - inf) made every product it met NaN, and as inf + 0 a NaN where it
     met a weight TF32 holds exactly (inf * 0 in hi * lo): a finite result after it (a tanh, a minimum) was NaN.
-    Both the convolution's parts split in registers and the GEMM's split once in memory."""
+    Both the convolution's parts split in registers and the GEMM's split once in memory (asked for: at these
+    sizes its flops a byte would split its tiles in registers)."""
     from test_templates import check
 
-    source = check("split_inf", "gemm", {"precision": "tf32x3"}, runner)
+    source = check("split_inf", "gemm", {"precision": "tf32x3", "kernels": {"2": {"parts": "memory"}}}, runner)
     assert "tah = " in source and "_split0[(" in source
 
 
@@ -256,3 +257,22 @@ def test_the_tma_store_form_compiles_for_sm_90_within_a_blocks_shared_memory(tmp
     assert kernel.metadata.shared <= 227 * 1024, kernel.metadata.shared
     assert re.search(r"cp\.async\.bulk\.tensor\.2d\.global\.shared", kernel.asm["ptx"])
 
+
+
+def test_a_second_product_splits_its_operands_in_memory_only_where_that_pays(runner):
+    """The plan's tf32x3 reaches every product, but splitting operands once in memory is each product's own call
+    (split_operands.pays): a 1024-cubed product splits its operands, the narrow product after it (8 columns, 4
+    flops a byte) splits its tiles in registers instead. It took memory parts too (level 3's NetVLAD: 1.07 GB
+    written for a 419 MB operand read once). At small shapes in tf32x3, the two forms together match."""
+    a = analyze(str(FIXTURES / "two_products.py"), small=False, shapes={"m": 1024, "k": 1024, "n": 1024, "p": 8})
+    t = BY_NAME["gemm"]
+    d = t.default(a)
+    source = t.render(a, d)
+    assert d["precision"] == "tf32x3" and "parts" not in d
+    assert re.findall(r"(_\w+)\[\(", source) == ["_gemm_kernel0_split0", "_gemm_kernel0_split1", "_gemm_kernel0",
+                                                 "_gemm_kernel1"]
+    assert 'input_precision="tf32x3"' in source[source.index("def _gemm_kernel1("):]
+    from test_templates import check
+
+    small = check("two_products", "gemm", {"precision": "tf32x3"}, runner)
+    assert "_gemm_kernel0_split0[(" in small and "_gemm_kernel1_split0[(" not in small

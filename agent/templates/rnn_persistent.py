@@ -51,7 +51,7 @@ def _cell(mode: str) -> list[str]:
     if mode in ("rnn_tanh", "rnn_relu"):
         return ["h = _tanh(ax + ah)" if mode == "rnn_tanh" else "h = tl.maximum(ax + ah, 0.0)"]
     lines = []
-    for acc, names in (("ax", "x") if mode == "gru" else ("ax + ah", "a"),) + ((("ah", "h"),) if mode == "gru" else ()):
+    for acc, names in [("ax", "x"), ("ah", "h")] if mode == "gru" else [("ax + ah", "a")]:  # gates 0-3 of each
         lines += [f"{names}02, {names}13 = tl.split(tl.reshape({acc}, (BLOCK_B, BLOCK_H, 2, 2)))",
                   f"{names}0, {names}2 = tl.split({names}02)", f"{names}1, {names}3 = tl.split({names}13)"]
     if mode == "lstm":

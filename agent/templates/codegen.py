@@ -102,6 +102,10 @@ def descriptor_name(base: str) -> str:
     return base + DESCRIPTOR_SUFFIX
 
 
+def indent(lines: list[str], depth: int = 1) -> list[str]:
+    return ["    " * depth + line for line in lines]
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 

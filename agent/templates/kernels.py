@@ -21,8 +21,8 @@ import torch
 
 from agent.templates.attention_kernel import render_attention
 from agent.templates.codegen import (DESCRIPTOR_IMPORT, NEUTRAL, SMS, Gen, KernelCode, Launch, Scope, _leaves,
-                                     descriptor_name, dot_cast, kernel_header, next_pow2, store_lines, walk_lead,
-                                     walk_step, walks)
+                                     descriptor_name, dot_cast, indent, kernel_header, next_pow2, store_lines,
+                                     walk_lead, walk_step, walks)
 from agent.templates.fold import fold_sums, is_zero, reads_reduction
 from agent.templates.implicit_gemm import gemm_block, render_conv
 from agent.templates.ir import Leaf, Node, contiguous_strides
@@ -31,10 +31,6 @@ from agent.templates.rnn_kernel import render_rnn
 from agent.templates.reductions import chan_merge, reduced, shifted_merge
 from agent.templates.schedule import Kernel, squeezed
 from agent.templates.split_operands import descriptors, operand_parts, products, split_launches
-
-
-def _indent(lines: list[str], n: int = 1) -> list[str]:
-    return ["    " * n + line for line in lines]
 
 
 def online_pairs(kernel: Kernel) -> dict[Node, Node]:
@@ -199,7 +195,7 @@ def _col_split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     reduces = [r for r in kernel.nodes if r.op == "reduce"]
     rng, stages = _range(p)
     gen.top.lines += [f"pid_s = tl.program_id(0) // {tiles}"] + _prologue(gen, p, f"(tl.program_id(0) % {tiles})")
-    gen.top.lines += [f"for r0 in {rng}(pid_s * {chunk}, pid_s * {chunk} + {chunk}, BLOCK_R{stages}):"] + _indent(
+    gen.top.lines += [f"for r0 in {rng}(pid_s * {chunk}, pid_s * {chunk} + {chunk}, BLOCK_R{stages}):"] + indent(
         _chunk(gen, "r0") + _accumulate(gen, reduces, []).lines)
     size, place = gen.O * gen.I, f"ro * {gen.I} + ri"  # a partial buffer's stride a chunk; a column's place
     parts = [f"{name}_part{t}" for t in range(len(reduces))]
@@ -207,7 +203,7 @@ def _col_split(kernel: Kernel, name: str, p: dict) -> KernelCode:
         gen.reduce_end(r)
         gen.top.lines.append(f"tl.store({gen.ptr(buf)} + pid_s * {size} + {place}, {gen.top.cache[r]}, mask=rmask)")
     blocks = {"BLOCK_R": meta["BLOCK_R"], "BLOCK_I": meta["BLOCK_I"]}
-    first = KernelCode("\n".join(kernel_header(name, gen, list(blocks)) + _indent(gen.top.lines)), [
+    first = KernelCode("\n".join(kernel_header(name, gen, list(blocks)) + indent(gen.top.lines)), [
         Launch(name, (split * tiles,), list(gen.ptrs), blocks, p.get("num_warps", 4), p.get("num_stages", 1))])
     comb = Gen(kernel, name + "_final", p)
     comb.top.lines += _prologue(comb, p) + [f"rs = tl.arange(0, {next_pow2(split)})[:, None]",
@@ -218,7 +214,7 @@ def _col_split(kernel: Kernel, name: str, p: dict) -> KernelCode:
                            f"{value} = {reduced(r.fn, pt, 0)}"]
         comb.top.cache[r], comb.kinds[r] = value, "f"
     store_lines(comb, list(kernel.stores.items()))
-    src = kernel_header(name + "_final", comb, ["BLOCK_I"]) + _indent(comb.top.lines)
+    src = kernel_header(name + "_final", comb, ["BLOCK_I"]) + indent(comb.top.lines)
     second = Launch(name + "_final", (tiles,), list(comb.ptrs), {"BLOCK_I": meta["BLOCK_I"]}, 4, 1)
     temps = {buf: ((split, size), torch.float32) for buf in parts}
     return KernelCode(first.source + "\n\n\n" + "\n".join(src), first.launches + [second], temps)
@@ -247,7 +243,7 @@ def _flat(kernel: Kernel, name: str, p: dict) -> KernelCode:
         gen.top.lines += [f"offs = {pid} * BLOCK + tl.arange(0, BLOCK)",
                           f"mask = offs < {_times(BATCH_ARG, inner) if dyn else numel}"]
     store_lines(gen, list(kernel.stores.items()))
-    src = kernel_header(name, gen, ["BLOCK"], [BATCH_ARG] if dyn else []) + _indent(gen.top.lines)
+    src = kernel_header(name, gen, ["BLOCK"], [BATCH_ARG] if dyn else []) + indent(gen.top.lines)
     grid = (f"({_times(BATCH_HOST, inner)} + {block - 1}) // {block}",) if dyn else (math.ceil(numel / block),)
     args = list(gen.ptrs) + ([BATCH_HOST] if dyn else [])
     return KernelCode("\n".join(src), [Launch(name, grid, args, {"BLOCK": block}, p.get("num_warps", 4),
@@ -304,15 +300,15 @@ def _plane(kernel: Kernel, name: str, p: dict) -> KernelCode:
     store_lines(gen, list(kernel.stores.items()))
     if rows > 1:
         before, body = _loop_invariant(gen.top.lines[head:], {"hh"})
-        gen.top.lines[head:] = before + [f"for hh in range({rows}):"] + _indent(body)
+        gen.top.lines[head:] = before + [f"for hh in range({rows}):"] + indent(body)
     if walk:
         before, body = _loop_invariant(gen.top.lines[head:], {"od"})
         od = kernel.domain[-3]
         loop = [f"for od in range({-lead}, {od}):" if lead else f"for od in range({od}):"] if apart == 1 else [
             f"for wi in range({-lead}, ({od} + {apart - 1} - rd) // {apart}):", f"    od = rd + wi * {apart}"]
-        gen.top.lines[head:] = before + gen.walk_init + loop + _indent(body)
+        gen.top.lines[head:] = before + gen.walk_init + loop + indent(body)
     meta = {"BLOCK_H": bh, "BLOCK_W": bw, **({"VEC": vec} if vec > 1 else {})}
-    src = kernel_header(name, gen, list(meta), unaligned=bool(p.get("unaligned"))) + _indent(gen.top.lines)
+    src = kernel_header(name, gen, list(meta), unaligned=bool(p.get("unaligned"))) + indent(gen.top.lines)
     launch = Launch(name, (nc * apart * nh * nw,), list(gen.ptrs), meta, p.get("num_warps", 4),
                     p.get("num_stages", 1))
     return KernelCode("\n".join(src), [launch])
@@ -391,7 +387,7 @@ def _loop(gen: Gen, body: list[str], reverse: bool = False) -> list[str]:
     (_realign)."""
     rng, stages = _range(gen.p)
     if gen.layout != "row":
-        return [f"for r0 in {rng}(0, {gen.R}, BLOCK_R{stages}):"] + _indent(_chunk(gen, "r0") + body)
+        return [f"for r0 in {rng}(0, {gen.R}, BLOCK_R{stages}):"] + indent(_chunk(gen, "r0") + body)
     n = gen.R // gen.block_r
     head = [f"for it in {rng}(0, {n}{stages}):", f"    r0 = ({n - 1} - it) * BLOCK_R"] if reverse else \
         [f"for r0 in {rng}(0, {n * gen.block_r}, BLOCK_R{stages}):"]
@@ -405,7 +401,7 @@ def _loop(gen: Gen, body: list[str], reverse: bool = False) -> list[str]:
         index = [f"rq = (r0 + tl.arange(0, BLOCK_R)[None, :]){big}", "rr = rq + hd"]
         rest = [index[0], f"rr = (rq + hd) % {gen.R}", f"mask = rmask & (rq < {gen.R})"] + body
         body = [_walk(gen.R).sub("rbase + rq", line) for line in body]
-    whole = head + _indent(index + ["mask = tl.broadcast_to(rmask, [BLOCK_O, BLOCK_R])"] + body)
+    whole = head + indent(index + ["mask = tl.broadcast_to(rmask, [BLOCK_O, BLOCK_R])"] + body)
     rest = [f"r0 = {n * gen.block_r}"] + rest if n * gen.block_r < gen.R else []
     return before + (rest + whole if reverse else whole + rest)
 
@@ -599,8 +595,8 @@ def _reduction(kernel: Kernel, name: str, p: dict, gen: Gen | None = None) -> Ke
         store_lines(gen, red_stores)
     meta_names = ["BLOCK_O", "BLOCK_R"] if gen.layout == "row" else ["BLOCK_R", "BLOCK_I"]
     if persist:  # each program takes blocks of rows (ob) in turn: persist blocks in flight at a time
-        gen.top.lines = [f"for ob in range(tl.program_id(0), {blocks}, {persist}):"] + _indent(gen.top.lines)
-    src = kernel_header(name, gen, meta_names, [BATCH_ARG] if dyn else []) + _indent(gen.top.lines)
+        gen.top.lines = [f"for ob in range(tl.program_id(0), {blocks}, {persist}):"] + indent(gen.top.lines)
+    src = kernel_header(name, gen, meta_names, [BATCH_ARG] if dyn else []) + indent(gen.top.lines)
     host = []
     if dyn and gen.layout == "col":  # a program per (outer index, tile of the inner dims): no mask on the outer
         host, meta = _col_tiers(gen, name, meta)
@@ -676,7 +672,7 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
         steps = _accumulate(gen, plain, fused, one_chunk=True)
         gen.top.lines += ([] if gen.pivot_values else _chunk(gen, gen.first_chunk)) + steps.lines
     else:
-        gen.top.lines += [loop] + _indent(_chunk(gen, "r0") + _accumulate(gen, plain, fused).lines)
+        gen.top.lines += [loop] + indent(_chunk(gen, "r0") + _accumulate(gen, plain, fused).lines)
     parts: list[tuple[str, str]] = []  # (buffer, value) per partial result
 
     def part(value: str) -> str:
@@ -696,7 +692,7 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     for buf, value in parts:
         gen.top.lines.append(f"tl.store({gen.ptr(buf)} + ro * {split} + pid_s, {value}, mask=rmask)")
     extra = ["row0"] if group else [BATCH_ARG] if dyn else []
-    first_src = kernel_header(name, gen, ["BLOCK_O", "BLOCK_R"], extra) + _indent(gen.top.lines)
+    first_src = kernel_header(name, gen, ["BLOCK_O", "BLOCK_R"], extra) + indent(gen.top.lines)
     launch_a = Launch(name, (_blocks(n_rows, meta["BLOCK_O"]), split), list(gen.ptrs) + ([BATCH_HOST] if dyn else []),
                       meta, p.get("num_warps", 4), p.get("num_stages", 1))
 
@@ -776,7 +772,7 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     if full:
         comb.body = Scope()
         store_lines(comb, full)
-        lines += [loop] + _indent(_chunk(comb, "r0") + comb.body.lines)
+        lines += [loop] + indent(_chunk(comb, "r0") + comb.body.lines)
         comb.body = comb.top
     out = None
     if rows_read is not None:
@@ -788,7 +784,7 @@ def _split(kernel: Kernel, name: str, p: dict) -> KernelCode:
     lines.append("first = rmask & ((ro * 0 + pid_s) == 0)")
     store_lines(comb, red, "first")
     meta_b = ["BLOCK_O", "BLOCK_R"] if full else ["BLOCK_O"]
-    second_src = kernel_header(name + "_final", comb, meta_b, extra) + _indent(lines)
+    second_src = kernel_header(name + "_final", comb, meta_b, extra) + indent(lines)
     launch_b = Launch(name + "_final", (_blocks(n_rows, block_o), split if full else 1),
                       list(comb.ptrs) + ([BATCH_HOST] if dyn else []),
                       {"BLOCK_O": block_o, **({"BLOCK_R": meta["BLOCK_R"]} if full else {})},
@@ -870,7 +866,7 @@ def _merge(name: str, bufs: list[str], rows: int, parts: int) -> KernelCode:
     lines += [f"{v} = tl.load({b} + ro * {parts} + rs, mask=pm, other=0.0)" for v, b in zip("nmq", ("p0", "p1", "p2"))]
     lines += chan_merge(("n", "m", "q"), 0, ("count", "mean", "total", "squares"))
     lines += [f"tl.store({b} + {index}, {v})" for b, v in zip(("p3", "p4", "p5"), ("count", "mean", "squares"))]
-    src = ["@triton.jit", f"def {name}_merge(p0, p1, p2, p3, p4, p5, BLOCK: tl.constexpr):"] + _indent(lines)
+    src = ["@triton.jit", f"def {name}_merge(p0, p1, p2, p3, p4, p5, BLOCK: tl.constexpr):"] + indent(lines)
     out = [f"{name}_merged{t}" for t in range(3)]
     launch = Launch(f"{name}_merge", (rows, chunks), bufs + out, {"BLOCK": MERGE_PARTS}, 8, 1)
     temps = {**{b: ((rows, parts), torch.float32) for b in bufs}, **{b: ((rows, chunks), torch.float32) for b in out}}
@@ -903,10 +899,10 @@ def _lagged(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, pieces: tup
     done = comb.fresh("done")
     store_lines(comb, red)  # the row's own outputs, by the program that combined its statistics
     combine = comb.top.lines + [f"tl.store({comb.ptr(buf)} + ro, {value}, mask=rmask)" for buf, value in kept]
-    body = ["if t < TICKETS:"] + _indent(
+    body = ["if t < TICKETS:"] + indent(
         gen.top.lines + ["tl.debug_barrier()", f"{done} = tl.atomic_add({sync} + t // {split}, 1, sem=\"acq_rel\")",
                          f"if {done} == {split - 1}:"] +
-        _indent(combine + ["tl.debug_barrier()", f"tl.atomic_add({sync} + t // {split}, 1, sem=\"release\")"]))
+        indent(combine + ["tl.debug_barrier()", f"tl.atomic_add({sync} + t // {split}, 1, sem=\"release\")"]))
     waiting = comb.fresh("seen")
     cache = {r: comb.top.cache[r] for r in stats}
     comb.top, comb.body = Scope(), Scope()
@@ -918,12 +914,12 @@ def _lagged(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, pieces: tup
               f"while {waiting} <= {split}:",
               f"    {waiting} = tl.atomic_add({sync} + (t - LAG) // {split}, 0, sem=\"acquire\")"]
     after += [f"{value} = tl.load({comb.ptr(buf)} + ro, mask=rmask, other=0.0, volatile=True)" for buf, value in kept]
-    after += comb.top.lines + [loop] + _indent(_chunk(comb, "r0") + comb.body.lines)
-    body += ["if t >= LAG:"] + _indent(after)
-    lines = [f"t = tl.atomic_add({sync} + {blocks}, 1)", "while t < TICKETS + LAG:"] + _indent(
+    after += comb.top.lines + [loop] + indent(_chunk(comb, "r0") + comb.body.lines)
+    body += ["if t >= LAG:"] + indent(after)
+    lines = [f"t = tl.atomic_add({sync} + {blocks}, 1)", "while t < TICKETS + LAG:"] + indent(
         body + [f"t = tl.atomic_add({sync} + {blocks}, 1)"])
     tickets = blocks * split
-    src = kernel_header(name, comb, ["BLOCK_O", "BLOCK_R", "TICKETS", "LAG"]) + _indent(lines)
+    src = kernel_header(name, comb, ["BLOCK_O", "BLOCK_R", "TICKETS", "LAG"]) + indent(lines)
     launch = Launch(name, (min(tickets + split, LAG_PROGRAMS),), list(comb.ptrs),
                     {**meta, "TICKETS": tickets, "LAG": split}, p.get("num_warps", 4), p.get("num_stages", 1))
     temps = {buf: ((gen.O, split), torch.float32) for buf, _ in parts}
@@ -997,18 +993,18 @@ def _held(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, stores: tuple
     swept = [re.sub(r"\bBLOCK_R\b", str(width), line) for line in _own_indices(swept, "_c")]
     sweep = [f"for {c} in range(0, {split}):",
              f"    if tl.atomic_xchg({claims} + {row} * {split} + {c}, 2) == 1:",
-             f"        for {sub} in range(0, {meta['BLOCK_R'] // width}):"] + _indent(swept, 3)
+             f"        for {sub} in range(0, {meta['BLOCK_R'] // width}):"] + indent(swept, 3)
     reload = [f"{value} = tl.load({comb.ptr(buf)} + {row}, volatile=True)" for buf, value in kept]
     # a program that sees every partial in merges them itself, as the last one does, rather than wait for the
     # last one's statistics
     wait = [f"{seen} = tl.atomic_add({sync} + {row}, 0, sem=\"acquire\")", f"{spins} = 0",
             f"while ({seen} < {split}) & ({spins} < SPINS):",
             f"    {seen} = tl.atomic_add({sync} + {row}, 0, sem=\"acquire\")", f"    {spins} += 1",
-            f"{mine} = {seen} >= {split}", f"if {mine}:"] + _indent(merge) + [
+            f"{mine} = {seen} >= {split}", f"if {mine}:"] + indent(merge) + [
             "else:", f"    tl.store({claims} + {row} * {split} + pid_s, 1)", "    tl.debug_barrier()",
             f"    {old} = tl.atomic_add({state}, 1, sem=\"acq_rel\")",
             f"    if {old} >= {READY}:",  # READY came first: this program writes its chunk, unless the sweep took it
-            f"        {mine} = tl.atomic_xchg({claims} + {row} * {split} + pid_s, 0) == 1"] + _indent(reload)
+            f"        {mine} = tl.atomic_xchg({claims} + {row} * {split} + pid_s, 0) == 1"] + indent(reload)
 
     def own() -> list[str]:  # this program's chunk, from the values it holds, at the indices the first part set
         held = Scope()
@@ -1019,10 +1015,10 @@ def _held(kernel: Kernel, name: str, p: dict, gen: Gen, comb: Gen, stores: tuple
     lines = [f"t = tl.atomic_add({sync} + {2 * blocks}, 1)"] + gen.top.lines + [
         "tl.debug_barrier()", f"{arrived} = tl.atomic_add({sync} + {row}, 1, sem=\"acq_rel\")",
         f"{mine} = {arrived} == {split - 1}", f"{old} = {arrived} * 0", f"if {mine}:"]
-    lines += _indent(combine + ["tl.debug_barrier()", f"{old} = tl.atomic_or({state}, {READY}, sem=\"acq_rel\")"])
-    lines += ["else:"] + _indent(wait) + [f"if {mine}:"] + _indent(
-        own() + [f"if ({arrived} == {split - 1}) & ({old} > 0):"] + _indent(sweep))
-    src = kernel_header(name, comb, ["BLOCK_O", "BLOCK_R", "SPINS"]) + _indent(lines)
+    lines += indent(combine + ["tl.debug_barrier()", f"{old} = tl.atomic_or({state}, {READY}, sem=\"acq_rel\")"])
+    lines += ["else:"] + indent(wait) + [f"if {mine}:"] + indent(
+        own() + [f"if ({arrived} == {split - 1}) & ({old} > 0):"] + indent(sweep))
+    src = kernel_header(name, comb, ["BLOCK_O", "BLOCK_R", "SPINS"]) + indent(lines)
     spins = f"{HELD_SPINS} if {next(iter(comb.ptrs))}.is_cuda else 0"
     launch = Launch(name, (blocks * split,), list(comb.ptrs), {**meta, "SPINS": spins}, p.get("num_warps", 4), 1,
                     p.get("maxnreg", 0))
@@ -1189,7 +1185,7 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
         loop = [f"ta = tl.load(a_ptrs{a_mask}){cast}", f"tb = tl.load(b_ptrs{b_mask}){cast}",
                 f"acc += tl.dot({'tl.trans(ta)' if a_t else 'ta'}, {'tl.trans(tb)' if b_t else 'tb'}, "
                 f'input_precision="{precision}")']
-    lines += _indent(loop + ([] if persist else [f"a_ptrs += BLOCK_K * {sa[-1]}", f"b_ptrs += BLOCK_K * {sb[-2]}"]))
+    lines += indent(loop + ([] if persist else [f"a_ptrs += BLOCK_K * {sa[-1]}", f"b_ptrs += BLOCK_K * {sb[-2]}"]))
     lines += ["rm = rm1[:, None]", "rn = rn1[None, :]", f"mask = (rm < {rows}) & (rn < {N})"]
     gen.groups = [([d], v) for d, v in zip(range(len(kernel.domain)),
                                            (["pid_k"] if split > 1 else []) + (["pid_b"] if batched else []) + ["rm", "rn"])]
@@ -1210,9 +1206,9 @@ def _gemm(kernel: Kernel, name: str, p: dict) -> KernelCode:
     else:
         store_lines(gen, list(kernel.stores.items()))
     if persist:  # the tile's lines after the loop's header, its epilogue's stores with them
-        gen.top.lines[start + 1:] = _indent(gen.top.lines[start + 1:])
+        gen.top.lines[start + 1:] = indent(gen.top.lines[start + 1:])
     meta = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"] + ["PROGRAMS"] * persist
-    src = kernel_header(name, gen, meta, [BATCH_ARG] if dyn else []) + _indent(gen.top.lines)
+    src = kernel_header(name, gen, meta, [BATCH_ARG] if dyn else []) + indent(gen.top.lines)
     n_tiles = math.ceil(N / bn)
     grid = ((f"({BATCH_HOST} + {bm - 1}) // {bm}" + (f" * {n_tiles}" if n_tiles > 1 else ""), 1, 1) if dyn else
             (min(tiles * n_batch, SMS), 1, 1) if persist else (tiles, n_batch, split))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from agent.templates.codegen import SMEM_BYTES, SMS, KernelCode, next_pow2
+from agent.templates.codegen import SMEM_BYTES, SMS, KernelCode, indent, next_pow2
 from agent.templates.ir import Leaf
 from agent.templates.schedule import Kernel
 
@@ -76,11 +76,7 @@ def _products(v: str, width: str, weights: str, acc: str, batch: int, cached: bo
             f"w = tl.load({weights} + wr * {width} + kk[:, None], mask=wm & (kk[:, None] < {width}), "
             "other=0.0).to(tl.float32)",
             f"{acc} += tl.dot(v, w, input_precision=\"{precision}\")"]
-    return [f"for k0 in range(0, {width}, BLOCK_K):"] + ["    " + b for b in body]
-
-
-def _indent(lines: list[str], depth: int = 1) -> list[str]:
-    return ["    " * depth + line for line in lines]
+    return [f"for k0 in range(0, {width}, BLOCK_K):"] + indent(body)
 
 
 def _ahead(body: list[str]) -> list[str]:
@@ -90,7 +86,7 @@ def _ahead(body: list[str]) -> list[str]:
     hidden products: `body` computes time t's."""
     return ["for k in range((T + 1) // 2):", "    lo = (T - 1) // 2 - k", "    hi = T // 2 + k",
             "    for e in range(2):", "        t = lo + e * (hi - lo)",
-            "        if (e == 0) | (hi != lo):"] + _indent(body, 3)
+            "        if (e == 0) | (hi != lo):"] + indent(body, 3)
 
 
 def _source(name: str, mode: str, layers: int, dirs: int, batch: int, biases: bool, precision: str) -> str:
@@ -127,21 +123,21 @@ def _source(name: str, mode: str, layers: int, dirs: int, batch: int, biases: bo
     xw = f"S * {fused} * BLOCK_H"  # a row of the input products: every slice's columns
     xp = f"xp_ptr + (((layer % 2) * 2 + d) * T + t) * {batch} * {xw} + rb * {xw} + (pid % S) * {fused} * BLOCK_H + rc"
     if dirs == 2:  # the input products of a layer above the first, ahead of its steps (_ahead)
-        lines += ["if layer > 0:"] + _indent(
+        lines += ["if layer > 0:"] + indent(
             _ahead(below + ax + seq_products + [f"tl.store({xp}, ax, mask=rb < {batch})"]))
         lines.append("tl.debug_barrier()")  # the steps read them in other threads' layout
     step = ["t = s + d * (T - 1 - 2 * s)"]
-    step += ["if s > 0:"] + _indent(_wait("lid", "s * S"))
-    step += ["if layer == 0:"] + _indent(ax + _products(x_row, "IN", "wih", "ax", batch, False, precision))
+    step += ["if s > 0:"] + indent(_wait("lid", "s * S"))
+    step += ["if layer == 0:"] + indent(ax + _products(x_row, "IN", "wih", "ax", batch, False, precision))
     if dirs == 2:
         step += ["else:", f"    ax = tl.load({xp}, mask=rb < {batch}, other=0.0, cache_modifier=\".cg\")"]
     else:
-        step += ["else:"] + _indent(below + ax + seq_products)
+        step += ["else:"] + indent(below + ax + seq_products)
     step.append(f"ah = {zero}" + (" + bhid" if biases else ""))
     h0_row = f"h0_ptr + h0_off + lid * {bh} + rb * H + kk[None, :]"
     ring_row = f"hx_ptr + (lid * 2 + (s - 1) % 2) * {bh} + rb * H + kk[None, :]"
-    step += ["if s == 0:"] + _indent(_products(h0_row, "H", "whh", "ah", batch, False, precision))
-    step += ["else:"] + _indent(_products(ring_row, "H", "whh", "ah", batch, True, precision))
+    step += ["if s == 0:"] + indent(_products(h0_row, "H", "whh", "ah", batch, False, precision))
+    step += ["else:"] + indent(_products(ring_row, "H", "whh", "ah", batch, True, precision))
     step += _cell(mode)
     step += [f"tl.store(hx_ptr + (lid * 2 + s % 2) * {bh} + rb * H + rj, h, mask=mask)",
              f"if layer == {layers - 1}:",
@@ -149,7 +145,7 @@ def _source(name: str, mode: str, layers: int, dirs: int, batch: int, biases: bo
              "else:",
              f"    tl.store(seq_ptr + (layer * T + t) * {batch} * {width} + rb * {width} + d * H + rj, h, mask=mask)",
              "tl.debug_barrier()", "tl.atomic_add(sync_ptr + lid * NB + bb, 1, sem=\"release\")", "hp = h"]
-    lines += ["for s in range(T):"] + _indent(step)
+    lines += ["for s in range(T):"] + indent(step)
     lines.append(f"tl.store(hn_ptr + {own}, h, mask=mask)")
     if mode == "lstm":
         lines.append(f"tl.store(cn_ptr + {own}, c, mask=mask)")
@@ -158,7 +154,7 @@ def _source(name: str, mode: str, layers: int, dirs: int, batch: int, biases: bo
     args += ["hx_ptr", "seq_ptr", "xp_ptr", "sync_ptr", "out_ptr", "out_off", "out_t", "out_b", "hn_ptr", "cn_ptr",
              "IN", "H: tl.constexpr", "T: tl.constexpr", "S: tl.constexpr", "NB: tl.constexpr", "BLOCK_B: tl.constexpr",
              "BLOCK_H: tl.constexpr", "BLOCK_K: tl.constexpr"]
-    return "\n".join(["@triton.jit", f"def {name}({', '.join(args)}):"] + _indent(lines))
+    return "\n".join(["@triton.jit", f"def {name}({', '.join(args)}):"] + indent(lines))
 
 
 def render_persistent(kernel: Kernel, name: str, p: dict) -> KernelCode:

@@ -1,8 +1,9 @@
 """What the agent tests share: `runner`, one long-lived Triton-interpreter process (fixtures/tpl_runner.py,
 which sets TRITON_INTERPRET=1 before importing triton) that runs candidates against their tasks, one for the
 session's tests (its start, PyTorch, Triton and the analysis imported, was some 5 s of a CPU for each module);
-and `sm90`, which compiles a candidate's kernel for an H200 here, with no GPU, as Triton's own compile would
-(what the interpreter lets pass, a scalar pointer under a block mask say, fails there as it would on the GPU)."""
+`sm90`, which compiles a candidate's kernel for an H200 here, with no GPU, as Triton's own compile would
+(what the interpreter lets pass, a scalar pointer under a block mask say, fails there as it would on the GPU);
+and `on_gpu`, a candidate and its reference on a GPU with the same weights, for the GPU-marked tests."""
 import importlib.util
 from pathlib import Path
 
@@ -44,3 +45,27 @@ def compile_sm90(path: Path, name: str, consts: dict, aligned: bool = True, num_
 @pytest.fixture
 def sm90():
     return compile_sm90
+
+
+def candidate_on_gpu(source: str, folder: Path, name: str) -> tuple:
+    """(model, new, inputs): the candidate `source`'s Model and ModelNew on the GPU, ModelNew holding Model's
+    weights, and the task's inputs there (drawn after seeding 0). The source is written to `folder` as `name`.py:
+    Triton reads a kernel's source from its file."""
+    import torch
+
+    module = folder / f"{name}.py"
+    module.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, module)
+    cand = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cand)
+    torch.manual_seed(0)
+    inputs = [x.cuda() if torch.is_tensor(x) else x for x in cand.get_inputs()]
+    model = cand.Model(*cand.get_init_inputs()).cuda()
+    new = cand.ModelNew(*cand.get_init_inputs()).cuda()
+    new.load_state_dict(model.state_dict())
+    return model, new, inputs
+
+
+@pytest.fixture
+def on_gpu():
+    return candidate_on_gpu

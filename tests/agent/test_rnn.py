@@ -96,25 +96,14 @@ def test_the_persistent_kernels_shared_memory_is_known_before_it_compiles(bidire
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind, layers", [("lstm", 3), ("gru", 3), ("rnn_tanh", 1)])
-def test_the_persistent_form_on_a_gpu_where_slices_wait_for_each_other(kind, layers, tmp_path):
+def test_the_persistent_form_on_a_gpu_where_slices_wait_for_each_other(kind, layers, tmp_path, on_gpu):
     """On a GPU a layer-direction is several programs (40 hidden units: two slices of 32), and every call starts
     its counters afresh: the output matches the reference call after call."""
-    import importlib.util
-
     import torch
     task = _rnn_task(tmp_path, kind, "steps, batch, features, hidden = 9, 3, 7, 40", layers)
     a = analyze(str(task), small=True)
     t = BY_NAME["rnn"]
-    module = tmp_path / "candidate.py"  # Triton reads a kernel's source from its file
-    module.write_text(t.render(a, t.default(a)))
-    spec = importlib.util.spec_from_file_location("rnn_candidate", module)
-    cand = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cand)
-    torch.manual_seed(0)
-    inputs = [x.cuda() for x in cand.get_inputs()]
-    model = cand.Model(*cand.get_init_inputs()).cuda()
-    new = cand.ModelNew(*cand.get_init_inputs()).cuda()
-    new.load_state_dict(model.state_dict())
+    model, new, inputs = on_gpu(t.render(a, t.default(a)), tmp_path, "rnn_candidate")
     with torch.no_grad():
         want = model(*inputs)
         for _ in range(3):

@@ -291,24 +291,13 @@ def test_a_held_splits_register_cap_goes_on_its_launch(runner):
     ("var_layer_norm", {"mode": "looped", "BLOCK_R": 128, "BLOCK_O": 1, "SPLIT": 11, "welford": 1, "COOP": 1}),
     ("var_softmax_rows", {"mode": "looped", "BLOCK_R": 256, "BLOCK_O": 1, "SPLIT": 6, "COOP": 1}),
 ])
-def test_a_held_split_matches_on_a_gpu_where_its_programs_run_together(task, params, tmp_path):
+def test_a_held_split_matches_on_a_gpu_where_its_programs_run_together(task, params, tmp_path, on_gpu):
     """On a GPU a row's programs run at once, so those that find every partial in merge them themselves (the
     path the interpreter never takes); the output still matches the reference, call after call."""
-    import importlib.util
-
     import torch
     a = analyze(str(FIXTURES / f"{task}.py"), small=True)
     t = BY_NAME["rowwise"]
-    module = tmp_path / "candidate.py"  # Triton reads a kernel's source from its file
-    module.write_text(t.render(a, {**t.default(a), **params}))
-    spec = importlib.util.spec_from_file_location("held_candidate", module)
-    cand = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cand)
-    torch.manual_seed(0)
-    inputs = [x.cuda() if torch.is_tensor(x) else x for x in cand.get_inputs()]
-    model = cand.Model(*cand.get_init_inputs()).cuda()
-    new = cand.ModelNew(*cand.get_init_inputs()).cuda()
-    new.load_state_dict(model.state_dict())
+    model, new, inputs = on_gpu(t.render(a, {**t.default(a), **params}), tmp_path, "held_candidate")
     with torch.no_grad():
         want = model(*inputs)
         for _ in range(3):
